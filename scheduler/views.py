@@ -1,0 +1,77 @@
+"""Tables for people. Programs get the same figures with ``--json``; nothing here decides anything."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from scheduler.dryrun import DryRun
+from scheduler.hardware import GpuReading
+from scheduler.units import format_duration, format_mib
+
+
+def show_dry_run(dry: DryRun, console: Console) -> None:
+    plan, placement = dry.plan, dry.placement
+    low, high = plan.band
+    hwdesc = f"{dry.hardware.profile}: " + ", ".join(
+        f"{n.name} ({len(n.devices)} GPU, {n.cpus} cores)" for n in dry.hardware.nodes
+    )
+    console.print(f"[bold]plan[/] {plan.name}   [bold]hardware[/] {hwdesc}")
+    console.print(
+        f"[bold]band[/] {low:.0%}–{high:.0%} of each card   [bold]budget[/] {format_duration(plan.budget)} "
+        f"({plan.reserve_for_inference:.0%} kept for ensembling)   [bold]waves[/] {placement.waves}"
+        + ("" if placement.exact else "   (heuristic placement)")
+    )
+
+    t = Table(title="GPU memory per device and wave", title_justify="left")
+    for col in ("wave", "device", "jobs", "MiB", "share", "band"):
+        t.add_column(col, justify="right" if col in ("wave", "MiB", "share") else "left")
+    for row in dry.device_rows():
+        share = row["share"]
+        if not row["jobs"]:
+            status = "[dim]empty[/]"
+        elif row["in_band"]:
+            status = "[green]in band[/]"
+        elif share < low:
+            status = "[yellow]under[/]"
+        else:
+            status = "[red]over[/]"
+        jobs = ", ".join(
+            f"{a.job} ({format_mib(a.gpu_memory_mib)})" for a in placement.jobs_on(row["wave"], _dev(dry, row))
+        )
+        t.add_row(str(row["wave"]), f"{row['node']}:{row['device']}", jobs or "—",
+                  f"{row['used_mib']:,} / {row['memory_mib']:,}", f"{share:.0%}", status)
+    console.print(t)
+
+    cpu_jobs = [a for a in placement.assignments if a.device is None]
+    if cpu_jobs:
+        c = Table(title="CPU jobs", title_justify="left")
+        for col in ("job", "wave", "node", "cores"):
+            c.add_column(col)
+        for a in cpu_jobs:
+            c.add_row(a.job, str(a.wave), a.node, str(a.cpus))
+        console.print(c)
+
+    j = Table(title="Why each job goes where it goes", title_justify="left")
+    for col in ("job", "kind", "wave", "where", "batch", "reason"):
+        j.add_column(col)
+    for row in dry.job_rows():
+        where = f"{row['node']}:{row['device']}" if row["device"] is not None else f"{row['node']} (CPU)"
+        j.add_row(row["name"], row["kind"], str(row["wave"]), where, str(row.get("batch_size", "—")), row["reason"])
+    console.print(j)
+    for w in dry.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+def _dev(dry: DryRun, row: dict):
+    return next(d for d in dry.placement.devices if d.node == row["node"] and d.index == row["device"])
+
+
+def show_gpus(readings: list[GpuReading], console: Console) -> None:
+    t = Table(title="GPUs (NVML)", title_justify="left")
+    for col in ("index", "name", "memory", "used", "free", "util"):
+        t.add_column(col, justify="left" if col == "name" else "right")
+    for r in readings:
+        util = "—" if r.utilization is None else f"{r.utilization:.0%}"
+        t.add_row(str(r.index), r.name, format_mib(r.memory_mib), format_mib(r.used_mib), format_mib(r.free_mib), util)
+    console.print(t)
