@@ -90,7 +90,7 @@ class Hardware:
         }
 
 
-_SPEC = re.compile(r"^(?:(?P<nodes>\d+)x)??(?:(?P<gpus>\d+)x)?(?P<name>[A-Za-z0-9][A-Za-z0-9\-]*)$")
+_SPEC = re.compile(r"^(?:(?P<nodes>\d+)x(?=\d+x))?(?:(?P<gpus>\d+)x)?(?P<name>[A-Za-z][A-Za-z0-9\-]*)$")
 
 
 def profile(name: str) -> GpuProfile:

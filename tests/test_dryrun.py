@@ -1,0 +1,49 @@
+"""`submit --dry-run`: the placement as a table and as JSON, as the issue names it."""
+
+import json
+
+from conftest import ROOT
+
+
+def test_option1_json_is_the_documented_object(run_cli):
+    code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json", "--hardware", "A100-40GB")
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["plan"] == "option1"
+    assert body["hardware"]["profile"] == "A100-40GB"
+    assert body["hardware"]["devices"] == [{"node": "local", "index": 0, "memory_mib": 40960}]
+    assert body["band"] == {"low": 0.70, "high": 0.90}
+    jobs = {j["name"]: j for j in body["jobs"]}
+    for name in ("effnet_b4", "resnet50"):
+        assert {k: jobs[name][k] for k in ("wave", "node", "device")} == {"wave": 0, "node": "local", "device": 0}
+    assert jobs["effnet_b4"]["gpu_memory_mib"] == 18432 and jobs["effnet_b4"]["batch_size"] == 192
+    assert jobs["effnet_b4"]["cpus"] == 4 and jobs["effnet_b4"]["kind"] == "timm"
+    assert jobs["lgbm"] == {**jobs["lgbm"], "wave": 0, "device": None, "gpu_memory_mib": 0, "cpus": 12, "kind": "lightgbm"}
+    assert body["warnings"] == []
+    dev0 = body["devices"][0]
+    assert dev0["used_mib"] == 34816 and dev0["share"] == 0.85 and dev0["in_band"]
+
+
+def test_option1_table(run_cli):
+    code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--hardware", "A100-40GB")
+    assert code == 0, err
+    assert "85%" in out and "in band" in out and "34,816" in out and "lgbm" in out
+
+
+def test_under_band_and_later_waves_are_warned(run_cli):
+    # option2 as written on an A10: 3 × 12 GiB on a 24 GiB card (limit 21.6 GiB) needs three waves, each under the band
+    code, out, err = run_cli("submit", ROOT / "plans/option2.yaml", "--dry-run", "--json", "--hardware", "A10-24GB")
+    assert code == 0, err
+    body = json.loads(out)
+    assert sorted(j["wave"] for j in body["jobs"]) == [0, 1, 2]
+    assert any("later wave" in w for w in body["warnings"])
+    assert any("under the band" in w for w in body["warnings"])
+
+
+def test_every_shipped_plan_packs(run_cli):
+    for path in sorted((ROOT / "plans").glob("*.yaml")):
+        code, out, err = run_cli("submit", path, "--dry-run", "--json")
+        assert code == 0, (path, err)
+        body = json.loads(out)
+        for dev in body["devices"]:
+            assert dev["used_mib"] <= dev["memory_mib"] * body["band"]["high"]
