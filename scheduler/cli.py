@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
 from scheduler.errors import UserError
+from scheduler.units import parse_duration_s
 
 
 def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -26,7 +28,35 @@ def build_parser() -> argparse.ArgumentParser:
     s = _common(verbs.add_parser("submit", help="pack a plan onto the hardware and run it (or --dry-run to only show)"))
     s.add_argument("plan", help="the plan's YAML file, e.g. plans/option1.yaml")
     s.add_argument("--dry-run", action="store_true", help="show where every job goes, and why; run nothing")
+    s.add_argument("--data", metavar="DIR", help="the competition folder (Kaggle layout); default: the plan's data:, "
+                                                "else the built-in digits competition")
+    s.add_argument("--run-dir", metavar="DIR", help="where the run's folder goes (default runs/<plan>-<time>)")
+    s.add_argument("--address", metavar="auto|HOST:PORT", help="join this Ray cluster instead of starting one")
+    s.add_argument("--budget", metavar="DURATION", help="the run's time budget (90s, 30m, 1h30m); overrides the plan")
+    s.add_argument("--no-dashboard", action="store_true", help="start Ray without its dashboard (faster start)")
     s.set_defaults(func=cmd_submit)
+
+    st = verbs.add_parser("status", help="a run's jobs: state, wave, device, progress, scores")
+    st.add_argument("run", nargs="?", help="the run's folder (default: the newest under runs/)")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
+
+    lg = verbs.add_parser("logs", help="a job's log in a run")
+    lg.add_argument("run")
+    lg.add_argument("job")
+    lg.add_argument("--follow", "-f", action="store_true", help="keep printing as the log grows, until the job ends")
+    lg.set_defaults(func=cmd_logs)
+
+    ca = verbs.add_parser("cancel", help="cancel a running run, or one of its jobs (finished folds are kept)")
+    ca.add_argument("run")
+    ca.add_argument("job", nargs="?")
+    ca.add_argument("--json", action="store_true")
+    ca.set_defaults(func=cmd_cancel)
+
+    da = verbs.add_parser("data", help="write a built-in competition: data digits DIR")
+    da.add_argument("name", choices=["digits"])
+    da.add_argument("dir")
+    da.set_defaults(func=cmd_data)
 
     g = _common(verbs.add_parser("gpus", help="the GPUs on this machine, per device: name, memory, used, free"))
     g.set_defaults(func=cmd_gpus)
@@ -38,6 +68,11 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     from scheduler.views import show_dry_run
 
     plan = planmod.load(args.plan)
+    if args.budget:
+        try:
+            plan = plan.model_copy(update={"budget": parse_duration_s(args.budget)})
+        except ValueError as e:
+            raise UserError(f"--budget: {e}") from None
     dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan, args.hardware))
     if args.dry_run:
         if args.json:
@@ -45,7 +80,83 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
         else:
             show_dry_run(dry, console)
         return 0
-    raise UserError("running a plan is not built yet: use --dry-run")
+    from scheduler.livewatch import run_with_progress
+
+    data = args.data or plan.data
+    if data and plan.data and not args.data:
+        data = str((Path(args.plan).parent / plan.data).resolve()) if not Path(plan.data).is_absolute() else plan.data
+    return run_with_progress(dry, args, Path(data) if data else None, console)
+
+
+def _run_dir(run: str | None) -> Path:
+    if run:
+        return Path(run)
+    runs = sorted((p for p in Path("runs").glob("*") if (p / "state.sqlite").is_file()), key=lambda p: p.stat().st_mtime)
+    if not runs:
+        raise UserError("no run given and none under runs/")
+    return runs[-1]
+
+
+def cmd_status(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.runstate import RunRecord
+    from scheduler.views import run_table
+
+    record = RunRecord.open_existing(_run_dir(args.run))
+    info, jobs = record.run_info(), record.jobs()
+    if args.json:
+        print(json.dumps({"run_dir": str(record.dir), **info, "jobs": jobs}))
+    else:
+        console.print(run_table(jobs, f"{record.dir}  ({info.get('status', '?')})"))
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace, console: Console) -> int:
+    import time
+
+    from scheduler.runstate import RunRecord
+
+    record = RunRecord.open_existing(_run_dir(args.run))
+    if args.job not in {j["name"] for j in record.jobs()}:
+        raise UserError(f"run {record.dir} has no job '{args.job}'; its jobs: {', '.join(j['name'] for j in record.jobs())}")
+    path = record.dir / "jobs" / args.job / "log"
+    pos = 0
+    while True:
+        if path.is_file():
+            with path.open() as f:
+                f.seek(pos)
+                chunk = f.read()
+                pos = f.tell()
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+        if not args.follow:
+            return 0
+        state = next(j["state"] for j in record.jobs() if j["name"] == args.job)
+        if state in ("SUCCEEDED", "FAILED", "CANCELLED") or record.run_info().get("status") != "running":
+            return 0
+        time.sleep(0.5)
+
+
+def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.runstate import RunRecord
+
+    record = RunRecord.open_existing(_run_dir(args.run))
+    names = {j["name"] for j in record.jobs()}
+    if args.job and args.job not in names:
+        raise UserError(f"run {record.dir} has no job '{args.job}'; its jobs: {', '.join(sorted(names))}")
+    if record.run_info().get("status") != "running":
+        raise UserError(f"run {record.dir} is not running (status {record.run_info().get('status')})")
+    record.request_cancel(args.job)
+    msg = {"run_dir": str(record.dir), "cancel": args.job or "*", "requested": True}
+    print(json.dumps(msg) if args.json else f"cancel requested for {args.job or 'every job'} in {record.dir}")
+    return 0
+
+
+def cmd_data(args: argparse.Namespace, console: Console) -> int:
+    from jobs.data import write_digits
+
+    path = write_digits(Path(args.dir))
+    console.print(f"wrote the built-in '{args.name}' competition to {path}")
+    return 0
 
 
 def cmd_gpus(args: argparse.Namespace, console: Console) -> int:

@@ -20,8 +20,8 @@ from typing import Sequence
 from scheduler.errors import UserError
 from scheduler.hardware import Device, Node
 
-# About half a second of search in CPython on a plan-sized problem; a step is one bin looked at.
-DEFAULT_SEARCH_STEPS = 2_000_000
+# At most about half a second of search in CPython; a step is roughly one bin looked at.
+DEFAULT_SEARCH_STEPS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,10 @@ def pack(
     items = _Items(demands)
     if not demands:
         return Placement((), cluster.devices, cluster.nodes, tuple(band), 0, True)
-    ffd_where, waves = _first_fit_decreasing(cluster, items)
-    where = ffd_where
+    where, waves = _first_fit_decreasing(cluster, items)
+    if search_steps > 0:
+        where, waves = _polish(cluster, items, where)
+    unproven = where
     budget = [search_steps]
     exact, search = True, None
     try:
@@ -112,8 +114,8 @@ def pack(
         exact = False
         if search is not None and search.best_where is not None:
             where = search.best_where
-    if not exact and where is not ffd_where:
-        where, waves = _pull_forward(cluster, items, where)
+    if not exact and where is not unproven:
+        where, waves = _polish(cluster, items, where)
     return _placement(cluster, items, demands, tuple(band), where, waves, exact)
 
 
@@ -277,6 +279,23 @@ def _fits(cl: _Cluster, load: list[int], cpu: list[int], on_gpu: bool, slot: int
     return cpu[slot] + cpus <= cl.node_cpus[slot]
 
 
+def _polish(cl: _Cluster, it: _Items, where: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int]:
+    """Improve an unproven placement by moves that never hurt the objective: waves reordered fullest first (every
+    wave has the same resources, so any order is feasible) and jobs pulled into earlier waves with room."""
+    while True:
+        mib, jobs = {}, {}
+        for k, (w, _) in enumerate(where):
+            mib[w] = mib.get(w, 0) + it.size[k]
+            jobs[w] = jobs.get(w, 0) + 1
+        order = sorted(mib, key=lambda w: (-mib[w], -jobs[w], w))
+        renumber = {w: i for i, w in enumerate(order)}
+        where = [(renumber[w], j) for w, j in where]
+        pulled, waves = _pull_forward(cl, it, where)
+        if pulled == where:
+            return where, waves
+        where = pulled
+
+
 def _pull_forward(cl: _Cluster, it: _Items, where: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int]:
     """Move jobs into earlier waves while one has room: an unproven answer still never leaves a job waiting
     behind free space, so every 'wave N' reason stays true."""
@@ -286,7 +305,8 @@ def _pull_forward(cl: _Cluster, it: _Items, where: list[tuple[int, int]]) -> tup
     load = [[0] * nd for _ in range(waves)]
     cpu = [[0] * nn for _ in range(waves)]
     for k, (w, j) in enumerate(where):
-        load[w][j] += it.size[k]
+        if k < it.g:
+            load[w][j] += it.size[k]
         cpu[w][cl.dev_node[j] if k < it.g else j] += it.cpus[k]
     moved = True
     while moved:
@@ -298,9 +318,10 @@ def _pull_forward(cl: _Cluster, it: _Items, where: list[tuple[int, int]]) -> tup
                 slots = range(nd if on_gpu else nn)
                 hit = next((j for j in slots if _fits(cl, load[w], cpu[w], on_gpu, j, it.size[k], it.cpus[k])), None)
                 if hit is not None:
-                    load[w0][j0] -= it.size[k]
+                    if on_gpu:
+                        load[w0][j0] -= it.size[k]
+                        load[w][hit] += it.size[k]
                     cpu[w0][cl.dev_node[j0] if on_gpu else j0] -= it.cpus[k]
-                    load[w][hit] += it.size[k]
                     cpu[w][cl.dev_node[hit] if on_gpu else hit] += it.cpus[k]
                     where[k], moved = (w, hit), True
                     break
@@ -493,7 +514,8 @@ def _placement(cl: _Cluster, it: _Items, demands: Sequence[Demand], band: tuple[
     load = [[0] * nd for _ in range(waves)]
     cpu = [[0] * nn for _ in range(waves)]
     for k, (w, j) in enumerate(where):
-        load[w][j] += it.size[k]
+        if k < it.g:
+            load[w][j] += it.size[k]
         cpu[w][cl.dev_node[j] if k < it.g else j] += it.cpus[k]
     most_free_before = [0] * (waves + 1)  # most free MiB on any device in waves before w
     most_cores_before = [0] * (waves + 1)

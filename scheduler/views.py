@@ -75,3 +75,50 @@ def show_gpus(readings: list[GpuReading], console: Console) -> None:
         util = "—" if r.utilization is None else f"{r.utilization:.0%}"
         t.add_row(str(r.index), r.name, format_mib(r.memory_mib), format_mib(r.used_mib), format_mib(r.free_mib), util)
     console.print(t)
+
+
+def _bar(done: float, total: float, width: int = 10) -> str:
+    if not total:
+        return "—"
+    filled = int(round(width * min(1.0, done / total)))
+    return "█" * filled + "·" * (width - filled)
+
+
+def run_table(jobs: list[dict], title: str) -> Table:
+    """Per job: state, wave, device, fold and epoch progress, score so far. ``jobs`` are RunRecord.jobs() rows."""
+    colours = {"PENDING": "dim", "RUNNING": "cyan", "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "yellow"}
+    t = Table(title=title, title_justify="left")
+    for col in ("job", "state", "wave", "device", "MiB", "folds", "epoch", "samples/s", "score"):
+        t.add_column(col, justify="right" if col in ("wave", "MiB", "samples/s", "score") else "left")
+    for j in jobs:
+        p = j.get("progress") or {}
+        folds_total = p.get("folds") or 0
+        folds_done = p.get("folds_done", 0)
+        fold_cell = f"{_bar(folds_done, folds_total, 6)} {folds_done}/{folds_total}" if folds_total else "—"
+        epoch_cell = (f"{_bar(p['epoch'], p['epochs'], 6)} {p['epoch']}/{p['epochs']} (fold {p.get('fold', 0) + 1})"
+                      if p.get("epochs") and "epoch" in p else "—")
+        device = "CPU" if j["device"] is None else f"{j['node']}:{j['device']}"
+        sps = p.get("samples_per_s")
+        score = j.get("cv_score") if j.get("cv_score") is not None else p.get("val_score", p.get("score"))
+        t.add_row(j["name"], f"[{colours.get(j['state'], '')}]{j['state']}[/]", str(j["wave"]), device,
+                  f"{j['gpu_memory_mib']:,}" if j["gpu_memory_mib"] else "—", fold_cell, epoch_cell,
+                  "—" if sps is None else f"{sps:,.0f}", "—" if score is None else f"{score:.4f}")
+    return t
+
+
+def show_summary(summary: dict, console: Console) -> None:
+    t = Table(title="Scores (cross-validated on out-of-fold rows)", title_justify="left")
+    for col in ("job", "state", "folds", "cv score", "weight"):
+        t.add_column(col, justify="left" if col in ("job", "state") else "right")
+    for j in summary["jobs"]:
+        cv = "—" if j["cv_score"] is None else f"{j['cv_score']:.4f}"
+        t.add_row(j["name"], j["state"], str(j["folds"]), cv, f"{j['weight']:.2f}")
+    ens = summary["ensemble_cv"]
+    t.add_row(f"[bold]ensemble ({summary['ensemble_method']})[/]", "", "", "—" if ens is None else f"[bold]{ens:.4f}[/]", "")
+    console.print(t)
+    for note in summary["notes"]:
+        console.print(f"[yellow]note:[/] {note}")
+    if summary.get("held_out_score") is not None:
+        console.print(f"held-out {summary['metric']} of submission.csv on the competition's test labels: "
+                      f"[bold]{summary['held_out_score']:.4f}[/]")
+    console.print(f"submission: {summary['submission']}")

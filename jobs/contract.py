@@ -1,0 +1,123 @@
+"""What a job returns and what the runtime gives it.
+
+A job returns a :class:`JobOutput`: per finished fold, the out-of-fold predictions of its validation rows and its
+test predictions, keyed by row id, with the fold's score. It is plain dataclasses and numpy arrays so it pickles
+small through Ray (no tensors, no frames, no checkpoints: those stay in ``JobContext.workdir`` on the job's node).
+A job stopped early returns its finished folds; a fold cut short is dropped, because half-trained predictions
+would mislead the ensemble.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from scheduler.metrics import get as get_metric
+
+
+class Stopped(Exception):
+    """Raised inside a job when ``should_stop()`` turns true; the job catches it and returns its finished folds."""
+
+
+@dataclass
+class FoldOutput:
+    fold: int
+    val_ids: np.ndarray  # ids of the validation rows
+    val_pred: np.ndarray  # (n_val, n_classes) probabilities, class order = JobOutput.classes
+    test_pred: np.ndarray  # (n_test, n_classes), rows in the order of JobOutput.test_ids
+    score: float  # the fold's score on the plan's metric
+    epochs: int = 0
+    samples_per_s: float | None = None
+    val_true: np.ndarray | None = None  # the validation rows' class indices (targets for regression), for cv_score
+
+
+@dataclass
+class JobOutput:
+    job: str
+    classes: list
+    test_ids: np.ndarray
+    folds: list[FoldOutput]
+    metric: str
+    throughput: dict = field(default_factory=dict)  # e.g. {"samples_per_s": ..., "step_time_s_median": ...}
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.folds)
+
+    def cv_score(self) -> float | None:
+        """The metric over all out-of-fold rows; the row-weighted mean of fold scores if some fold lacks targets."""
+        if not self.folds:
+            return None
+        if all(f.val_true is not None for f in self.folds):
+            y = np.concatenate([f.val_true for f in self.folds])
+            return get_metric(self.metric).fn(y, np.concatenate([f.val_pred for f in self.folds]))
+        weights = np.array([len(f.val_ids) for f in self.folds], dtype=np.float64)
+        return float(np.average([f.score for f in self.folds], weights=weights))
+
+    def oof(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, predictions) of all finished folds' validation rows, concatenated in fold order."""
+        if not self.folds:
+            return np.array([]), np.zeros((0, len(self.classes)))
+        return (np.concatenate([f.val_ids for f in self.folds]),
+                np.concatenate([f.val_pred for f in self.folds]))
+
+    def test_mean(self) -> np.ndarray | None:
+        """The mean of the finished folds' test predictions, rows in the order of ``test_ids``."""
+        if not self.folds:
+            return None
+        return np.mean([f.test_pred for f in self.folds], axis=0)
+
+
+def _no_report(kind: str, data: dict) -> None:
+    pass
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass
+class JobContext:
+    """What the runtime gives a job. Module-level defaults keep it picklable."""
+
+    name: str
+    workdir: Path  # checkpoints, per-fold files, the command's output folder
+    cpus: int = 1
+    device: str = "cpu"  # "cuda" or "cpu"
+    rehearsal: bool = True  # True when CUDA is absent: reduced scale
+    metric: str = "accuracy"
+    seed: int = 42
+    deadline: float | None = None  # time.time() by which training must end
+    gpu_memory_mib: int | None = None
+    memory_fraction: float | None = None
+    report: Callable[[str, dict], None] = _no_report  # ("epoch" | "fold" | "log", {...}) → the run's events
+    should_stop: Callable[[], bool] = _never  # True once cancelled or past the deadline
+
+    def __post_init__(self) -> None:
+        self.workdir = Path(self.workdir)
+
+    @classmethod
+    def local(cls, name: str, workdir: Path, **kw) -> "JobContext":
+        """A context for running a job in this process: CUDA if present, else a CPU rehearsal."""
+        try:
+            import torch
+
+            cuda = torch.cuda.is_available()
+        except ImportError:
+            cuda = False
+        kw.setdefault("device", "cuda" if cuda else "cpu")
+        kw.setdefault("rehearsal", not cuda)
+        return cls(name=name, workdir=Path(workdir), **kw)
+
+    def stop_requested(self) -> bool:
+        """``should_stop()``, or the deadline passed even if the runtime has not said so yet."""
+        return bool(self.should_stop()) or (self.deadline is not None and time.time() >= self.deadline)
+
+    def check_stop(self) -> None:
+        if self.stop_requested():
+            raise Stopped(self.name)

@@ -1,0 +1,78 @@
+"""A finished job's predictions on disk, in the run folder: the same CSV form a ``command`` job writes.
+
+``jobs/<job>/oof.csv`` and ``jobs/<job>/test.csv``: columns ``id``, ``fold``, then one probability column per class,
+named by the class label; ``jobs/<job>/result.json``: scores, throughput, notes. ``ensemble RUN`` re-reads them, so a
+run can be re-blended without retraining.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from jobs.contract import JobOutput
+from scheduler.ensemble import Predictions
+
+
+def save(out: JobOutput, folder: Path, extra: dict | None = None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    cols = [str(c) for c in out.classes]
+    oof, test = [], []
+    for f in out.folds:
+        o = pd.DataFrame(f.val_pred, columns=cols)
+        o.insert(0, "fold", f.fold)
+        o.insert(0, "id", f.val_ids)
+        oof.append(o)
+        t = pd.DataFrame(f.test_pred, columns=cols)
+        t.insert(0, "fold", f.fold)
+        t.insert(0, "id", out.test_ids)
+        test.append(t)
+    if oof:
+        pd.concat(oof).to_csv(folder / "oof.csv", index=False)
+        pd.concat(test).to_csv(folder / "test.csv", index=False)
+    result = {
+        "job": out.job,
+        "metric": out.metric,
+        "classes": [c.item() if hasattr(c, "item") else c for c in out.classes],
+        "cv_score": out.cv_score(),
+        "folds": [{"fold": f.fold, "score": f.score, "epochs": f.epochs, "samples_per_s": f.samples_per_s,
+                   "rows": int(len(f.val_ids))} for f in out.folds],
+        "throughput": out.throughput,
+        "notes": out.notes,
+        **(extra or {}),
+    }
+    (folder / "result.json").write_text(json.dumps(result, indent=2, default=_plain))
+
+
+def load(folder: Path) -> Predictions | None:
+    """A saved job's predictions (test rows averaged over its folds), or None when it finished no fold."""
+    if not (folder / "oof.csv").is_file() or not (folder / "test.csv").is_file():
+        return None
+    result = json.loads((folder / "result.json").read_text()) if (folder / "result.json").is_file() else {}
+    oof = pd.read_csv(folder / "oof.csv")
+    test = pd.read_csv(folder / "test.csv")
+    class_cols = [c for c in oof.columns if c not in ("id", "fold")]
+    classes = result.get("classes") or class_cols
+    mean_test = test.groupby("id", sort=False)[class_cols].mean()
+    return Predictions(
+        job=result.get("job", folder.name), oof_ids=oof["id"].to_numpy(), oof_pred=oof[class_cols].to_numpy(),
+        test_ids=mean_test.index.to_numpy(), test_pred=mean_test.to_numpy(), classes=list(classes),
+    )
+
+
+def from_output(out: JobOutput) -> Predictions | None:
+    if not out.folds:
+        return None
+    ids, pred = out.oof()
+    return Predictions(out.job, ids, pred, np.asarray(out.test_ids), out.test_mean(), list(out.classes))
+
+
+def _plain(v):
+    if hasattr(v, "item"):
+        return v.item()
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    return str(v)

@@ -1,0 +1,333 @@
+"""The driver of one plan run: launch every job as an actor, watch them, retry a crash, keep the budget, and write
+the submission from whatever finished. Everything it learns goes to the run folder (``runstate.RunRecord``).
+
+Backfill is Ray's: every job's actor is created at once, asking for its cores and its MiB of its device's memory
+resource; those of later waves stay pending inside Ray until what they need is free, and then start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+
+from scheduler import outputs, runtime
+from scheduler.dryrun import DryRun
+from scheduler.runstate import JobState, RunRecord
+
+CANCEL_GRACE_S = 15.0  # after a cancel or the deadline, how long a job may take to hand back its finished folds
+DIGITS = "digits"
+
+
+@dataclass
+class RunOptions:
+    run_dir: Path
+    data_dir: Path | None = None  # None: the built-in digits competition, written into the run folder
+    address: str | None = None
+    dashboard: bool = True
+    poll_s: float = 0.5
+    plan_file: Path | None = None
+
+
+@dataclass
+class _Live:
+    """The driver's handle on one job's current attempt."""
+
+    name: str
+    actor: Any = None
+    result: Any = None  # ObjectRef of run()
+    poll: Any = None  # ObjectRef of the outstanding poll()
+    seen: int = 0
+    attempt: int = 0
+    started: float | None = None
+    cancelling_since: float | None = None
+    progress: dict = field(default_factory=dict)
+    output: Any = None
+
+
+def ensure_data(data_dir: Path | None, run_dir: Path) -> tuple[Path, str | None]:
+    """The competition folder to use, and the name of the built-in one when it is that."""
+    if data_dir is not None:
+        from jobs.data import load_competition
+
+        load_competition(data_dir)  # a bad folder is the user's error, found before anything starts
+        return Path(data_dir).resolve(), None
+    from jobs.data import write_digits
+
+    path = run_dir / "data"
+    write_digits(path)
+    return path.resolve(), DIGITS
+
+
+def rehearsal_threads(cpus: int, wave_cpus: int) -> int:
+    """Threads for a CPU rehearsal: this machine's cores shared out as the plan shares the card's node."""
+    physical = os.cpu_count() or 1
+    return max(1, min(cpus or 1, round(physical * (cpus or 1) / max(1, wave_cpus))))
+
+
+class Driver:
+    def __init__(self, dry: DryRun, opts: RunOptions, record: RunRecord, on_update: Callable[["Driver"], None],
+                 on_start: Callable[["Driver"], None] = lambda d: None):
+        self.dry, self.plan, self.opts, self.record = dry, dry.plan, opts, record
+        self.on_update, self.on_start = on_update, on_start
+        self.live: dict[str, _Live] = {j.name: _Live(j.name) for j in self.plan.jobs}
+        self.state: dict[str, JobState] = {j.name: JobState.PENDING for j in self.plan.jobs}
+        self.started_at = time.time()
+        self.deadline = self.started_at + self.plan.budget * (1 - self.plan.reserve_for_inference)
+        self.cuda = False
+        self.data_dir: Path | None = None
+        self.builtin: str | None = None
+        self.cluster: runtime.Cluster | None = None
+        self.interrupted = False
+
+    # --- launching ------------------------------------------------------------------------------------------
+
+    def _settings(self, name: str) -> dict:
+        a = self.dry.placement.of(name)
+        wave_cpus = sum(x.cpus for x in self.dry.placement.assignments if x.wave == a.wave)
+        device = next((d for d in self.dry.placement.devices if d.node == a.node and d.index == a.device), None)
+        return {
+            "metric": self.plan.metric,
+            "seed": self.plan.seed,
+            "deadline": self.deadline,
+            "threads": a.cpus if self.cuda else rehearsal_threads(a.cpus, wave_cpus),
+            "gpu_memory_mib": a.gpu_memory_mib or None,
+            "memory_fraction": round(a.gpu_memory_mib / device.memory_mib, 4) if device and a.gpu_memory_mib else None,
+            "builtin": self.builtin,
+        }
+
+    def _launch(self, name: str) -> None:
+        a = self.dry.placement.of(name)
+        live = self.live[name]
+        live.attempt += 1
+        suffix = "" if live.attempt == 1 else f"-retry{live.attempt - 1}"
+        live.actor = runtime.launch(name, f"{self.plan.name}.{name}{suffix}.{os.getpid()}", a.cpus, a.node, a.device,
+                                    a.gpu_memory_mib)
+        workdir = self.record.dir / "jobs" / name
+        live.result = live.actor.run.remote(self.plan.job(name), str(self.data_dir), str(workdir), self._settings(name))
+        live.poll = live.actor.poll.remote(0)
+        live.seen, live.started, live.cancelling_since = 0, None, None
+        live.progress.setdefault("folds", getattr(self.plan.job(name), "folds", None))
+        self.record.update_job(name, attempts=live.attempt, progress=live.progress)
+        self.record.event("launch", name, attempt=live.attempt, wave=a.wave, node=a.node, device=a.device,
+                          gpu_memory_mib=a.gpu_memory_mib, cpus=a.cpus)
+
+    # --- watching -------------------------------------------------------------------------------------------
+
+    def _log(self, name: str, line: str) -> None:
+        path = self.record.dir / "jobs" / name / "log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(line.rstrip("\n") + "\n")
+
+    def _take_events(self, name: str, events: list[dict]) -> None:
+        live = self.live[name]
+        live.seen += len(events)
+        for ev in events:
+            kind = ev.pop("event")
+            if kind == "log":
+                self._log(name, ev.get("line", ""))
+                continue
+            self.record.event(kind, name, **{k: v for k, v in ev.items() if k != "time"}, job_time=ev.get("time"))
+            if kind in ("epoch", "fold"):
+                live.progress.update({k: v for k, v in ev.items() if k != "time"})
+                if kind == "fold":
+                    live.progress["folds_done"] = live.progress.get("folds_done", 0) + 1
+                self.record.update_job(name, progress=live.progress)
+
+    def _poll_events(self) -> None:
+        pending = {l.poll: l for l in self.live.values() if l.poll is not None}
+        if not pending:
+            return
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+        for ref in ready:
+            live = pending[ref]
+            live.poll = None
+            try:
+                events = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
+                continue  # the result future tells what happened
+            if live.started is None and self.state[live.name] == JobState.PENDING:
+                live.started = time.time()
+                self._set(live.name, JobState.RUNNING, attempt=live.attempt)
+            self._take_events(live.name, events)
+            if not self.state[live.name].terminal:
+                live.poll = live.actor.poll.remote(live.seen)
+
+    def _drain(self, live: _Live) -> None:
+        """The events a finished actor still holds, before it is killed."""
+        try:
+            self._take_events(live.name, ray.get(live.actor.poll.remote(live.seen), timeout=5))
+        except Exception:
+            pass
+
+    def _finish(self, live: _Live) -> None:
+        try:
+            out = ray.get(live.result)
+            error = None
+        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError, ray.exceptions.ActorDiedError) as e:
+            out, error = None, e
+        self._drain(live)
+        ray.kill(live.actor, no_restart=True)
+        live.actor = live.result = live.poll = None
+        if self.state[live.name] == JobState.PENDING:  # it ran and ended before a poll saw it start
+            self._set(live.name, JobState.RUNNING, attempt=live.attempt)
+        if error is None:
+            self._keep(live, out)
+            cancelled = live.cancelling_since is not None and not self._past_deadline()
+            self._set(live.name, JobState.CANCELLED if cancelled else JobState.SUCCEEDED,
+                      folds=len(out.folds), cv_score=out.cv_score())
+            return
+        self._log(live.name, f"attempt {live.attempt} failed: {error}")
+        spec = self.plan.job(live.name)
+        if live.attempt <= spec.retries and not self.interrupted and not self._past_deadline():
+            self._set(live.name, JobState.PENDING, retry=live.attempt, error=_short(error))
+            self._launch(live.name)
+        else:
+            self._set(live.name, JobState.FAILED, error=_short(error), attempts=live.attempt)
+
+    def _keep(self, live: _Live, out) -> None:
+        live.output = out
+        outputs.save(out, self.record.dir / "jobs" / live.name)
+        self.record.update_job(live.name, cv_score=out.cv_score())
+        for note in out.notes:
+            self.record.event("note", live.name, note=note)
+
+    def _set(self, name: str, new: JobState, **fields) -> None:
+        self.record.transition(name, new, **fields)
+        self.state[name] = new
+
+    def _past_deadline(self) -> bool:
+        return time.time() >= self.deadline
+
+    def cancel(self, names: list[str], why: str) -> None:
+        for name in names:
+            live = self.live[name]
+            if self.state[name].terminal or live.cancelling_since is not None:
+                continue
+            self.record.event("cancel", name, reason=why)
+            if live.actor is None:
+                self._set(name, JobState.CANCELLED, reason=why)
+                continue
+            live.cancelling_since = time.time()
+            live.actor.cancel.remote()
+
+    def _enforce(self) -> None:
+        """Apply cancel requests, the deadline, and force on jobs that do not answer a cancel."""
+        for req in self.record.take_cancel_requests():
+            self.cancel(list(self.live) if req == "*" else [req], "cancel requested")
+        if self._past_deadline():
+            self.cancel([n for n, s in self.state.items() if not s.terminal], "training deadline reached")
+        now = time.time()
+        for live in self.live.values():
+            if self.state[live.name].terminal or live.cancelling_since is None or live.result is None:
+                continue
+            if self.state[live.name] == JobState.PENDING:  # never started: nothing to hand back
+                ray.kill(live.actor, no_restart=True)
+                live.actor = live.result = live.poll = None
+                self._set(live.name, JobState.CANCELLED, reason="cancelled before it started")
+            elif now - live.cancelling_since > CANCEL_GRACE_S:
+                self._drain(live)
+                ray.kill(live.actor, no_restart=True)
+                live.actor = live.result = live.poll = None
+                self._log(live.name, f"did not stop within {CANCEL_GRACE_S:.0f}s of its cancel: killed")
+                self._set(live.name, JobState.CANCELLED, reason="killed: did not answer its cancel")
+
+    # --- the loop -------------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.cuda = _has_cuda()
+        self.data_dir, self.builtin = ensure_data(self.opts.data_dir, self.record.dir)
+        self.record.set_run(rehearsal=not self.cuda, data_dir=str(self.data_dir), deadline=self.deadline)
+        self.record.event("run_start", plan=self.plan.name, rehearsal=not self.cuda, budget_s=self.plan.budget,
+                          training_deadline_s=round(self.deadline - self.started_at, 1))
+        self.cluster = runtime.start(self.dry.hardware, self.plan.band[1], self.opts.address, self.opts.dashboard)
+        self.record.set_run(dashboard=self.cluster.dashboard_url, ray_address=self.cluster.address)
+        self.on_start(self)
+        try:
+            for a in sorted(self.dry.placement.assignments, key=lambda a: a.wave):
+                self._launch(a.job)
+            while not all(s.terminal for s in self.state.values()):
+                self._poll_events()
+                results = {l.result: l for l in self.live.values() if l.result is not None}
+                if results:
+                    done, _ = ray.wait(list(results), num_returns=len(results), timeout=self.opts.poll_s)
+                    for ref in done:
+                        self._finish(results[ref])
+                else:
+                    time.sleep(self.opts.poll_s)
+                self._enforce()
+                self.on_update(self)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            self._stop_all("interrupted (Ctrl-C)")
+            raise
+        finally:
+            self.cluster.stop()
+
+    def _stop_all(self, why: str) -> None:
+        """Cancel everything, give running jobs a moment to hand back finished folds, then stop them by force."""
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+        try:
+            self.cancel([n for n, s in self.state.items() if not s.terminal], why)
+            end = time.time() + CANCEL_GRACE_S
+            while time.time() < end and not all(s.terminal for s in self.state.values()):
+                results = {l.result: l for l in self.live.values() if l.result is not None}
+                done, _ = ray.wait(list(results), num_returns=len(results), timeout=0.5) if results else ([], [])
+                for ref in done:
+                    self._finish(results[ref])
+                self._enforce()
+            for live in self.live.values():
+                if not self.state[live.name].terminal:
+                    if live.actor is not None:
+                        ray.kill(live.actor, no_restart=True)
+                    self._set(live.name, JobState.CANCELLED, reason=why)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def outputs(self) -> dict[str, Any]:
+        return {n: l.output for n, l in self.live.items() if l.output is not None}
+
+
+def _short(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[-1][:300] if text else type(error).__name__
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def new_run_dir(base: Path, plan_name: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = base / f"{plan_name}-{stamp}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = base / f"{plan_name}-{stamp}-{n}"
+    return path
+
+
+def prepare_folder(dry: DryRun, run_dir: Path, plan_file: Path | None) -> RunRecord:
+    import json
+
+    record = RunRecord(run_dir)
+    if plan_file is not None:
+        shutil.copy(plan_file, run_dir / "plan.yaml")
+    (run_dir / "placement.json").write_text(json.dumps(dry.to_json(), indent=2))
+    record.set_run(plan=dry.plan.name, started=time.time(), status="running", band=list(dry.plan.band),
+                   budget_s=dry.plan.budget, hardware=dry.hardware.profile, metric=dry.plan.metric)
+    for a in dry.placement.assignments:
+        record.add_job(a.job, dry.plan.job(a.job).kind, a.wave, a.node, a.device, a.gpu_memory_mib, a.cpus)
+    return record

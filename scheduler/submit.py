@@ -1,0 +1,85 @@
+"""``submit``: a plan from YAML to ``submission.csv`` — pack, run, blend, write — and the summary it prints."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from scheduler import ensemble, outputs
+from scheduler.dryrun import DryRun
+from scheduler.run import Driver, RunOptions, new_run_dir, prepare_folder
+from scheduler.runstate import RunRecord
+
+
+def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None]) -> dict:
+    """Run ``dry``'s placement to a submission. Always writes one, even after Ctrl-C (then re-raises)."""
+    record = prepare_folder(dry, opts.run_dir, opts.plan_file)
+    driver = Driver(dry, opts, record, on_update, on_start)
+    interrupted = False
+    try:
+        driver.run()
+    except KeyboardInterrupt:
+        interrupted = True
+    summary = write_submission(record, dry.plan.ensemble.method, dry.plan.metric)
+    record.set_run(status="interrupted" if interrupted else "finished", finished=time.time())
+    record.event("run_end", status="interrupted" if interrupted else "finished", ensemble_cv=summary["ensemble_cv"])
+    summary["status"] = "interrupted" if interrupted else "finished"
+    if interrupted:
+        raise KeyboardInterrupt(summary)
+    return summary
+
+
+def write_submission(record: RunRecord, method: str, metric: str) -> dict:
+    """Blend what the run's jobs saved and write ``submission.csv``; with nothing finished, the class prior."""
+    from jobs.data import load_competition
+
+    info = record.run_info()
+    comp = load_competition(Path(info["data_dir"]))
+    preds = [p for p in (outputs.load(d) for d in sorted((record.dir / "jobs").glob("*"))) if p is not None]
+    truth = pd.Series(comp.y, index=comp.train_ids)
+    test_ids = comp.test_ids
+    notes: list[str] = []
+    if preds:
+        blend = ensemble.blend(preds, truth, test_ids, metric, method)
+        test_pred, classes, notes = blend.test_pred, blend.classes, list(blend.notes)
+        ens_cv, weights, job_scores = blend.oof_score, blend.weights, blend.job_scores
+    else:
+        test_pred = ensemble.class_prior(comp.train[comp.target_col], comp.classes, len(test_ids))
+        classes, ens_cv, weights, job_scores = comp.classes, None, {}, {}
+        notes.append("NO JOB FINISHED A FOLD: this submission is the class frequencies of train.csv, not a model")
+    frame = ensemble.submission_frame(comp.sample_submission, test_ids, test_pred, classes)
+    path = record.dir / "submission.csv"
+    frame.to_csv(path, index=False)
+    held_out = _held_out_score(comp, frame, metric)
+    for note in notes:
+        record.event("note", note=note)
+    record.event("ensemble", method=method, metric=metric, weights=weights, ensemble_cv=ens_cv, job_scores=job_scores,
+                 held_out_score=held_out)
+    jobs = []
+    for row in record.jobs():
+        res_path = record.dir / "jobs" / row["name"] / "result.json"
+        res = json.loads(res_path.read_text()) if res_path.is_file() else {}
+        jobs.append({"name": row["name"], "kind": row["kind"], "state": row["state"], "wave": row["wave"],
+                     "device": row["device"], "cv_score": res.get("cv_score"), "folds": len(res.get("folds", [])),
+                     "weight": weights.get(row["name"], 0.0), "notes": res.get("notes", [])})
+    return {"run_dir": str(record.dir), "submission": str(path), "jobs": jobs, "ensemble_cv": ens_cv,
+            "ensemble_method": method, "metric": metric, "held_out_score": held_out, "notes": notes}
+
+
+def _held_out_score(comp, frame: pd.DataFrame, metric: str) -> float | None:
+    """The submission's accuracy on the test labels, when the folder has them (the built-in digits does)."""
+    if comp.solution is None or metric != "accuracy" or frame.shape[1] != 2:
+        return None
+    sol = comp.solution.set_index(comp.solution.columns[0])
+    pred = frame.set_index(frame.columns[0])[frame.columns[1]]
+    common = pred.index.intersection(sol.index)
+    return float(np.mean(pred.loc[common].astype(str).to_numpy() == sol.loc[common].iloc[:, 0].astype(str).to_numpy()))
+
+
+def default_run_dir(plan_name: str, run_dir: str | None) -> Path:
+    return Path(run_dir) if run_dir else new_run_dir(Path("runs"), plan_name)
