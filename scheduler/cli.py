@@ -190,9 +190,12 @@ def cmd_gpus(args: argparse.Namespace, console: Console) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     try:
         return args.func(args, console)
+    except BrokenPipeError:  # `... | head`
+        sys.stderr.close()
+        return 0
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status

@@ -63,7 +63,7 @@ def _describe(ev: dict) -> str | None:
 
 
 def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console) -> int:
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 120)
     shown = err if args.json else console
     run_dir = default_run_dir(dry.plan.name, args.run_dir)
     opts = RunOptions(run_dir=run_dir, data_dir=data_dir, address=args.address, dashboard=not args.no_dashboard,

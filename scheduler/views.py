@@ -89,13 +89,13 @@ def run_table(jobs: list[dict], title: str) -> Table:
     colours = {"PENDING": "dim", "RUNNING": "cyan", "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "yellow"}
     t = Table(title=title, title_justify="left")
     for col in ("job", "state", "wave", "device", "MiB", "folds", "epoch", "samples/s", "score"):
-        t.add_column(col, justify="right" if col in ("wave", "MiB", "samples/s", "score") else "left")
+        t.add_column(col, justify="right" if col in ("wave", "MiB", "samples/s", "score") else "left", no_wrap=True)
     for j in jobs:
         p = j.get("progress") or {}
         folds_total = p.get("folds") or 0
         folds_done = p.get("folds_done", 0)
         fold_cell = f"{_bar(folds_done, folds_total, 6)} {folds_done}/{folds_total}" if folds_total else "—"
-        epoch_cell = (f"{_bar(p['epoch'], p['epochs'], 6)} {p['epoch']}/{p['epochs']} (fold {p.get('fold', 0) + 1})"
+        epoch_cell = (f"{_bar(p['epoch'], p['epochs'], 6)} {p['epoch']}/{p['epochs']}"
                       if p.get("epochs") and "epoch" in p else "—")
         device = "CPU" if j["device"] is None else f"{j['node']}:{j['device']}"
         sps = p.get("samples_per_s")
