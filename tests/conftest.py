@@ -34,3 +34,32 @@ def run_cli(capsys):
         return code, out, err
 
     return run
+
+
+TEST_GPUS = 2
+TEST_CPUS = 16
+TEST_HARDWARE = {"profile": "A100-40GB", "gpus_per_node": TEST_GPUS, "cpus": TEST_CPUS}
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for the session, shaped like 2 × A100-40GB (logical GPUs, memory resources at 90 %)."""
+    import ray
+
+    from scheduler import hardware, runtime
+
+    hw = hardware.from_profile("A100-40GB", gpus_per_node=TEST_GPUS, cpus=TEST_CPUS)
+    ray.init(num_cpus=TEST_CPUS, num_gpus=TEST_GPUS, resources=runtime.device_resources(hw, 0.90),
+             include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def digits_dir(tmp_path_factory):
+    from jobs.data import write_digits
+
+    return write_digits(tmp_path_factory.mktemp("digits"))
+
+
+FAKE_TRAIN = str(ROOT / "tests" / "scripts" / "fake_train.py")

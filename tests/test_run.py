@@ -1,0 +1,122 @@
+"""Running plans on Ray with logical GPUs: outputs, failures, devices, waves, cancel."""
+
+import json
+import sys
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+from conftest import FAKE_TRAIN, TEST_HARDWARE
+from scheduler import dryrun, plan as planmod
+from scheduler.run import RunOptions
+from scheduler.runstate import RunRecord
+from scheduler.submit import submit
+
+
+def command_job(name, gpu="10GB", folds=2, **env):
+    job = {"name": name, "kind": "command", "command": [sys.executable, FAKE_TRAIN], "folds": folds,
+           "resources": {"cpus": 1, "gpu_memory": gpu}, "env": {k: str(v) for k, v in env.items()}}
+    if gpu is None:
+        del job["resources"]["gpu_memory"]
+    return job
+
+
+def run_plan(jobs, tmp_path, digits_dir, budget="10m", **plan_extra):
+    plan = planmod.from_dict({"name": "t", "hardware": TEST_HARDWARE, "budget": budget, "jobs": jobs, **plan_extra})
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan))
+    opts = RunOptions(run_dir=tmp_path / "run", data_dir=digits_dir, dashboard=False, poll_s=0.2)
+    return dry, submit(dry, opts, on_update=lambda d: None, on_start=lambda d: None)
+
+
+def states(run_dir):
+    return {j["name"]: j["state"] for j in RunRecord.open_existing(run_dir).jobs()}
+
+
+def test_a_failing_job_does_not_stop_the_others(ray_cluster, tmp_path, digits_dir):
+    jobs = [
+        {"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 30, "resources": {"cpus": 1}},
+        command_job("good", SKILL=0.6),
+        command_job("bad", FAIL=1),
+    ]
+    dry, summary = run_plan(jobs, tmp_path, digits_dir)
+    run_dir = tmp_path / "run"
+    assert states(run_dir) == {"lgbm": "SUCCEEDED", "good": "SUCCEEDED", "bad": "FAILED"}
+    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["attempt"] for e in events if e["event"] == "launch" and e["job"] == "bad"] == [1, 2]  # retried once
+    assert "failing on purpose" in (run_dir / "jobs" / "bad" / "log").read_text()
+
+    sub = pd.read_csv(run_dir / "submission.csv")
+    sample = pd.read_csv(digits_dir / "sample_submission.csv")
+    assert list(sub.columns) == list(sample.columns) and sub["id"].tolist() == sample["id"].tolist()
+    by_name = {j["name"]: j for j in summary["jobs"]}
+    assert by_name["bad"]["cv_score"] is None and by_name["lgbm"]["cv_score"] > 0.85
+    assert summary["ensemble_cv"] >= max(by_name["lgbm"]["cv_score"], by_name["good"]["cv_score"]) - 1e-12
+    for key in ("run_dir", "submission", "jobs", "ensemble_cv"):
+        assert key in summary
+    for part in ("plan.yaml", "placement.json", "state.sqlite"):
+        assert (run_dir / part).exists() or part == "plan.yaml"
+
+
+def test_each_job_sees_the_device_its_placement_named(ray_cluster, tmp_path, digits_dir):
+    # 20 GiB + 20 GiB cannot share one A100-40GB under 90 %: the packer puts them on devices 0 and 1
+    dry, summary = run_plan([command_job("a", gpu="20GB"), command_job("b", gpu="20GB"),
+                             command_job("cpu_only", gpu=None)], tmp_path, digits_dir)
+    seen = {}
+    for job in ("a", "b", "cpu_only"):
+        env = json.loads((tmp_path / "run" / "jobs" / job / "output" / "env.json").read_text())
+        seen[job] = env.get("CUDA_VISIBLE_DEVICES")
+    assert {seen["a"], seen["b"]} == {"0", "1"}
+    for job in ("a", "b"):
+        assert seen[job] == str(dry.placement.of(job).device)
+    env_a = json.loads((tmp_path / "run" / "jobs" / "a" / "output" / "env.json").read_text())
+    assert env_a["GPUPACK_GPU_MEMORY_MIB"] == "20480"
+
+
+def _intervals(run_dir):
+    spans = {}
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e["event"] == "state" and e["new"] == "RUNNING":
+            spans[e["job"]] = [e["time"], None]
+        elif e["event"] == "state" and e["old"] == "RUNNING":
+            spans[e["job"]][1] = e["time"]
+    return spans
+
+
+def test_jobs_that_together_pass_a_device_never_run_at_once(ray_cluster, tmp_path, digits_dir):
+    # four 20 GiB jobs on two 40 GiB cards: two waves; on each device the second starts after the first ends
+    jobs = [command_job(f"j{i}", gpu="20GB", SLEEP=1) for i in range(4)]
+    dry, summary = run_plan(jobs, tmp_path, digits_dir)
+    assert dry.placement.waves == 2
+    spans = _intervals(tmp_path / "run")
+    for dev in dry.placement.devices:
+        on_dev = sorted((spans[a.job] for a in dry.placement.assignments if a.device == dev.index))
+        assert len(on_dev) == 2
+        assert on_dev[0][1] <= on_dev[1][0] + 0.05, on_dev
+    assert all(s == "SUCCEEDED" for s in states(tmp_path / "run").values())
+
+
+def test_cancel_in_the_middle_leaves_a_consistent_folder(ray_cluster, tmp_path, digits_dir):
+    jobs = [command_job("quick", gpu="10GB"), command_job("slow", gpu="10GB", SLEEP=60)]
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(run=run_plan(jobs, tmp_path, digits_dir)))
+    thread.start()
+    run_dir = tmp_path / "run"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if (run_dir / "state.sqlite").exists() and states(run_dir).get("slow") == "RUNNING" \
+                and states(run_dir).get("quick") == "SUCCEEDED":
+            break
+        time.sleep(0.2)
+    RunRecord.open_existing(run_dir).request_cancel(None)
+    thread.join(60)
+    assert not thread.is_alive()
+    final = states(run_dir)
+    assert final == {"quick": "SUCCEEDED", "slow": "CANCELLED"}
+    assert (run_dir / "submission.csv").is_file()
+    assert (run_dir / "jobs" / "quick" / "oof.csv").is_file()
+    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert events[-1]["event"] == "run_end"
+    assert RunRecord.open_existing(run_dir).run_info()["status"] == "finished"
