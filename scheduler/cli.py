@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = _common(verbs.add_parser("submit", help="pack a plan onto the hardware and run it (or --dry-run to only show)"))
     s.add_argument("plan", help="the plan's YAML file, e.g. plans/option1.yaml")
     s.add_argument("--dry-run", action="store_true", help="show where every job goes, and why; run nothing")
+    s.add_argument("--trust-plan-memory", action="store_true",
+                   help="pack the plan's gpu_memory figures as written instead of the estimator's")
     s.add_argument("--data", metavar="DIR", help="the competition folder (Kaggle layout); default: the plan's data:, "
                                                 "else the built-in digits competition")
     s.add_argument("--run-dir", metavar="DIR", help="where the run's folder goes (default runs/<plan>-<time>)")
@@ -73,7 +75,7 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
             plan = plan.model_copy(update={"budget": parse_duration_s(args.budget)})
         except ValueError as e:
             raise UserError(f"--budget: {e}") from None
-    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan, args.hardware))
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan, args.hardware), estimated=not args.trust_plan_memory)
     if args.dry_run:
         if args.json:
             print(json.dumps(dry.to_json()))

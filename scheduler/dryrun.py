@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 from scheduler import hardware as hw
 from scheduler.errors import UserError
-from scheduler.packing import Demand, Placement, pack
+from scheduler.fit import FitJob, fit
+from scheduler.packing import Placement
 from scheduler.plan import Plan
 
 
@@ -16,6 +17,9 @@ class DryRun:
     hardware: hw.Hardware
     placement: Placement
     warnings: list[str] = field(default_factory=list)
+    declared: dict[str, int | None] = field(default_factory=dict)  # the plan's claims, MiB
+    estimated: dict[str, int] = field(default_factory=dict)  # the estimator's figures at the packed batch, MiB
+    changes: list[str] = field(default_factory=list)  # batch and learning-rate changes made to fit the band
 
     def job_rows(self) -> list[dict]:
         rows = []
@@ -32,6 +36,10 @@ class DryRun:
             }
             if getattr(job, "batch_size", None) is not None:
                 row["batch_size"] = job.batch_size
+            if getattr(job, "lr", None) is not None and job.kind == "timm":
+                row["lr"] = job.lr
+            row["declared_mib"] = self.declared.get(job.name)
+            row["estimated_mib"] = self.estimated.get(job.name)
             row["reason"] = a.reason
             rows.append(row)
         return rows
@@ -64,6 +72,7 @@ class DryRun:
             "exact": self.placement.exact,
             "jobs": self.job_rows(),
             "devices": self.device_rows(),
+            "changes": list(self.changes),
             "warnings": list(self.warnings),
         }
 
@@ -74,26 +83,64 @@ def resolve_hardware(plan: Plan, override: str | None = None) -> hw.Hardware:
     return hw.resolve(override or spec.profile, gpus_per_node=spec.gpus_per_node, nodes=spec.nodes, cpus=spec.cpus)
 
 
-def demands(plan: Plan) -> list[Demand]:
+def _fit_jobs(plan: Plan, estimated: bool) -> list[FitJob]:
     out = []
     for job in plan.jobs:
-        mib = job.resources.gpu_memory
-        if job.needs_estimate:
-            raise UserError(
-                f"job '{job.name}': resources.gpu_memory is not given; write it (e.g. gpu_memory: 18GB)"
-            )
-        out.append(Demand(job.name, mib or 0, job.resources.cpus))
+        declared = job.resources.gpu_memory
+        model = getattr(job, "model", None)
+        batch = getattr(job, "batch_size", None)
+        if not estimated or model is None:
+            if job.needs_estimate:
+                raise UserError(f"job '{job.name}': resources.gpu_memory is not given and estimates are off; "
+                                "write it (e.g. gpu_memory: 18GB)")
+            out.append(FitJob(job.name, job.resources.cpus, declared, None))
+            continue
+        auto = batch == "auto"
+        if job.kind == "command" and batch is None:
+            batch = 64
+        out.append(FitJob(job.name, job.resources.cpus, declared, None if auto else batch, auto_batch=auto,
+                          fixed=getattr(job, "fixed_batch", False), lr=getattr(job, "lr", None)))
     return out
 
 
-def prepare(plan: Plan, hardware: hw.Hardware) -> DryRun:
-    """Pack ``plan`` onto ``hardware`` and collect what a person should know before running it."""
-    placement = pack(demands(plan), hardware.nodes, plan.band)
-    warnings: list[str] = []
-    if not hardware.devices and any(d.gpu_memory_mib for d in demands(plan)):
+def _estimator(plan: Plan):
+    from scheduler.estimate import estimate
+
+    specs = {j.name: j for j in plan.jobs}
+
+    def est(name: str, batch: int) -> int:
+        j = specs[name]
+        return estimate(j.model, j.image_size, batch, amp=getattr(j, "amp", True),
+                        optimizer=getattr(j, "optimizer", "adamw"), channels_last=getattr(j, "channels_last", True)).peak_mib
+
+    return est
+
+
+def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True) -> DryRun:
+    """Estimate, fit into the band and pack ``plan`` onto ``hardware``; collect what a person should know first.
+
+    ``estimated=False`` packs the plan's own ``gpu_memory`` figures as written (``--trust-plan-memory``).
+    """
+    if not hardware.devices and any(j.uses_gpu for j in plan.jobs):
         raise UserError(f"plan '{plan.name}' has GPU jobs but hardware '{hardware.profile}' has no GPU")
+    fitted = fit(_fit_jobs(plan, estimated), hardware.nodes, plan.band, _estimator(plan) if estimated else None)
+    placement = fitted.placement
+    updates = []
+    for job in plan.jobs:
+        change = {}
+        if fitted.batches.get(job.name) is not None and getattr(job, "batch_size", None) != fitted.batches[job.name]:
+            change["batch_size"] = fitted.batches[job.name]
+            if fitted.lrs.get(job.name) is not None:
+                change["lr"] = fitted.lrs[job.name]
+        updates.append(job.model_copy(update=change) if change else job)
+    adjusted = plan.model_copy(update={"jobs": updates})
+    warnings: list[str] = list(fitted.warnings)
+    warnings += [f"batch lowered to fit the band: {c.describe()}" if c.old_batch else f"batch chosen: {c.describe()}"
+                 for c in fitted.changes]
     low, high = plan.band
-    for row in DryRun(plan, hardware, placement).device_rows():
+    dry = DryRun(adjusted, hardware, placement, [], declared={j.name: j.resources.gpu_memory for j in plan.jobs},
+                 estimated=fitted.estimated_mib, changes=[c.describe() for c in fitted.changes])
+    for row in dry.device_rows():
         if row["jobs"] and row["share"] < low:
             warnings.append(
                 f"wave {row['wave']}, device {row['node']}:{row['device']}: {row['used_mib']} MiB is "
@@ -104,4 +151,5 @@ def prepare(plan: Plan, hardware: hw.Hardware) -> DryRun:
         warnings.append(f"{len(later)} job(s) wait for a later wave: {', '.join(later)}")
     if not placement.exact:
         warnings.append("the plan is too large to pack exactly in time; this placement is First-Fit-Decreasing's")
-    return DryRun(plan, hardware, placement, warnings)
+    dry.warnings = warnings
+    return dry

@@ -126,6 +126,10 @@ class CommandJob(_JobBase):
     cwd: str | None = None
     env: dict[str, str] = {}
 
+    @property
+    def needs_estimate(self) -> bool:
+        return self.resources.gpu_memory is None and self.model is not None
+
     @field_validator("command")
     @classmethod
     def _argv(cls, v: list[str]) -> list[str]:

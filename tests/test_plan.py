@@ -111,9 +111,15 @@ def test_missing_file(run_cli, tmp_path):
 
 def test_job_that_fits_no_device(tmp_path, run_cli):
     path = write(tmp_path, GOOD.replace("gpu_memory: 18GB", "gpu_memory: 39GB"))
-    code, out, err = run_cli("submit", path, "--dry-run")
+    code, out, err = run_cli("submit", path, "--dry-run", "--trust-plan-memory")
     assert code == 2, err
     assert "b4" in err and "39936 MiB" in err and "36864 MiB" in err  # 0.90 × 40960
+    # estimated: a fixed batch that no A100-40GB holds (B4 at 380 px, batch 192: ~59 GiB of tensors)
+    path = write(tmp_path, GOOD.replace("image_size: 224", "image_size: 380").replace("batch_size: 192",
+                                                                                      "batch_size: 192\n    fixed_batch: true"))
+    code, out, err = run_cli("submit", path, "--dry-run")
+    assert code == 2, err
+    assert "b4" in err and "36864 MiB" in err and "Traceback" not in err
 
 
 def test_hardware_flag_overrides_and_checks(tmp_path, run_cli):

@@ -1,0 +1,55 @@
+"""Fitting plans into the band with a made-up estimator: memory = 1000 + 100 MiB per sample."""
+
+from scheduler.fit import FitJob, fit
+from scheduler.hardware import from_profile
+
+A100 = from_profile("A100-40GB").nodes  # limit 36,864 MiB at 0.90
+BAND = (0.70, 0.90)
+
+
+def est(name, batch):
+    return 1000 + 100 * batch
+
+
+def test_lowers_the_largest_until_all_run_together():
+    jobs = [FitJob(f"j{i}", 2, None, 256, lr=1e-3) for i in range(3)]  # 26,600 MiB each: one per wave as written
+    r = fit(jobs, A100, BAND, est)
+    assert r.placement.waves == 1
+    assert sum(r.memory_mib.values()) <= 36864
+    assert all(b < 256 for b in r.batches.values())
+    for c in r.changes:
+        assert c.new_lr == 1e-3 * c.new_batch / 256
+    # greedy, largest first: nobody went lower than needed (one more rung on any job would not be needed)
+    assert sorted(r.batches.values()) in ([96, 96, 96], [96, 96, 128], [96, 128, 96], [64, 128, 128])
+
+
+def test_fixed_jobs_wait_instead_of_shrinking():
+    jobs = [FitJob("fixed", 2, None, 256, fixed=True), FitJob("flex", 2, None, 256)]
+    r = fit(jobs, A100, BAND, est)
+    assert r.batches["fixed"] == 256
+    assert r.placement.waves == 1 and r.batches["flex"] < 256  # flex shrinks to fit beside the fixed one
+    big = [FitJob("a", 2, None, 256, fixed=True), FitJob("b", 2, None, 256, fixed=True)]
+    r = fit(big, A100, BAND, est)
+    assert r.placement.waves == 2 and any("waits for wave 1" in w for w in r.warnings)
+
+
+def test_auto_batch_takes_the_largest_rung_that_fits():
+    r = fit([FitJob("auto", 2, None, None, auto_batch=True)], A100, BAND, est)
+    assert r.batches["auto"] == 256  # 384 → 39,400 MiB does not fit 36,864; 256 → 26,600 does
+
+
+def test_wrong_claims_are_warned_with_both_numbers():
+    r = fit([FitJob("j", 2, 12288, 256)], A100, BAND, est)
+    assert any("12,288" in w and "26,600" in w for w in r.warnings)
+    assert r.memory_mib["j"] == 26600
+
+
+def test_without_an_estimator_claims_are_packed_as_written():
+    r = fit([FitJob("j", 2, 12288, 256), FitJob("k", 2, 12288, 256)], A100, BAND, None)
+    assert r.memory_mib == {"j": 12288, "k": 12288} and not r.changes
+
+
+def test_a_job_larger_than_the_card_comes_down_to_fit_it():
+    a10 = from_profile("A10-24GB").nodes  # limit 22,118 MiB
+    r = fit([FitJob("j", 2, None, 256)], a10, BAND, est)
+    assert r.batches["j"] == 192 and r.memory_mib["j"] == 20200

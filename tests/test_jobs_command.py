@@ -1,0 +1,158 @@
+"""A command job: a script run as a subprocess that writes oof.csv and test.csv."""
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jobs import JobContext, run_job
+from jobs import command_job
+from jobs.data import load_competition, write_digits
+from scheduler.plan import CommandJob
+
+CENTROIDS = """\
+import json, os, sys
+from pathlib import Path
+import numpy as np, pandas as pd
+
+data, out = Path(os.environ["GPUPACK_DATA_DIR"]), Path(os.environ["GPUPACK_OUTPUT_DIR"])
+(out / "env.json").write_text(json.dumps({k: v for k, v in os.environ.items()
+                                          if k.startswith(("GPUPACK_", "OMP_", "PYTORCH_", "MY_"))}))
+train, test = pd.read_csv(data / "train.csv"), pd.read_csv(data / "test.csv")
+px = [c for c in train.columns if c.startswith("px")]
+folds = int(os.environ["GPUPACK_FOLDS"])
+fold_of = train["id"].to_numpy() % folds
+
+def proba(centres, X):
+    d = ((X[:, None, :] - centres[None]) ** 2).sum(-1)
+    e = np.exp(-(d - d.min(1, keepdims=True)) / 50.0)
+    return e / e.sum(1, keepdims=True)
+
+oof, tst = [], []
+for k in range(folds):
+    tr = train[fold_of != k]
+    centres = np.stack([tr.loc[tr.label == c, px].mean().to_numpy() for c in range(10)])
+    va = train[fold_of == k]
+    oof.append(pd.DataFrame(proba(centres, va[px].to_numpy(float)), columns=[str(c) for c in range(10)])
+               .assign(id=va["id"].to_numpy(), fold=k))
+    tst.append(pd.DataFrame(proba(centres, test[px].to_numpy(float)), columns=[str(c) for c in range(10)])
+               .assign(id=test["id"].to_numpy(), fold=k))
+cols = ["id", "fold", *[str(c) for c in range(10)]]
+pd.concat(oof)[cols].to_csv(out / "oof.csv", index=False)
+pd.concat(tst)[cols].sample(frac=1, random_state=0)[cols].to_csv(out / "test.csv", index=False)  # any row order
+print("done")
+"""
+
+
+@pytest.fixture(scope="module")
+def comp(tmp_path_factory):
+    return load_competition(write_digits(tmp_path_factory.mktemp("digits")))
+
+
+def _script(tmp_path, text, name="train.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _spec(argv, **kw):
+    return CommandJob(name="cmd", kind="command", command=[str(a) for a in argv], folds=2, **kw)
+
+
+def test_command_job_reads_its_folds(comp, tmp_path):
+    script = _script(tmp_path, CENTROIDS)
+    work = tmp_path / "work"
+    ctx = JobContext("cmd", work, cpus=3, metric="accuracy", seed=7, deadline=1.9e9, gpu_memory_mib=4096,
+                     memory_fraction=0.25, rehearsal=True)
+    out = run_job(_spec([sys.executable, script], env={"MY_FLAG": "x"}, cwd=str(tmp_path)), comp, ctx)
+
+    assert [f.fold for f in out.folds] == [0, 1]
+    ids, pred = out.oof()
+    assert sorted(ids) == sorted(comp.train.id) and pred.shape == (1437, 10)
+    assert ids.dtype == comp.train.id.dtype
+    assert list(out.test_ids) == list(comp.test.id)
+    assert out.test_mean().shape == (360, 10)
+    assert out.cv_score() > 0.8 and all(f.score > 0.8 for f in out.folds)
+    # the test rows were shuffled in the file and come back in test.csv's order
+    truth = comp.class_index(comp.solution.label)
+    assert (out.test_mean().argmax(1) == truth).mean() > 0.8
+    assert "done" in (work / "command.log").read_text()
+
+    env = json.loads((work / "output" / "env.json").read_text())
+    assert env["GPUPACK_JOB"] == "cmd"
+    assert env["GPUPACK_DATA_DIR"] == str(comp.root.resolve())
+    assert env["GPUPACK_OUTPUT_DIR"] == str((work / "output").resolve())
+    assert float(env["GPUPACK_DEADLINE"]) == 1.9e9
+    assert env["GPUPACK_GPU_MEMORY_MIB"] == "4096" and env["GPUPACK_MEMORY_FRACTION"] == "0.25"
+    assert env["GPUPACK_CPUS"] == env["OMP_NUM_THREADS"] == "3"
+    assert (env["GPUPACK_FOLDS"], env["GPUPACK_SEED"], env["GPUPACK_METRIC"]) == ("2", "7", "accuracy")
+    assert env["GPUPACK_REHEARSAL"] == "1" and env["MY_FLAG"] == "x"
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+
+
+def test_failing_command_raises_with_its_output(comp, tmp_path):
+    script = _script(tmp_path, """\
+        import sys
+        for i in range(30):
+            print("line", i)
+        print("boom: no such column", file=sys.stderr)
+        sys.exit(3)
+    """)
+    with pytest.raises(RuntimeError) as e:
+        run_job(_spec([sys.executable, script]), comp, JobContext("cmd", tmp_path / "w"))
+    msg = str(e.value)
+    assert "status 3" in msg and "boom: no such column" in msg and "line 29" in msg and "line 5\n" not in msg
+
+
+def test_no_outputs_after_success_is_a_note(comp, tmp_path):
+    out = run_job(_spec([sys.executable, "-c", "print('nothing')"]), comp, JobContext("cmd", tmp_path / "w"))
+    assert out.folds == [] and "no oof.csv or test.csv" in out.notes[0]
+
+
+def test_malformed_outputs_are_an_error(comp, tmp_path):
+    script = _script(tmp_path, """\
+        import os, pathlib
+        out = pathlib.Path(os.environ["GPUPACK_OUTPUT_DIR"])
+        (out / "oof.csv").write_text("id,fold,0,1\\n0,0,0.5,0.5\\n")
+        (out / "test.csv").write_text("id,fold,0,1\\n")
+    """)
+    with pytest.raises(RuntimeError, match=r"oof\.csv: no column for classes \['2'"):
+        run_job(_spec([sys.executable, script]), comp, JobContext("cmd", tmp_path / "w"))
+
+
+def test_should_stop_terminates_the_process_group(comp, tmp_path, monkeypatch):
+    monkeypatch.setattr(command_job, "TERM_GRACE_S", 0.5)
+    script = _script(tmp_path, """\
+        import signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a stubborn script: only SIGKILL ends it
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        print("child", child.pid, flush=True)
+        time.sleep(60)
+    """)
+    start = time.time()
+    ctx = JobContext("cmd", tmp_path / "w", should_stop=lambda: time.time() - start > 1.0)
+    out = run_job(_spec([sys.executable, script]), comp, ctx)
+    assert time.time() - start < 10
+    assert out.folds == [] and any("stopped" in n for n in out.notes)
+    child = int((tmp_path / "w" / "command.log").read_text().split("child")[1].split()[0])
+    time.sleep(0.2)
+    assert _gone(child)  # the grandchild went with the group
+
+
+def _gone(pid: int) -> bool:
+    """Dead: no such process, or a zombie waiting for a parent (here, init) to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_stopped_command_keeps_the_folds_it_wrote(comp, tmp_path):
+    script = _script(tmp_path, CENTROIDS.replace('print("done")', 'import time; print("done", flush=True); time.sleep(60)'))
+    ctx = JobContext("cmd", tmp_path / "w", should_stop=lambda: "done" in (tmp_path / "w" / "command.log").read_text())
+    out = run_job(_spec([sys.executable, script]), comp, ctx)
+    assert [f.fold for f in out.folds] == [0, 1] and any("stopped" in n for n in out.notes)

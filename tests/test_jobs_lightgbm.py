@@ -1,0 +1,54 @@
+"""LightGBM on the digits' pixel columns."""
+
+import numpy as np
+import pytest
+
+from jobs import JobContext, run_job
+from jobs.data import load_competition, write_digits
+from scheduler.metrics import accuracy
+from scheduler.plan import LightGBMJob
+
+
+@pytest.fixture(scope="module")
+def comp(tmp_path_factory):
+    return load_competition(write_digits(tmp_path_factory.mktemp("digits")))
+
+
+def _spec(**kw):
+    return LightGBMJob(name="lgbm", kind="lightgbm", folds=2, num_boost_round=300, early_stopping_rounds=20, **kw)
+
+
+def test_lightgbm_on_digits(comp, tmp_path):
+    events = []
+    out = run_job(_spec(params={"num_leaves": 15}), comp,
+                  JobContext("lgbm", tmp_path, cpus=1, report=lambda kind, data: events.append((kind, data))))
+    assert [f.fold for f in out.folds] == [0, 1]
+    assert out.cv_score() > 0.9
+    ids, pred = out.oof()
+    assert sorted(ids) == sorted(comp.train.id) and pred.shape == (1437, 10)
+    assert np.allclose(pred.sum(axis=1), 1)
+    assert out.test_mean().shape == (360, 10) and list(out.test_ids) == list(comp.test.id)
+    truth = comp.class_index(comp.solution.set_index("id").loc[out.test_ids, "label"])
+    assert accuracy(truth, out.test_mean()) > 0.9
+    assert [k for k, _ in events] == ["fold", "fold"] and events[0][1]["fold"] == 0
+
+
+def test_lightgbm_stops_between_folds(comp, tmp_path):
+    done = []
+    ctx = JobContext("lgbm", tmp_path, cpus=1, report=lambda kind, data: done.append(data),
+                     should_stop=lambda: bool(done))
+    out = run_job(_spec(), comp, ctx)
+    assert [f.fold for f in out.folds] == [0]
+    assert any("stopped" in n for n in out.notes)
+
+
+def test_lightgbm_stops_inside_a_fold(comp, tmp_path):
+    calls = []
+
+    def should_stop():
+        calls.append(1)
+        return len(calls) > 5  # a few boosting rounds into fold 0
+
+    out = run_job(_spec(), comp, JobContext("lgbm", tmp_path, cpus=1, should_stop=should_stop))
+    assert out.folds == [] and out.cv_score() is None
+    assert "stopped during fold 0" in out.notes[0]

@@ -1,0 +1,101 @@
+"""A timm classifier's CPU rehearsal on the digits, kept to a few steps."""
+
+import numpy as np
+import pytest
+
+from jobs import JobContext, run_job
+from jobs import timm_job
+from jobs.data import load_competition, write_digits
+from scheduler.plan import TimmJob
+
+
+@pytest.fixture(scope="module")
+def comp(tmp_path_factory):
+    return load_competition(write_digits(tmp_path_factory.mktemp("digits")))
+
+
+@pytest.fixture
+def few_steps(monkeypatch):
+    monkeypatch.setattr(timm_job, "REHEARSAL_STEPS_PER_EPOCH", 3)
+
+
+def _spec(**kw):
+    base = dict(name="tiny", kind="timm", model="mobilenetv3_small_050", image_size=224, batch_size=64, epochs=5,
+                folds=2)
+    return TimmJob(**{**base, **kw})
+
+
+def test_timm_rehearsal_returns_folds_keyed_by_id(comp, tmp_path, few_steps):
+    events = []
+    ctx = JobContext("tiny", tmp_path, cpus=1, device="cpu", rehearsal=True,
+                     report=lambda kind, data: events.append((kind, data)))
+    out = run_job(_spec(epochs=1), comp, ctx)
+
+    assert [f.fold for f in out.folds] == [0, 1]
+    ids, pred = out.oof()
+    assert sorted(ids) == sorted(comp.train.id)
+    assert pred.shape == (1437, 10) and np.allclose(pred.sum(axis=1), 1)
+    for f in out.folds:
+        assert f.test_pred.shape == (360, 10) and np.allclose(f.test_pred.sum(axis=1), 1)
+        assert f.epochs == 1 and (tmp_path / f"tiny_fold{f.fold}.pt").is_file()
+        # the out-of-fold labels are the train rows of those ids
+        assert (f.val_true == comp.train.set_index("id").loc[f.val_ids, "label"].to_numpy()).all()
+    assert list(out.test_ids) == list(comp.test.id)
+    assert out.cv_score() is not None
+
+    epochs = [d for k, d in events if k == "epoch"]
+    assert [k for k, _ in events] == ["epoch", "fold", "epoch", "fold"]
+    assert set(epochs[0]) >= {"fold", "epoch", "epochs", "loss", "val_score", "samples_per_s", "step_time_s",
+                              "batch_size", "gpu_mem_peak_mib"}
+    assert epochs[0]["batch_size"] == 32 and epochs[0]["gpu_mem_peak_mib"] is None
+    note = " ".join(out.notes)
+    assert "224→32" in note and "64→32" in note and "at most 3 optimizer steps" in note
+    assert out.throughput["samples_per_s"] > 0 and out.throughput["step_time_s_median"] > 0
+
+
+def test_timm_stop_mid_fold_keeps_only_finished_folds(comp, tmp_path, few_steps):
+    state = {"folds": 0, "steps_after": 0}
+
+    def report(kind, data):
+        if kind == "fold":
+            state["folds"] += 1
+
+    def should_stop():
+        if state["folds"]:
+            state["steps_after"] += 1
+        return state["steps_after"] > 2  # a couple of steps into fold 1
+
+    ctx = JobContext("tiny", tmp_path, cpus=1, device="cpu", rehearsal=True, report=report, should_stop=should_stop)
+    out = run_job(_spec(epochs=1), comp, ctx)
+    assert [f.fold for f in out.folds] == [0]
+    assert any("stopped during fold 1" in n for n in out.notes)
+
+
+def test_timm_stop_before_any_step_returns_nothing(comp, tmp_path):
+    ctx = JobContext("tiny", tmp_path, cpus=1, device="cpu", rehearsal=True, should_stop=lambda: True)
+    out = run_job(_spec(), comp, ctx)
+    assert out.folds == [] and out.test_mean() is None
+
+
+def test_resizable_batch_sampler_changes_size_between_batches():
+    sampler = timm_job.ResizableBatchSampler(10, 4, shuffle=True, seed=0)
+    it = iter(sampler)
+    first = next(it)
+    sampler.batch_size = 2
+    rest = list(it)
+    assert len(first) == 4 and [len(b) for b in rest] == [2, 2, 2]
+    assert sorted(first + sum(rest, [])) == list(range(10))
+
+
+def test_missing_weights_file_is_a_clear_error(comp, tmp_path):
+    with pytest.raises(ValueError, match="nothing is downloaded"):
+        run_job(_spec(weights=str(tmp_path / "none.pt")), comp,
+                JobContext("tiny", tmp_path, cpus=1, device="cpu", rehearsal=True))
+
+
+@pytest.mark.slow
+def test_timm_rehearsal_learns_digits(comp, tmp_path):
+    """resnet18 for the full rehearsal (3 epochs × 25 steps) on 2 folds reaches a useful accuracy."""
+    ctx = JobContext("r18", tmp_path, cpus=1, device="cpu", rehearsal=True)
+    out = run_job(_spec(name="r18", model="resnet18", epochs=3), comp, ctx)
+    assert len(out.folds) == 2 and out.cv_score() > 0.8
