@@ -190,7 +190,7 @@ def _image_paths(root: Path, train: pd.DataFrame, test: pd.DataFrame, id_col: st
 
 def _path_column(frame: pd.DataFrame) -> str | None:
     for c in frame.columns:
-        if frame[c].dtype == object and len(frame):
+        if not pd.api.types.is_numeric_dtype(frame[c]) and len(frame):
             first = str(frame[c].iloc[0]).lower()
             if first.endswith(IMAGE_EXTS):
                 return str(c)

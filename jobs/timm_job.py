@@ -214,8 +214,21 @@ def _scale(spec: TimmJob, ctx: JobContext) -> tuple[Scale, list[str]]:
                   min(spec.epochs, REHEARSAL_EPOCHS), REHEARSAL_STEPS_PER_EPOCH)
     note = (f"rehearsal on CPU (no CUDA): image size {spec.image_size}→{scale.image_size}, batch {spec.batch_size}→"
             f"{scale.batch_size}, epochs {spec.epochs}→{scale.epochs}, at most {scale.max_steps_per_epoch} optimizer "
-            f"steps per epoch; AMP, channels_last and torch.compile off; validation fold and test set predicted in full")
+            f"steps per epoch; AMP and torch.compile off; validation fold and test set predicted in full")
     return scale, [note]
+
+
+def _zero_head(model: torch.nn.Module) -> None:
+    """Start the new classifier at zero: uniform initial predictions, loss log(k).
+
+    timm's EfficientNet head init gives logits with a std near 8 from scratch; with a zero head its 75-step rehearsal
+    reaches about 0.7 accuracy on digits instead of about 0.35. A head loaded from ``weights`` replaces this.
+    """
+    head = model.get_classifier() if hasattr(model, "get_classifier") else None
+    if isinstance(head, torch.nn.Linear):
+        torch.nn.init.zeros_(head.weight)
+        if head.bias is not None:
+            torch.nn.init.zeros_(head.bias)
 
 
 def _load_weights(model: torch.nn.Module, path: str, notes: list[str]) -> None:
@@ -263,7 +276,7 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         torch.set_num_threads(max(1, min(cpus, os.cpu_count() or 1)))
         loader = LoaderSettings(0, pin_memory=False, prefetch_factor=None)
         amp_dtype = None
-    channels_last = spec.channels_last and cuda
+    channels_last = spec.channels_last  # also faster on the CPU (oneDNN), measured 1.3-3x on EfficientNet-B4
     if spec.compile and not cuda:
         notes.append("torch.compile skipped on the CPU rehearsal")
 
@@ -286,6 +299,7 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
             break
         torch.manual_seed(ctx.seed + k)
         model = timm.create_model(spec.model, pretrained=False, num_classes=len(classes), in_chans=3)
+        _zero_head(model)
         if spec.weights:
             _load_weights(model, spec.weights, notes if k == 0 else [])
         model.to(device)
