@@ -28,6 +28,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from jobs.data import Competition, split_folds
+from jobs.memory import CudaMemory, SimulatedDevice
+from scheduler.autotune import MIN_STEPS, BatchTuner, Observation, is_oom
 from scheduler.metrics import get as get_metric
 from scheduler.plan import TimmJob
 
@@ -168,6 +170,17 @@ class Trainer:
         value = float(loss.detach())  # synchronises, so the time below is the step's
         return StepResult(value, len(y), time.perf_counter() - t0, stepped)
 
+    def discard_pending(self) -> None:
+        """Drop the gradients of micro-batches not yet applied (after an out-of-memory error mid-accumulation)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.pending = 0
+
+    def scale_lr(self, factor: float) -> None:
+        """The learning rate follows the batch (linear scaling), now and for the rest of the schedule."""
+        self.schedule.base_lrs = [lr * factor for lr in self.schedule.base_lrs]
+        for group in self.optimizer.param_groups:
+            group["lr"] *= factor
+
     def flush(self) -> bool:
         """Apply the accumulated gradients, if any (also at an epoch's end)."""
         if not self.pending:
@@ -206,14 +219,13 @@ class Scale:
     max_steps_per_epoch: int | None
 
 
-def _scale(spec: TimmJob, ctx: JobContext) -> tuple[Scale, list[str]]:
-    batch = spec.batch_size if isinstance(spec.batch_size, int) else 64  # "auto" starts at 64 until tuned
+def _scale(spec: TimmJob, ctx: JobContext, batch: int) -> tuple[Scale, list[str]]:
     if not ctx.rehearsal:
         return Scale(spec.image_size, batch, spec.epochs, None), []
     scale = Scale(min(spec.image_size, REHEARSAL_IMAGE_SIZE), min(batch, REHEARSAL_BATCH_SIZE),
                   min(spec.epochs, REHEARSAL_EPOCHS), REHEARSAL_STEPS_PER_EPOCH)
-    note = (f"rehearsal on CPU (no CUDA): image size {spec.image_size}→{scale.image_size}, batch {spec.batch_size}→"
-            f"{scale.batch_size}, epochs {spec.epochs}→{scale.epochs}, at most {scale.max_steps_per_epoch} optimizer "
+    note = (f"rehearsal on CPU (no CUDA): image size {spec.image_size}→{scale.image_size}, batch {batch}→"
+            f"{scale.batch_size} computed (memory simulated at batch {batch}), epochs {spec.epochs}→{scale.epochs}, at most {scale.max_steps_per_epoch} optimizer "
             f"steps per epoch; AMP and torch.compile off; validation fold and test set predicted in full")
     return scale, [note]
 
@@ -261,8 +273,11 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         ctx = copy.copy(ctx)
         ctx.device, ctx.rehearsal = "cpu", True
     device = torch.device(ctx.device if cuda else "cpu")
-    scale, scale_notes = _scale(spec, ctx)
+    memory = _memory(spec, ctx, cuda, device)
+    start_batch = _start_batch(spec, memory)
+    scale, scale_notes = _scale(spec, ctx, start_batch)
     notes += scale_notes
+    tuner = BatchTuner(start_batch, max_batch=max(1, len(comp.train_ids)), grown=not spec.fixed_batch)
 
     cpus = max(1, ctx.cpus)
     if cuda:
@@ -309,21 +324,25 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         opt_cls = torch.optim.AdamW if spec.optimizer == "adamw" else torch.optim.SGD
         opt_kw = {"weight_decay": 0.05} if spec.optimizer == "adamw" else {"momentum": 0.9, "nesterov": True,
                                                                             "weight_decay": 5e-4}
-        optimizer = opt_cls(model.parameters(), lr=spec.lr, **opt_kw)
+        # the plan's lr is for its batch; a batch tuned in an earlier fold carries over, and the rate follows it
+        lr = spec.lr * _compute_batch(tuner.batch_size, ctx) / _compute_batch(start_batch, ctx)
+        optimizer = opt_cls(model.parameters(), lr=lr, **opt_kw)
         steps_per_epoch = math.ceil(len(tr) / (scale.batch_size * spec.grad_accum))
         if scale.max_steps_per_epoch:
             steps_per_epoch = min(steps_per_epoch, scale.max_steps_per_epoch)
         trainer = Trainer(model, optimizer, device=device, amp_dtype=amp_dtype, grad_accum=spec.grad_accum,
                           channels_last=channels_last, total_steps=steps_per_epoch * scale.epochs, compiled=compiled)
-        train_sampler = ResizableBatchSampler(len(tr), scale.batch_size, shuffle=True, seed=ctx.seed * 1000 + k)
+        train_sampler = ResizableBatchSampler(len(tr), _compute_batch(tuner.batch_size, ctx), shuffle=True,
+                                              seed=ctx.seed * 1000 + k)
         train_loader = loader.build(torch.utils.data.Subset(train_images, tr), train_sampler)
         val_loader = loader.build(torch.utils.data.Subset(train_images, va),
                                   ResizableBatchSampler(len(va), eval_batch, shuffle=False))
-        if cuda:
-            torch.cuda.reset_peak_memory_stats(device)
+        if memory is not None:
+            memory.reset_peak()
+        tuning = _Tuning(tuner, memory, sum(p.numel() for p in model.parameters()), ctx, k)
         try:
             fold = _train_fold(k, spec, ctx, scale, metric, trainer, train_loader, val_loader, y[va], steps_per_epoch,
-                               step_times, rates, peaks, cuda, device)
+                               step_times, rates, peaks, tuning)
         except Stopped:
             notes.append(f"stopped during fold {k}: {len(out.folds)} of {spec.folds} folds finished")
             break
@@ -340,15 +359,100 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
     out.throughput = {
         "samples_per_s": float(np.mean([r for r in rates if r])) if any(rates) else None,
         "step_time_s_median": float(statistics.median(step_times)) if step_times else None,
-        "batch_size": scale.batch_size,
+        "batch_size": tuner.batch_size,
+        "compute_batch_size": _compute_batch(tuner.batch_size, ctx),
         "image_size": scale.image_size,
         "gpu_mem_peak_mib": max(peaks) if peaks else None,
     }
     return out
 
 
+def _memory(spec: TimmJob, ctx: JobContext, cuda: bool, device: torch.device):
+    """What measures the job's GPU memory: the CUDA allocator, the simulated device on the CPU, or nothing when the
+    job has no share to measure against."""
+    if cuda:
+        return CudaMemory(device, ctx.gpu_memory_mib)
+    if not ctx.gpu_memory_mib:
+        return None
+    from scheduler.estimate import estimate
+
+    def peak(batch: int) -> float:
+        return estimate(spec.model, spec.image_size, batch, amp=spec.amp, optimizer=spec.optimizer,
+                        channels_last=spec.channels_last).peak_mib
+
+    return SimulatedDevice(peak, ctx.gpu_memory_mib)
+
+
+def _start_batch(spec: TimmJob, memory) -> int:
+    """The plan's batch, or for ``auto`` the largest on the ladder that fits the share (not a timid default)."""
+    if isinstance(spec.batch_size, int):
+        return spec.batch_size
+    if memory is not None and memory.share_mib:
+        from scheduler.estimate import largest_batch
+
+        found = largest_batch(spec.model, spec.image_size, memory.share_mib, amp=spec.amp, optimizer=spec.optimizer,
+                              channels_last=spec.channels_last)
+        if found:
+            return found
+    return 64
+
+
+def _compute_batch(batch: int, ctx: JobContext) -> int:
+    """The batch actually computed: the tuned one on a GPU, capped small on the CPU rehearsal."""
+    return min(batch, REHEARSAL_BATCH_SIZE) if ctx.rehearsal else batch
+
+
+class _Tuning:
+    """Applies the batch tuner's decisions inside a fold: sampler size, learning rate, events."""
+
+    def __init__(self, tuner: BatchTuner, memory, params: int, ctx: JobContext, fold: int):
+        self.tuner, self.memory, self.params, self.ctx, self.fold = tuner, memory, params, ctx, fold
+        self.steps = 0  # steps since the peak was last reset
+        self.settled = memory is None or not tuner.grown
+
+    def before_step(self) -> None:
+        if self.memory is not None:
+            self.memory.before_step(self.tuner.batch_size)
+
+    def after_oom(self, trainer: "Trainer", sampler: ResizableBatchSampler, step: int) -> None:
+        trainer.discard_pending()
+        self.memory.recover()
+        d = self.tuner.after_oom()
+        if d.action == "give_up":
+            raise RuntimeError(f"{self.ctx.name}: {d.reason}")
+        self._apply(d, trainer, sampler, step)
+        self.settled = False
+
+    def after_step(self, trainer: "Trainer", sampler: ResizableBatchSampler, step: int) -> None:
+        if self.memory is None:
+            return
+        self.steps += 1
+        if self.settled or self.steps < MIN_STEPS:
+            return
+        obs = Observation(self.tuner.batch_size, self.memory.peak_mib(), self.memory.share_mib or 0, self.steps,
+                          self.params)
+        d = self.tuner.after_steps(obs)
+        if d.changes:
+            self._apply(d, trainer, sampler, step, peak_mib=obs.peak_mib)
+        else:
+            self.settled = True
+
+    def _apply(self, d, trainer: "Trainer", sampler: ResizableBatchSampler, step: int, peak_mib=None) -> None:
+        old = sampler.batch_size
+        sampler.batch_size = _compute_batch(d.batch_size, self.ctx)
+        lr_scale = sampler.batch_size / old  # the rate follows the batch computed (on a GPU, the tuned batch itself)
+        trainer.scale_lr(lr_scale)
+        self.memory.reset_peak()
+        self.steps = 0
+        self.ctx.report("batch", {"fold": self.fold, "step": step, "action": d.action, "batch_size": d.batch_size,
+                                  "compute_batch_size": sampler.batch_size, "previous_compute_batch_size": old,
+                                  "lr_scale": lr_scale, "peak_mib": peak_mib, "share_mib": self.memory.share_mib,
+                                  "simulated": self.memory.simulated, "reason": d.reason})
+        log.info("%s fold %d step %d: %s", self.ctx.name, self.fold, step, d.reason)
+
+
 def _train_fold(k, spec, ctx, scale, metric, trainer, train_loader, val_loader, y_val, steps_per_epoch,
-                step_times, rates, peaks, cuda, device):
+                step_times, rates, peaks, tuning: _Tuning):
     """Train one fold; returns (best state, its validation predictions, its score, epochs run, samples/s)."""
     best_state, best_val, best_score = None, None, None
     since_best = 0
@@ -357,9 +461,21 @@ def _train_fold(k, spec, ctx, scale, metric, trainer, train_loader, val_loader, 
     for epoch in range(scale.epochs):
         losses, times, samples, seconds, steps = [], [], 0, 0.0, 0
         step_time = 0.0
+        sampler = train_loader.batch_sampler
         for batch in train_loader:
             ctx.check_stop()
-            r = trainer.step(batch)
+            oom = False
+            try:
+                tuning.before_step()
+                r = trainer.step(batch)
+            except Exception as e:  # recovered below, outside this block: its frame holds the step's tensors
+                if not is_oom(e):
+                    raise
+                oom = True
+            if oom:
+                tuning.after_oom(trainer, sampler, trainer.optimizer_steps)
+                continue
+            tuning.after_step(trainer, sampler, trainer.optimizer_steps)
             losses.append(r.loss)
             samples += r.samples
             seconds += r.seconds
@@ -368,7 +484,7 @@ def _train_fold(k, spec, ctx, scale, metric, trainer, train_loader, val_loader, 
                 times.append(step_time)
                 step_time = 0.0
                 steps += 1
-                if steps >= steps_per_epoch:
+                if scale.max_steps_per_epoch and steps >= steps_per_epoch:
                     break
         if trainer.flush():
             times.append(step_time)
@@ -379,13 +495,14 @@ def _train_fold(k, spec, ctx, scale, metric, trainer, train_loader, val_loader, 
         fold_samples += samples
         fold_seconds += seconds
         step_times.extend(times)
-        peak = torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None
+        peak = tuning.memory.peak_mib() if tuning.memory is not None else None
         if peak is not None:
             peaks.append(peak)
         event = {"fold": k, "epoch": epochs_run, "epochs": scale.epochs, "loss": float(np.mean(losses)) if losses else None,
                  "val_score": score, "samples_per_s": rate,
                  "step_time_s": float(statistics.median(times)) if times else None,
-                 "batch_size": train_loader.batch_sampler.batch_size, "gpu_mem_peak_mib": peak}
+                 "batch_size": tuning.tuner.batch_size, "compute_batch_size": train_loader.batch_sampler.batch_size,
+                 "gpu_mem_peak_mib": peak, "gpu_mem_simulated": bool(tuning.memory and tuning.memory.simulated)}
         ctx.report("epoch", event)
         log.info("%s fold %d epoch %d/%d: loss %.4f, %s %.5f, %.1f samples/s", spec.name, k, epochs_run, scale.epochs,
                  event["loss"] or float("nan"), ctx.metric, score, rate or float("nan"))

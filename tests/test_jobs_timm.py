@@ -47,7 +47,8 @@ def test_timm_rehearsal_returns_folds_keyed_by_id(comp, tmp_path, few_steps):
     assert [k for k, _ in events] == ["epoch", "fold", "epoch", "fold"]
     assert set(epochs[0]) >= {"fold", "epoch", "epochs", "loss", "val_score", "samples_per_s", "step_time_s",
                               "batch_size", "gpu_mem_peak_mib"}
-    assert epochs[0]["batch_size"] == 32 and epochs[0]["gpu_mem_peak_mib"] is None
+    assert epochs[0]["batch_size"] == 64 and epochs[0]["compute_batch_size"] == 32
+    assert epochs[0]["gpu_mem_peak_mib"] is None  # no share given: nothing to simulate
     note = " ".join(out.notes)
     assert "224→32" in note and "64→32" in note and "at most 3 optimizer steps" in note
     assert out.throughput["samples_per_s"] > 0 and out.throughput["step_time_s_median"] > 0
