@@ -44,6 +44,7 @@ class JobOutput:
     metric: str
     throughput: dict = field(default_factory=dict)  # e.g. {"samples_per_s": ..., "step_time_s_median": ...}
     notes: list[str] = field(default_factory=list)
+    partial: FoldOutput | None = None  # a fold cut short by a stop, from its best epoch: the last resort's model
 
     @property
     def finished(self) -> bool:
@@ -81,6 +82,10 @@ def _never() -> bool:
     return False
 
 
+def _no_limits() -> dict:
+    return {}
+
+
 @dataclass
 class JobContext:
     """What the runtime gives a job. Module-level defaults keep it picklable."""
@@ -97,6 +102,13 @@ class JobContext:
     memory_fraction: float | None = None
     report: Callable[[str, dict], None] = _no_report  # ("epoch" | "fold" | "log", {...}) → the run's events
     should_stop: Callable[[], bool] = _never  # True once cancelled or past the deadline
+    limits: Callable[[], dict] = _no_limits  # the budget's cuts: {"folds": n, "epochs": m}, read at each fold/epoch
+
+    def fold_limit(self, planned: int) -> int:
+        return min(planned, int(self.limits().get("folds", planned)))
+
+    def epoch_limit(self, planned: int) -> int:
+        return min(planned, int(self.limits().get("epochs", planned)))
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)

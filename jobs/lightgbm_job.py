@@ -73,6 +73,9 @@ def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
         if ctx.stop_requested():
             out.notes.append(f"stopped before fold {k}: {len(out.folds)} of {spec.folds} folds finished")
             break
+        if k >= ctx.fold_limit(spec.folds):
+            out.notes.append(f"folds cut by the budget: {k} of {spec.folds} run")
+            break
         t0 = time.perf_counter()
         train_set = lgb.Dataset(X[tr], y[tr], free_raw_data=True)
         valid_set = lgb.Dataset(X[va], y[va], reference=train_set)

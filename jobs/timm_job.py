@@ -312,6 +312,9 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         if ctx.stop_requested():
             notes.append(f"stopped before fold {k}: {len(out.folds)} of {spec.folds} folds finished")
             break
+        if k >= ctx.fold_limit(spec.folds):
+            notes.append(f"folds cut by the budget: {k} of {spec.folds} run")
+            break
         torch.manual_seed(ctx.seed + k)
         model = timm.create_model(spec.model, pretrained=False, num_classes=len(classes), in_chans=3)
         _zero_head(model)
@@ -345,6 +348,14 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
                                step_times, rates, peaks, tuning)
         except Stopped:
             notes.append(f"stopped during fold {k}: {len(out.folds)} of {spec.folds} folds finished")
+            if not out.folds and tuning.best is not None:  # nothing finished: keep the fold's best epoch as a last resort
+                state, val, score, epochs = tuning.best
+                model.load_state_dict(state)
+                test_pred = trainer.predict(loader.build(test_images, ResizableBatchSampler(len(test_images),
+                                                                                            eval_batch, shuffle=False)))
+                out.partial = FoldOutput(fold=k, val_ids=ids[va], val_pred=val, test_pred=test_pred, score=score,
+                                         epochs=epochs, val_true=y[va])
+                notes.append(f"kept fold {k}'s best epoch ({epochs}, {ctx.metric} {score:.4f}) as a partial model")
             break
         best_state, best_val, best_score, epochs_run, fold_rate = fold
         model.load_state_dict(best_state)
@@ -409,6 +420,7 @@ class _Tuning:
         self.tuner, self.memory, self.params, self.ctx, self.fold = tuner, memory, params, ctx, fold
         self.steps = 0  # steps since the peak was last reset
         self.settled = memory is None or not tuner.grown
+        self.best = None  # (state, val predictions, score, epoch) of the fold's best epoch so far
 
     def before_step(self) -> None:
         if self.memory is not None:
@@ -459,6 +471,9 @@ def _train_fold(k, spec, ctx, scale, metric, trainer, train_loader, val_loader, 
     epochs_run = 0
     fold_samples, fold_seconds = 0, 0.0
     for epoch in range(scale.epochs):
+        if epoch >= ctx.epoch_limit(scale.epochs):
+            log.info("%s fold %d: epochs cut by the budget to %d", spec.name, k, epoch)
+            break
         losses, times, samples, seconds, steps = [], [], 0, 0.0, 0
         step_time = 0.0
         sampler = train_loader.batch_sampler
@@ -509,6 +524,7 @@ def _train_fold(k, spec, ctx, scale, metric, trainer, train_loader, val_loader, 
         if best_score is None or metric.better(score, best_score):
             best_score, best_val, since_best = score, val_pred, 0
             best_state = {n: t.detach().to("cpu", copy=True) for n, t in trainer.model.state_dict().items()}
+            tuning.best = (best_state, best_val, best_score, epochs_run)
             torch.save(best_state, ctx.workdir / f"{spec.name}_fold{k}.pt")
         else:
             since_best += 1

@@ -33,6 +33,10 @@ def save(out: JobOutput, folder: Path, extra: dict | None = None) -> None:
     if oof:
         pd.concat(oof).to_csv(folder / "oof.csv", index=False)
         pd.concat(test).to_csv(folder / "test.csv", index=False)
+    if out.partial is not None:
+        part = pd.DataFrame(out.partial.test_pred, columns=cols)
+        part.insert(0, "id", out.test_ids)
+        part.to_csv(folder / "partial_test.csv", index=False)
     result = {
         "job": out.job,
         "metric": out.metric,
@@ -41,6 +45,8 @@ def save(out: JobOutput, folder: Path, extra: dict | None = None) -> None:
         "folds": [{"fold": f.fold, "score": f.score, "epochs": f.epochs, "samples_per_s": f.samples_per_s,
                    "rows": int(len(f.val_ids))} for f in out.folds],
         "throughput": out.throughput,
+        "partial": None if out.partial is None else {"fold": out.partial.fold, "score": out.partial.score,
+                                                     "epochs": out.partial.epochs},
         "notes": out.notes,
         **(extra or {}),
     }
@@ -76,3 +82,17 @@ def _plain(v):
     if hasattr(v, "tolist"):
         return v.tolist()
     return str(v)
+
+
+def load_partial(folder: Path) -> tuple[float, Predictions] | None:
+    """A job's fold cut short (its best epoch's test predictions) and that epoch's validation score."""
+    path, result_path = folder / "partial_test.csv", folder / "result.json"
+    if not path.is_file() or not result_path.is_file():
+        return None
+    result = json.loads(result_path.read_text())
+    test = pd.read_csv(path)
+    cols = [c for c in test.columns if c != "id"]
+    empty = np.zeros((0, len(cols)))
+    return result["partial"]["score"], Predictions(result.get("job", folder.name), np.array([]), empty,
+                                                   test["id"].to_numpy(), test[cols].to_numpy(),
+                                                   result.get("classes") or cols)

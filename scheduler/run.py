@@ -17,11 +17,10 @@ from typing import Any, Callable
 
 import ray
 
-from scheduler import outputs, runtime
+from scheduler import budget, outputs, runtime
 from scheduler.dryrun import DryRun
 from scheduler.runstate import JobState, RunRecord
 
-CANCEL_GRACE_S = 15.0  # after a cancel or the deadline, how long a job may take to hand back its finished folds
 DIGITS = "digits"
 
 
@@ -49,6 +48,8 @@ class _Live:
     cancelling_since: float | None = None
     progress: dict = field(default_factory=dict)
     output: Any = None
+    timing: dict = field(default_factory=dict)  # epoch seconds and epochs per fold, for the budget
+    limits: dict = field(default_factory=dict)  # cuts made by the budget
 
 
 def ensure_data(data_dir: Path | None, run_dir: Path) -> tuple[Path, str | None]:
@@ -80,6 +81,7 @@ class Driver:
         self.state: dict[str, JobState] = {j.name: JobState.PENDING for j in self.plan.jobs}
         self.started_at = time.time()
         self.deadline = self.started_at + self.plan.budget * (1 - self.plan.reserve_for_inference)
+        self.grace_s = budget.grace_s(self.plan.budget, self.plan.reserve_for_inference)
         self.cuda = False
         self.data_dir: Path | None = None
         self.builtin: str | None = None
@@ -135,11 +137,29 @@ class Driver:
                 self._log(name, ev.get("line", ""))
                 continue
             self.record.event(kind, name, **{k: v for k, v in ev.items() if k != "time"}, job_time=ev.get("time"))
+            self._time(live, kind, ev)
             if kind in ("epoch", "fold"):
                 live.progress.update({k: v for k, v in ev.items() if k != "time"})
                 if kind == "fold":
                     live.progress["folds_done"] = live.progress.get("folds_done", 0) + 1
                 self.record.update_job(name, progress=live.progress)
+
+    @staticmethod
+    def _time(live: "_Live", kind: str, ev: dict) -> None:
+        """Seconds per epoch and epochs per fold, for the budget, from the job's own clock."""
+        if kind not in ("epoch", "fold"):
+            return
+        t = live.timing
+        at = ev.get("time") or time.time()
+        if kind == "epoch":
+            since = t.get("mark", live.started or at)
+            t.setdefault("epoch_s", []).append(max(0.0, at - since))
+            t["epoch_in_fold"], t["epochs"] = ev.get("epoch", 0), ev.get("epochs")
+        else:
+            t["folds_done"] = t.get("folds_done", 0) + 1
+            t.setdefault("fold_epochs", []).append(ev.get("epochs") or t.get("epoch_in_fold", 0))
+            t["epoch_in_fold"] = 0
+        t["mark"] = at
 
     def _poll_events(self) -> None:
         pending = {l.poll: l for l in self.live.values() if l.poll is not None}
@@ -180,7 +200,7 @@ class Driver:
             self._set(live.name, JobState.RUNNING, attempt=live.attempt)
         if error is None:
             self._keep(live, out)
-            cancelled = live.cancelling_since is not None and not self._past_deadline()
+            cancelled = live.cancelling_since is not None  # by a cancel or the deadline: what it finished is kept
             self._set(live.name, JobState.CANCELLED if cancelled else JobState.SUCCEEDED,
                       folds=len(out.folds), cv_score=out.cv_score())
             return
@@ -222,22 +242,44 @@ class Driver:
         """Apply cancel requests, the deadline, and force on jobs that do not answer a cancel."""
         for req in self.record.take_cancel_requests():
             self.cancel(list(self.live) if req == "*" else [req], "cancel requested")
-        if self._past_deadline():
-            self.cancel([n for n, s in self.state.items() if not s.terminal], "training deadline reached")
-        now = time.time()
-        for live in self.live.values():
-            if self.state[live.name].terminal or live.cancelling_since is None or live.result is None:
-                continue
-            if self.state[live.name] == JobState.PENDING:  # never started: nothing to hand back
-                ray.kill(live.actor, no_restart=True)
-                live.actor = live.result = live.poll = None
-                self._set(live.name, JobState.CANCELLED, reason="cancelled before it started")
-            elif now - live.cancelling_since > CANCEL_GRACE_S:
+        unfinished = {n: self.live[n].cancelling_since for n, s in self.state.items() if not s.terminal}
+        for stop in budget.deadline_actions(time.time(), self.deadline, self.grace_s, unfinished):
+            live = self.live[stop.job]
+            if stop.action == "ask":
+                self.cancel([stop.job], stop.reason)
+            elif live.result is not None:
                 self._drain(live)
                 ray.kill(live.actor, no_restart=True)
                 live.actor = live.result = live.poll = None
-                self._log(live.name, f"did not stop within {CANCEL_GRACE_S:.0f}s of its cancel: killed")
-                self._set(live.name, JobState.CANCELLED, reason="killed: did not answer its cancel")
+                self._log(live.name, f"{stop.reason}: killed")
+                self._set(live.name, JobState.CANCELLED, reason=f"killed: {stop.reason}")
+        for live in self.live.values():  # a job asked to stop before it started has nothing to hand back
+            if self.state[live.name] == JobState.PENDING and live.cancelling_since is not None and live.actor:
+                ray.kill(live.actor, no_restart=True)
+                live.actor = live.result = live.poll = None
+                self._set(live.name, JobState.CANCELLED, reason="cancelled before it started")
+
+    def _budget(self) -> None:
+        """Estimate the plan's finish from measured epochs; cut folds, then epochs, when it passes 80 %."""
+        progress = []
+        for name, live in self.live.items():
+            if self.state[name] != JobState.RUNNING or live.cancelling_since is not None:
+                continue
+            spec = self.plan.job(name)
+            t = live.timing
+            planned_epochs = t.get("epochs") or getattr(spec, "epochs", 1)
+            progress.append(budget.JobProgress(
+                name=name, folds=min(spec.folds, live.limits.get("folds", spec.folds)),
+                epochs=min(planned_epochs, live.limits.get("epochs", planned_epochs)),
+                folds_done=t.get("folds_done", 0), epoch_in_fold=t.get("epoch_in_fold", 0),
+                seconds_per_epoch=(sum(t["epoch_s"]) / len(t["epoch_s"])) if t.get("epoch_s") else None,
+                epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
+                started_at=live.started, cuttable=spec.kind == "timm"))
+        for cut in budget.decide_cuts(progress, time.time(), self.started_at, self.deadline):
+            live = self.live[cut.job]
+            live.limits[cut.what] = cut.new
+            live.actor.set_limits.remote({cut.what: cut.new})
+            self.record.event("budget_cut", cut.job, what=cut.what, old=cut.old, new=cut.new, reason=cut.reason)
 
     # --- the loop -------------------------------------------------------------------------------------------
 
@@ -262,6 +304,7 @@ class Driver:
                         self._finish(results[ref])
                 else:
                     time.sleep(self.opts.poll_s)
+                self._budget()
                 self._enforce()
                 self.on_update(self)
         except KeyboardInterrupt:
@@ -276,7 +319,7 @@ class Driver:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
         try:
             self.cancel([n for n, s in self.state.items() if not s.terminal], why)
-            end = time.time() + CANCEL_GRACE_S
+            end = time.time() + self.grace_s
             while time.time() < end and not all(s.terminal for s in self.state.values()):
                 results = {l.result: l for l in self.live.values() if l.result is not None}
                 done, _ = ray.wait(list(results), num_returns=len(results), timeout=0.5) if results else ([], [])

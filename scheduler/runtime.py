@@ -102,6 +102,7 @@ class _JobActor:
         self._events: list[dict] = []
         self._stop = threading.Event()
         self._deadline: float | None = None
+        self._limits: dict = {}
 
     def environment(self) -> dict:
         """What the job sees: its device, its process, its node (for checks and telemetry)."""
@@ -124,6 +125,10 @@ class _JobActor:
 
     def set_deadline(self, deadline: float | None) -> None:
         self._deadline = deadline
+
+    def set_limits(self, limits: dict) -> None:
+        """The budget's cuts (``folds``, ``epochs``); the job reads them at its next fold or epoch."""
+        self._limits = {**self._limits, **limits}
 
     def _should_stop(self) -> bool:
         return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)
@@ -155,7 +160,7 @@ class _JobActor:
                 name=self.job, workdir=Path(workdir), cpus=threads, device="cuda" if cuda else "cpu",
                 rehearsal=not cuda, metric=settings["metric"], seed=settings["seed"], deadline=self._deadline,
                 gpu_memory_mib=settings.get("gpu_memory_mib"), memory_fraction=settings.get("memory_fraction"),
-                report=self._report, should_stop=self._should_stop,
+                report=self._report, should_stop=self._should_stop, limits=lambda: dict(self._limits),
             )
             Path(workdir).mkdir(parents=True, exist_ok=True)
             self._report("log", {"line": f"{self.job}: {'CUDA' if cuda else 'CPU rehearsal'}, {threads} thread(s), "

@@ -48,6 +48,18 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
         blend = ensemble.blend(preds, truth, test_ids, metric, method)
         test_pred, classes, notes = blend.test_pred, blend.classes, list(blend.notes)
         ens_cv, weights, job_scores = blend.oof_score, blend.weights, blend.job_scores
+    elif partials := [p for p in (outputs.load_partial(d) for d in sorted((record.dir / "jobs").glob("*"))) if p]:
+        from scheduler.metrics import get as get_metric
+
+        m = get_metric(metric)
+        score, best = partials[0]
+        for s, p in partials[1:]:
+            if m.better(s, score):
+                score, best = s, p
+        test_pred = pd.DataFrame(best.test_pred, index=best.test_ids).reindex(test_ids).to_numpy()
+        classes, ens_cv, weights, job_scores = best.classes, None, {best.job: 1.0}, {best.job: score}
+        notes.append(f"NO JOB FINISHED A FOLD: this submission comes from {best.job}'s partial model (a fold cut short "
+                     f"by the budget, {metric} {score:.4f} on its validation rows), not from a cross-validated job")
     else:
         test_pred = ensemble.class_prior(comp.train[comp.target_col], comp.classes, len(test_ids))
         classes, ens_cv, weights, job_scores = comp.classes, None, {}, {}

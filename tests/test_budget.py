@@ -1,0 +1,69 @@
+"""Budget decisions on made-up observation sequences: a 100 s training window starting at t=0."""
+
+from scheduler.budget import JobProgress, decide_cuts, deadline_actions, grace_s, plan_finish, remaining_s
+
+START, DEADLINE = 0.0, 100.0
+
+
+def job(name, folds=5, epochs=10, done=0, epoch=1, spe=1.0, **kw):
+    return JobProgress(name, folds, epochs, folds_done=done, epoch_in_fold=epoch, seconds_per_epoch=spe, **kw)
+
+
+def test_on_schedule_no_cuts():
+    # 5 folds × 10 epochs × 1.5 s = 75 s, 1 epoch done at t=1.5: finish 75 s < 80 s
+    assert decide_cuts([job("a", spe=1.5)], 1.5, START, DEADLINE) == []
+
+
+def test_slower_than_planned_cuts_folds_first_then_epochs():
+    # 5 × 10 × 4 s = 200 s: folds 5 → 3 (116 s more) → 1 (36 s): finish 40 s, inside 80 s
+    cuts = decide_cuts([job("slow", spe=4.0)], 4.0, START, DEADLINE)
+    assert [(c.what, c.old, c.new) for c in cuts] == [("folds", 5, 3), ("folds", 3, 1)]
+    assert "80 %" in cuts[0].reason and "folds 5 → 3" in cuts[0].reason
+    # even 1 fold is too long at 12 s an epoch (108 s more): epochs are cut next, by 40 %
+    cuts = decide_cuts([job("slower", spe=12.0)], 12.0, START, DEADLINE)
+    assert [(c.what, c.new) for c in cuts][:2] == [("folds", 3), ("folds", 1)]
+    assert ("epochs", 10, 6) in [(c.what, c.old, c.new) for c in cuts]
+
+
+def test_the_most_expensive_job_is_cut_first():
+    cheap, costly = job("cheap", spe=1.0), job("costly", spe=3.0)  # 50 s vs 150 s remaining
+    cuts = decide_cuts([cheap, costly], 1.0, START, DEADLINE)
+    assert cuts[0].job == "costly"
+    assert all(c.job == "costly" for c in cuts)  # cutting it alone suffices: cheap ends at 50 s
+
+
+def test_early_stopping_shortens_the_estimate():
+    # folds finish after 4 of 10 epochs: 4 folds left × 4 epochs × 4 s = 64 s + current fold → no cut
+    p = job("early", done=1, epoch=0, spe=4.0, epochs_per_finished_fold=4.0)
+    assert remaining_s(p) == (4 + 3 * 4) * 4.0
+    assert decide_cuts([p], 10.0, START, DEADLINE) == []  # ends at 74 s
+    assert decide_cuts([job("early", done=1, epoch=0, spe=4.0)], 10.0, START, DEADLINE)  # 4 × 10 × 4 s: cut
+
+
+def test_finished_folds_and_the_fold_under_way_are_never_cut():
+    p = job("a", folds=5, done=2, epoch=3, spe=5.0)  # folds 0, 1 finished, fold 2 under way
+    cuts = decide_cuts([p], 80.0, START, DEADLINE)
+    assert all(c.new >= 3 for c in cuts if c.what == "folds")
+
+
+def test_a_job_without_a_measured_epoch_is_not_guessed():
+    hanging = JobProgress("hang", 5, 10, seconds_per_epoch=None)
+    assert remaining_s(hanging) is None and plan_finish([hanging], 50.0) is None
+    assert decide_cuts([hanging], 50.0, START, DEADLINE) == []
+
+
+def test_jobs_that_cannot_be_resized_are_left_alone():
+    assert decide_cuts([job("cmd", spe=10.0, cuttable=False)], 10.0, START, DEADLINE) == []
+
+
+def test_deadline_asks_then_kills_one_that_hangs():
+    assert deadline_actions(99.0, DEADLINE, 5.0, {"a": None}) == []
+    asked = deadline_actions(100.0, DEADLINE, 5.0, {"a": None, "b": None})
+    assert [(s.job, s.action) for s in asked] == [("a", "ask"), ("b", "ask")]
+    assert deadline_actions(103.0, DEADLINE, 5.0, {"a": 100.0}) == []  # still within its grace
+    kill = deadline_actions(105.5, DEADLINE, 5.0, {"a": 100.0})
+    assert [(s.job, s.action) for s in kill] == [("a", "kill")]
+
+
+def test_grace_fits_inside_the_reserve():
+    assert grace_s(60, 0.15) == 4.5 and grace_s(3600, 0.15) == 15.0 and grace_s(10, 0.1) == 2.0
