@@ -51,6 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
     es.add_argument("--json", action="store_true")
     es.set_defaults(func=cmd_estimate)
 
+    en = verbs.add_parser("ensemble", help="re-blend a finished run's predictions without retraining")
+    en.add_argument("run", help="the run's folder")
+    en.add_argument("--method", choices=["mean", "weighted", "rank", "hill_climb", "stack"],
+                    help="default: the plan's")
+    en.add_argument("--metric", choices=["accuracy", "log_loss", "auc", "f1_macro", "qwk", "rmse", "mae"],
+                    help="default: the plan's")
+    en.add_argument("--json", action="store_true")
+    en.set_defaults(func=cmd_ensemble)
+
     st = verbs.add_parser("status", help="a run's jobs: state, wave, device, progress, scores")
     st.add_argument("run", nargs="?", help="the run's folder (default: the newest under runs/)")
     st.add_argument("--json", action="store_true")
@@ -122,6 +131,25 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps({"run_dir": str(record.dir), **info, "jobs": jobs}))
     else:
         console.print(run_table(jobs, f"{record.dir}  ({info.get('status', '?')})"))
+    return 0
+
+
+def cmd_ensemble(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.runstate import RunRecord
+    from scheduler.submit import write_submission
+    from scheduler.views import show_summary
+
+    record = RunRecord.open_existing(_run_dir(args.run))
+    info = record.run_info()
+    if info.get("status") == "running":
+        raise UserError(f"run {record.dir} is still running; re-blend it once it has finished")
+    method = args.method or info.get("ensemble_method", "hill_climb")
+    metric = args.metric or info.get("metric", "accuracy")
+    summary = write_submission(record, method, metric)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        show_summary(summary, console)
     return 0
 
 

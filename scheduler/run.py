@@ -370,7 +370,8 @@ def prepare_folder(dry: DryRun, run_dir: Path, plan_file: Path | None) -> RunRec
         shutil.copy(plan_file, run_dir / "plan.yaml")
     (run_dir / "placement.json").write_text(json.dumps(dry.to_json(), indent=2))
     record.set_run(plan=dry.plan.name, started=time.time(), status="running", band=list(dry.plan.band),
-                   budget_s=dry.plan.budget, hardware=dry.hardware.profile, metric=dry.plan.metric)
+                   budget_s=dry.plan.budget, hardware=dry.hardware.profile, metric=dry.plan.metric,
+                   ensemble_method=dry.plan.ensemble.method)
     for a in dry.placement.assignments:
         record.add_job(a.job, dry.plan.job(a.job).kind, a.wave, a.node, a.device, a.gpu_memory_mib, a.cpus)
     return record

@@ -120,3 +120,26 @@ def test_cancel_in_the_middle_leaves_a_consistent_folder(ray_cluster, tmp_path, 
     events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
     assert events[-1]["event"] == "run_end"
     assert RunRecord.open_existing(run_dir).run_info()["status"] == "finished"
+
+
+def test_budget_cuts_and_the_deadline_still_give_a_submission(ray_cluster, tmp_path, digits_dir):
+    jobs = [
+        {"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 30, "resources": {"cpus": 1}},
+        {"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 32, "epochs": 3,
+         "folds": 5, "resources": {"cpus": 1, "gpu_memory": "4GB"}},
+        command_job("hangs", SLEEP=1000),  # never writes a fold; must be stopped by the deadline
+    ]
+    t0 = time.time()
+    dry, summary = run_plan(jobs, tmp_path, digits_dir, budget="30s")
+    elapsed = time.time() - t0
+    run_dir = tmp_path / "run"
+    assert elapsed < 30 + 8, elapsed
+    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    cuts = [e for e in events if e["event"] == "budget_cut"]
+    assert cuts and all(e["job"] == "r18" for e in cuts) and cuts[0]["what"] == "folds"
+    assert "80 %" in cuts[0]["reason"]
+    final = states(run_dir)
+    assert final["hangs"] == "CANCELLED" and final["lgbm"] == "SUCCEEDED"
+    sub = pd.read_csv(run_dir / "submission.csv")
+    assert len(sub) == 360 and sub["label"].between(0, 9).all()
+    assert summary["ensemble_cv"] is not None
