@@ -87,3 +87,21 @@ def test_probability_columns_follow_the_sample():
 def test_class_prior_is_the_last_resort():
     p = class_prior(pd.Series([0, 0, 0, 1]), CLASSES, 3)
     np.testing.assert_allclose(p, [[.75, .25]] * 3)
+
+
+def test_rank_averages_ranks_not_probabilities():
+    from scheduler.ensemble import _ranks
+
+    # column-wise ranks scaled by the row count: [.8, .3] -> [2, 1] / 2
+    np.testing.assert_allclose(_ranks(np.array([[.8, .2], [.3, .7]])), [[1.0, .5], [.5, 1.0]])
+    r = blend([A, B], TRUTH, TEST_IDS, "auc", "rank")
+    # a alone: P(class 1) on rows 10..13 = .1 .8 .4 .3 with truth 0 1 1 0: every positive above every negative: AUC 1
+    assert r.job_scores["a"] == pytest.approx(1.0)
+    assert r.oof_score == pytest.approx(1.0)
+
+
+def test_hill_climb_starts_from_the_best_job_and_adds_only_what_helps():
+    r = blend([A, B], TRUTH, TEST_IDS, "accuracy", "hill_climb")
+    # a alone scores .75; a+b averaged also scores .75 (see test_mean): no strict gain, so b is never added
+    assert r.weights == {"a": 1.0, "b": 0.0} and r.oof_score == pytest.approx(0.75)
+    np.testing.assert_allclose(r.test_pred, A.test_pred)
