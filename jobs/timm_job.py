@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from jobs.data import Competition, split_folds
 from jobs.memory import CudaMemory, SimulatedDevice
+from jobs.throughput import ThroughputWindow
 from scheduler.autotune import MIN_STEPS, BatchTuner, Observation, is_oom
 from scheduler.metrics import get as get_metric
 from scheduler.plan import TimmJob
@@ -467,6 +468,7 @@ def _train_fold(k, spec, ctx, scale, metric, trainer, train_loader, val_loader, 
                 step_times, rates, peaks, tuning: _Tuning):
     """Train one fold; returns (best state, its validation predictions, its score, epochs run, samples/s)."""
     best_state, best_val, best_score = None, None, None
+    window = ThroughputWindow(ctx.report)
     since_best = 0
     epochs_run = 0
     fold_samples, fold_seconds = 0, 0.0
@@ -477,7 +479,9 @@ def _train_fold(k, spec, ctx, scale, metric, trainer, train_loader, val_loader, 
         losses, times, samples, seconds, steps = [], [], 0, 0.0, 0
         step_time = 0.0
         sampler = train_loader.batch_sampler
+        fetch_start = time.perf_counter()
         for batch in train_loader:
+            waited = time.perf_counter() - fetch_start
             ctx.check_stop()
             oom = False
             try:
@@ -489,8 +493,18 @@ def _train_fold(k, spec, ctx, scale, metric, trainer, train_loader, val_loader, 
                 oom = True
             if oom:
                 tuning.after_oom(trainer, sampler, trainer.optimizer_steps)
+                fetch_start = time.perf_counter()
                 continue
             tuning.after_step(trainer, sampler, trainer.optimizer_steps)
+            window.add(r.samples, r.seconds, waited)
+            if window.due():
+                mem = tuning.memory
+                window.flush(fold=k, epoch=epoch + 1, batch_size=tuning.tuner.batch_size,
+                             gpu_mem_peak_mib=None if mem is None else mem.peak_mib(),
+                             gpu_mem_reserved_mib=None if mem is None else mem.reserved_mib(),
+                             gpu_share_mib=None if mem is None else mem.share_mib,
+                             gpu_mem_simulated=bool(mem and mem.simulated), params=tuning.params)
+            fetch_start = time.perf_counter()
             losses.append(r.loss)
             samples += r.samples
             seconds += r.seconds

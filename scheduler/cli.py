@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_status)
 
+    tp = verbs.add_parser("top", help="a live table of a run's jobs (one started elsewhere), until it ends")
+    tp.add_argument("run", nargs="?", help="the run's folder (default: the newest under runs/)")
+    tp.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    tp.add_argument("--once", action="store_true", help="print the table once and exit")
+    tp.set_defaults(func=cmd_top)
+
     lg = verbs.add_parser("logs", help="a job's log in a run")
     lg.add_argument("run")
     lg.add_argument("job")
@@ -150,6 +156,38 @@ def cmd_ensemble(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps(summary))
     else:
         show_summary(summary, console)
+    return 0
+
+
+def cmd_top(args: argparse.Namespace, console: Console) -> int:
+    import time
+
+    from rich.live import Live
+
+    from scheduler.runstate import RunRecord
+    from scheduler.units import format_duration
+    from scheduler.views import run_table
+
+    record = RunRecord.open_existing(_run_dir(args.run))
+
+    def table():
+        info = record.run_info()
+        now = info.get("finished") or time.time()
+        elapsed = format_duration(now - info.get("started", now))
+        left = format_duration(max(0.0, info["deadline"] - now)) if info.get("deadline") else "—"
+        status = info.get("status", "?")
+        title = f"{record.dir} ({status}) — {elapsed} elapsed, {left} of training left"
+        return run_table(record.jobs(), title), status
+
+    t, status = table()
+    if args.once or status != "running":
+        console.print(t)
+        return 0
+    with Live(t, console=console, refresh_per_second=4) as live:
+        while status == "running":
+            time.sleep(args.interval)
+            t, status = table()
+            live.update(t)
     return 0
 
 

@@ -87,6 +87,7 @@ class Driver:
         self.builtin: str | None = None
         self.cluster: runtime.Cluster | None = None
         self.interrupted = False
+        self.watcher = None
 
     # --- launching ------------------------------------------------------------------------------------------
 
@@ -138,6 +139,8 @@ class Driver:
                 continue
             self.record.event(kind, name, **{k: v for k, v in ev.items() if k != "time"}, job_time=ev.get("time"))
             self._time(live, kind, ev)
+            if self.watcher is not None:
+                self.watcher.observe(name, kind, ev)
             if kind in ("epoch", "fold"):
                 live.progress.update({k: v for k, v in ev.items() if k != "time"})
                 if kind == "fold":
@@ -176,6 +179,8 @@ class Driver:
             if live.started is None and self.state[live.name] == JobState.PENDING:
                 live.started = time.time()
                 self._set(live.name, JobState.RUNNING, attempt=live.attempt)
+                if self.watcher is not None:
+                    self.watcher.started(live.name, live.actor)
             self._take_events(live.name, events)
             if not self.state[live.name].terminal:
                 live.poll = live.actor.poll.remote(live.seen)
@@ -275,6 +280,10 @@ class Driver:
                 seconds_per_epoch=(sum(t["epoch_s"]) / len(t["epoch_s"])) if t.get("epoch_s") else None,
                 epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
                 started_at=live.started, cuttable=spec.kind == "timm"))
+        for p in progress:
+            eta = budget.remaining_s(p)
+            if eta is not None:
+                self.live[p.name].progress["eta_s"] = round(eta, 1)
         for cut in budget.decide_cuts(progress, time.time(), self.started_at, self.deadline):
             live = self.live[cut.job]
             live.limits[cut.what] = cut.new
@@ -291,6 +300,9 @@ class Driver:
                           training_deadline_s=round(self.deadline - self.started_at, 1))
         self.cluster = runtime.start(self.dry.hardware, self.plan.band[1], self.opts.address, self.opts.dashboard)
         self.record.set_run(dashboard=self.cluster.dashboard_url, ray_address=self.cluster.address)
+        from scheduler.watch import Watcher
+
+        self.watcher = Watcher(self)
         self.on_start(self)
         try:
             for a in sorted(self.dry.placement.assignments, key=lambda a: a.wave):
@@ -306,12 +318,14 @@ class Driver:
                     time.sleep(self.opts.poll_s)
                 self._budget()
                 self._enforce()
+                self.watcher.tick()
                 self.on_update(self)
         except KeyboardInterrupt:
             self.interrupted = True
             self._stop_all("interrupted (Ctrl-C)")
             raise
         finally:
+            self.watcher.close()
             self.cluster.stop()
 
     def _stop_all(self, why: str) -> None:

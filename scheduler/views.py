@@ -85,24 +85,36 @@ def _bar(done: float, total: float, width: int = 10) -> str:
 
 
 def run_table(jobs: list[dict], title: str) -> Table:
-    """Per job: state, wave, device, fold and epoch progress, score so far. ``jobs`` are RunRecord.jobs() rows."""
+    """Per job: state, wave, device, memory against its share, utilisation, throughput, fold and epoch progress,
+    time left, score. ``jobs`` are RunRecord.jobs() rows; figures missing show as a dash."""
     colours = {"PENDING": "dim", "RUNNING": "cyan", "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "yellow"}
     t = Table(title=title, title_justify="left")
-    for col in ("job", "state", "wave", "device", "MiB", "folds", "epoch", "samples/s", "score"):
-        t.add_column(col, justify="right" if col in ("wave", "MiB", "samples/s", "score") else "left", no_wrap=True)
+    right = ("wave", "memory", "util", "samples/s", "left", "score")
+    for col in ("job", "state", "wave", "device", "memory", "util", "samples/s", "folds", "epoch", "left", "score"):
+        t.add_column(col, justify="right" if col in right else "left", no_wrap=True,
+                     min_width=len(col), overflow="ellipsis" if col == "job" else "fold")
     for j in jobs:
         p = j.get("progress") or {}
         folds_total = p.get("folds") or 0
         folds_done = p.get("folds_done", 0)
-        fold_cell = f"{_bar(folds_done, folds_total, 6)} {folds_done}/{folds_total}" if folds_total else "—"
-        epoch_cell = (f"{_bar(p['epoch'], p['epochs'], 6)} {p['epoch']}/{p['epochs']}"
+        fold_cell = f"{_bar(folds_done, folds_total, 4)} {folds_done}/{folds_total}" if folds_total else "—"
+        epoch_cell = (f"{_bar(p['epoch'], p['epochs'], 4)} {p['epoch']}/{p['epochs']}"
                       if p.get("epochs") and "epoch" in p else "—")
-        device = "CPU" if j["device"] is None else f"{j['node']}:{j['device']}"
+        device = "CPU" if j["device"] is None else (str(j["device"]) if j["node"] == "local" else f"{j['node']}:{j['device']}")
+        share = j["gpu_memory_mib"]
+        used = p.get("gpu_memory_mib")
+        if share:
+            sim = "~" if p.get("gpu_memory_simulated") else ""
+            memory = f"{sim}{used / 1024:.1f}/{share / 1024:.1f}G" if used is not None else f"—/{share / 1024:.1f}G"
+        else:
+            memory = "—"
+        util = p.get("gpu_utilization")
         sps = p.get("samples_per_s")
+        left = format_duration(p.get("eta_s")) if j["state"] == "RUNNING" and p.get("eta_s") is not None else "—"
         score = j.get("cv_score") if j.get("cv_score") is not None else p.get("val_score", p.get("score"))
-        t.add_row(j["name"], f"[{colours.get(j['state'], '')}]{j['state']}[/]", str(j["wave"]), device,
-                  f"{j['gpu_memory_mib']:,}" if j["gpu_memory_mib"] else "—", fold_cell, epoch_cell,
-                  "—" if sps is None else f"{sps:,.0f}", "—" if score is None else f"{score:.4f}")
+        t.add_row(j["name"], f"[{colours.get(j['state'], '')}]{j['state'][:9]}[/]", str(j["wave"]), device, memory,
+                  "—" if util is None else f"{util:.0%}", "—" if sps is None else f"{sps:,.0f}", fold_cell,
+                  epoch_cell, left, "—" if score is None else f"{score:.4f}")
     return t
 
 

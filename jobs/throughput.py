@@ -1,0 +1,54 @@
+"""Throughput as a job measures it: samples/s, batches/min, step time (median, p95) and the share of wall time spent
+waiting for the next batch (the input pipeline starving the device), reported every few seconds as a ``sample``."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+SAMPLE_EVERY_S = 3.0
+
+
+def p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+
+
+class ThroughputWindow:
+    def __init__(self, report: Callable[[str, dict], None], every_s: float = SAMPLE_EVERY_S, clock=time.perf_counter):
+        self.report, self.every_s, self.clock = report, every_s, clock
+        self._reset(clock())
+
+    def _reset(self, now: float) -> None:
+        self.start, self.samples, self.steps, self.wait_s = now, 0, 0, 0.0
+        self.step_s: list[float] = []
+
+    def add(self, samples: int, step_s: float, wait_s: float) -> None:
+        self.samples += samples
+        self.steps += 1
+        self.step_s.append(step_s)
+        self.wait_s += wait_s
+
+    def due(self) -> bool:
+        return self.steps > 0 and self.clock() - self.start >= self.every_s
+
+    def flush(self, **extra) -> dict | None:
+        """Report the window's figures (with ``extra``, e.g. memory) and start a new window."""
+        now = self.clock()
+        wall = now - self.start
+        if not self.steps or wall <= 0:
+            return None
+        figures = {
+            "samples_per_s": self.samples / wall,
+            "batches_per_min": self.steps * 60.0 / wall,
+            "step_time_median_s": statistics.median(self.step_s),
+            "step_time_p95_s": p95(self.step_s),
+            "data_wait_share": min(1.0, self.wait_s / wall),
+            **extra,
+        }
+        self.report("sample", figures)
+        self._reset(now)
+        return figures

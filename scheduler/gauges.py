@@ -1,0 +1,33 @@
+"""gpupack's figures as Prometheus gauges through ``ray.util.metrics``, so they reach the Ray dashboard's metrics view
+(and Prometheus/Grafana through ``ray metrics launch-prometheus``). Tagged ``plan``, ``job``, ``device``."""
+
+from __future__ import annotations
+
+MIB = 1024 * 1024
+
+_SPECS = {
+    "gpupack_job_samples_per_second": "Training samples per second, as the job measures it",
+    "gpupack_job_gpu_memory_bytes": "GPU memory of the job's processes (NVML per process, or the simulated device)",
+    "gpupack_job_gpu_memory_share_bytes": "The job's share of its device's memory",
+    "gpupack_job_gpu_utilization_ratio": "The job's share of SM time, where the driver gives it",
+    "gpupack_job_step_time_seconds": "Median training step time",
+    "gpupack_job_data_wait_ratio": "Share of wall time a job waits for its next batch",
+    "gpupack_job_cpu_percent": "CPU use of the job's processes",
+    "gpupack_device_memory_used_bytes": "Device memory in use",
+    "gpupack_device_utilization_ratio": "Device utilisation",
+}
+TAGS = ("plan", "job", "device")
+
+
+class Gauges:
+    """Created lazily: ``ray.util.metrics`` needs a connected Ray. A figure that is None is not set."""
+
+    def __init__(self):
+        from ray.util.metrics import Gauge
+
+        self._g = {name: Gauge(name, description=desc, tag_keys=TAGS) for name, desc in _SPECS.items()}
+
+    def set(self, name: str, value: float | None, plan: str, job: str = "", device: str = "") -> None:
+        if value is None:
+            return
+        self._g[name].set(float(value), tags={"plan": plan, "job": job, "device": device})

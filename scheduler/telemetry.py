@@ -1,0 +1,182 @@
+"""What every job uses, sampled from outside it: NVML on a GPU machine, psutil and the simulated device without one.
+
+A snapshot is plain data (nvitop's habit): per device memory used/total and utilisation; per job its processes' GPU
+memory (NVML's per-process ``usedGpuMemory``, the figure that counts for packing), SM utilisation where the driver
+gives it, CPU and resident memory. A figure the backend cannot give is ``None``, never an exception: a driver without
+per-process utilisation, a device that disappears mid-run, a process that has just exited.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class DeviceSample:
+    index: int
+    memory_used_mib: float | None
+    memory_total_mib: float | None
+    utilization: float | None  # 0..1
+    gone: bool = False
+
+
+@dataclass
+class JobSample:
+    job: str
+    pids: list[int]
+    gpu_memory_mib: float | None  # as NVML sees the job's processes (or the simulated device on the CPU)
+    gpu_utilization: float | None  # the job's share of SM time, 0..1, where the driver gives it
+    cpu_percent: float | None
+    rss_mib: float | None
+    simulated: bool = False
+
+
+@dataclass
+class Snapshot:
+    time: float
+    backend: str  # "nvml" or "cpu"
+    devices: list[DeviceSample] = field(default_factory=list)
+    jobs: list[JobSample] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a command job's script runs as a child of the job's actor)."""
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        return [pid] + [c.pid for c in proc.children(recursive=True)]
+    except Exception:
+        return [pid]
+
+
+def _cpu(pids: list[int], cache: dict) -> tuple[float | None, float | None]:
+    """CPU % (since the last call for the same process) and RSS in MiB over ``pids``."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        return None, None
+    cpu = rss = 0.0
+    seen = False
+    for pid in pids:
+        try:
+            proc = cache.get(pid)
+            if proc is None:
+                proc = cache[pid] = psutil.Process(pid)
+                proc.cpu_percent(None)  # the first call only starts the clock
+            with proc.oneshot():
+                cpu += proc.cpu_percent(None)
+                rss += proc.memory_info().rss / MIB
+            seen = True
+        except Exception:
+            cache.pop(pid, None)
+    return (cpu, rss) if seen else (None, None)
+
+
+class NvmlTelemetry:
+    """Reads NVML. ``nvml`` is the ``pynvml`` module, or a fake of it in tests."""
+
+    backend = "nvml"
+
+    def __init__(self, nvml=None):
+        if nvml is None:
+            import pynvml as nvml
+        self.nvml = nvml
+        self.nvml.nvmlInit()
+        self._procs: dict = {}
+        self._last_util_ts = 0
+
+    def close(self) -> None:
+        try:
+            self.nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except Exception:
+            return None
+
+    def sample(self, pids_by_job: dict[str, int], device_by_job: dict[str, int | None]) -> Snapshot:
+        nv = self.nvml
+        snap = Snapshot(time.time(), self.backend)
+        count = self._call(nv.nvmlDeviceGetCount) or 0
+        per_pid_mem: dict[int, float] = {}
+        per_pid_util: dict[int, float] = {}
+        util_known: set[int] = set()
+        for i in range(count):
+            h = self._call(nv.nvmlDeviceGetHandleByIndex, i)
+            mem = self._call(nv.nvmlDeviceGetMemoryInfo, h) if h is not None else None
+            if h is None or mem is None:
+                snap.devices.append(DeviceSample(i, None, None, None, gone=True))
+                continue
+            util = self._call(nv.nvmlDeviceGetUtilizationRates, h)
+            snap.devices.append(DeviceSample(i, mem.used / MIB, mem.total / MIB, None if util is None else util.gpu / 100))
+            for p in self._call(nv.nvmlDeviceGetComputeRunningProcesses, h) or []:
+                used = getattr(p, "usedGpuMemory", None)
+                if used is not None:
+                    per_pid_mem[p.pid] = per_pid_mem.get(p.pid, 0.0) + used / MIB
+            samples = self._call(nv.nvmlDeviceGetProcessUtilization, h, self._last_util_ts)
+            if samples is not None:
+                util_known.add(i)
+                for s in samples:
+                    per_pid_util[s.pid] = max(per_pid_util.get(s.pid, 0.0), s.smUtil / 100)
+        self._last_util_ts = int(time.time() * 1e6) - 5_000_000
+        for job, pid in pids_by_job.items():
+            pids = _tree(pid)
+            mems = [per_pid_mem[p] for p in pids if p in per_pid_mem]
+            dev = device_by_job.get(job)
+            if dev is not None and dev in util_known:
+                util = sum(per_pid_util.get(p, 0.0) for p in pids)
+            else:
+                util = None
+            cpu, rss = _cpu(pids, self._procs)
+            snap.jobs.append(JobSample(job, pids, sum(mems) if mems else None, util, cpu, rss))
+        return snap
+
+
+class CpuTelemetry:
+    """For machines without a GPU: psutil for CPU and memory; GPU memory is the simulated device's, as the jobs
+    report it (the estimator's figure for their current batch)."""
+
+    backend = "cpu"
+
+    def __init__(self):
+        self._procs: dict = {}
+
+    def close(self) -> None:
+        pass
+
+    def sample(self, pids_by_job: dict[str, int], device_by_job: dict[str, int | None],
+               simulated_mib: dict[str, float | None] | None = None, devices: list[int] | None = None,
+               device_total_mib: dict[int, float] | None = None) -> Snapshot:
+        snap = Snapshot(time.time(), self.backend)
+        simulated_mib = simulated_mib or {}
+        for job, pid in pids_by_job.items():
+            pids = _tree(pid)
+            cpu, rss = _cpu(pids, self._procs)
+            sim = simulated_mib.get(job)
+            snap.jobs.append(JobSample(job, pids, sim, None, cpu, rss, simulated=sim is not None))
+        for dev in devices or []:
+            used = sum(simulated_mib.get(j) or 0.0 for j, d in device_by_job.items() if d == dev and j in pids_by_job)
+            snap.devices.append(DeviceSample(dev, used, (device_total_mib or {}).get(dev), None))
+        return snap
+
+
+def open_backend(nvml=None):
+    """NVML when it starts and sees a device; the CPU backend otherwise (never an exception)."""
+    try:
+        t = NvmlTelemetry(nvml)
+        if (t._call(t.nvml.nvmlDeviceGetCount) or 0) > 0:
+            return t
+        t.close()
+    except Exception:
+        pass
+    return CpuTelemetry()
