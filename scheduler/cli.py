@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_status)
 
+    rp = verbs.add_parser("report", help="(re)build a run's report.html: memory timeline, throughput, scores")
+    rp.add_argument("run", nargs="?")
+    rp.set_defaults(func=cmd_report)
+
     tp = verbs.add_parser("top", help="a live table of a run's jobs (one started elsewhere), until it ends")
     tp.add_argument("run", nargs="?", help="the run's folder (default: the newest under runs/)")
     tp.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
@@ -156,6 +160,13 @@ def cmd_ensemble(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps(summary))
     else:
         show_summary(summary, console)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.report import build
+
+    console.print(f"report: {build(_run_dir(args.run))}")
     return 0
 
 

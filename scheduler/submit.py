@@ -29,6 +29,13 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
     record.set_run(status="interrupted" if interrupted else "finished", finished=time.time())
     record.event("run_end", status="interrupted" if interrupted else "finished", ensemble_cv=summary["ensemble_cv"])
     summary["status"] = "interrupted" if interrupted else "finished"
+    try:
+        from scheduler.report import build
+
+        summary["report"] = str(build(record.dir))
+    except Exception as e:  # the submission is written; a failed picture must not hide it
+        summary["report"] = None
+        record.event("note", note=f"report.html could not be made: {e!r}")
     if interrupted:
         raise KeyboardInterrupt(summary)
     return summary

@@ -134,3 +134,5 @@ def show_summary(summary: dict, console: Console) -> None:
         console.print(f"held-out {summary['metric']} of submission.csv on the competition's test labels: "
                       f"[bold]{summary['held_out_score']:.4f}[/]")
     console.print(f"submission: {summary['submission']}")
+    if summary.get("report"):
+        console.print(f"report: {summary['report']}")
