@@ -143,3 +143,44 @@ def test_budget_cuts_and_the_deadline_still_give_a_submission(ray_cluster, tmp_p
     sub = pd.read_csv(run_dir / "submission.csv")
     assert len(sub) == 360 and sub["label"].between(0, 9).all()
     assert summary["ensemble_cv"] is not None
+
+
+def test_running_job_figures_reach_the_metrics_endpoint_status_and_report(ray_cluster, tmp_path, digits_dir, run_cli):
+    import urllib.request
+
+    port = ray_cluster.nodes()[0]["MetricsExportPort"]
+    found = {}
+
+    def scrape():
+        while "done" not in found:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+            except Exception:
+                body = ""
+            for line in body.splitlines():
+                for name in ("gpupack_job_samples_per_second", "gpupack_job_gpu_memory_bytes",
+                             "gpupack_device_memory_used_bytes"):
+                    if line.startswith(f"ray_{name}{{") and ('job="r18"' in line or "device_" in name):
+                        found[name] = line
+            time.sleep(1)
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    scraper.start()
+    jobs = [{"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 32, "epochs": 3,
+             "folds": 3, "resources": {"cpus": 1}}]
+    dry, summary = run_plan(jobs, tmp_path, digits_dir)
+    found["done"] = True
+    scraper.join(5)
+    assert "gpupack_job_samples_per_second" in found, found
+    assert "gpupack_job_gpu_memory_bytes" in found and 'plan="t"' in found["gpupack_job_gpu_memory_bytes"]
+    run_dir = tmp_path / "run"
+    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    series = [e for e in events if e["event"] == "telemetry" and e["job"] == "r18"]
+    measured = [e for e in series if e["gpu_memory_mib"] is not None]  # the first samples precede the job's first report
+    assert len(measured) >= 3 and all(e["gpu_memory_simulated"] for e in measured)
+    assert any(e["samples_per_s"] for e in series) and all(e["gpu_share_mib"] for e in series)
+    code, out, err = run_cli("status", run_dir, "--json")
+    progress = json.loads(out)["jobs"][0]["progress"]
+    assert {"samples_per_s", "gpu_memory_mib", "step_time_median_s", "data_wait_share"} <= set(progress)
+    report = (run_dir / "report.html").read_text()
+    assert "data:image/png;base64," in report and "r18" in report
