@@ -92,8 +92,22 @@ def build_parser() -> argparse.ArgumentParser:
     da.add_argument("dir")
     da.set_defaults(func=cmd_data)
 
+    nr = verbs.add_parser("node-resources",
+                          help="the `ray start` flags that declare this node's GPU memory to gpupack (from NVML)")
+    nr.add_argument("--address", default="HEAD:6379", help="the head's address for the printed command")
+    nr.add_argument("--name", help="this node's name in resource names (default: its host name)")
+    nr.add_argument("--band-high", type=float, default=0.90, help="the share of each device gpupack may fill")
+    nr.add_argument("--hardware", metavar="NAME", help="declare a profile's devices instead of NVML's (tests)")
+    nr.add_argument("--head", action="store_true", help="print the flags for the head node (ray start --head)")
+    nr.add_argument("--json", action="store_true")
+    nr.set_defaults(func=cmd_node_resources)
+
     g = _common(verbs.add_parser("gpus", help="the GPUs on this machine, per device: name, memory, used, free"))
     g.set_defaults(func=cmd_gpus)
+
+    from scheduler.cli_service import add_verbs  # serve, slot …, job … (the service for agents)
+
+    add_verbs(verbs)
     return parser
 
 
@@ -107,7 +121,14 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
             plan = plan.model_copy(update={"budget": parse_duration_s(args.budget)})
         except ValueError as e:
             raise UserError(f"--budget: {e}") from None
-    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan, args.hardware), estimated=not args.trust_plan_memory)
+    if args.address:  # a cluster: its nodes and devices are what its nodes declared, read back from Ray
+        from scheduler import runtime
+
+        runtime.connect(args.address)
+        hardware = runtime.cluster_hardware()
+    else:
+        hardware = dryrun.resolve_hardware(plan, args.hardware)
+    dry = dryrun.prepare(plan, hardware, estimated=not args.trust_plan_memory)
     if args.dry_run:
         if args.json:
             print(json.dumps(dry.to_json()))
@@ -288,6 +309,40 @@ def cmd_data(args: argparse.Namespace, console: Console) -> int:
 
     path = write_digits(Path(args.dir))
     console.print(f"wrote the built-in '{args.name}' competition to {path}")
+    return 0
+
+
+def cmd_node_resources(args: argparse.Namespace, console: Console) -> int:
+    import os
+    import shlex
+    import socket
+
+    from scheduler import hardware as hw
+    from scheduler import runtime
+
+    if not 0 < args.band_high <= 1:
+        raise UserError(f"--band-high must be in (0, 1], got {args.band_high}")
+    if args.hardware:
+        found = hw.from_profile(args.hardware)
+        devices = [(d.index, d.memory_mib) for d in found.devices]
+        cpus = found.total_cpus
+    else:
+        try:
+            devices = [(r.index, r.memory_mib) for r in hw.read_gpus()]
+        except hw.NoGpuFound as e:
+            raise UserError(f"no GPU found ({e}); on a machine without one, --hardware PROFILE declares logical "
+                            "devices") from None
+        cpus = os.cpu_count() or 1
+    name = runtime.safe_node_name(args.name or socket.gethostname())
+    resources = runtime.node_resources(name, devices, args.band_high)
+    start = ["ray", "start", "--head"] if args.head else ["ray", "start", f"--address={args.address}"]
+    argv = start + [f"--num-gpus={len(devices)}", f"--num-cpus={cpus}",
+                    f"--resources={json.dumps(resources, separators=(',', ':'))}"]
+    if args.json:
+        print(json.dumps({"node": name, "resources": resources, "num_gpus": len(devices), "num_cpus": cpus,
+                          "command": argv}))
+    else:
+        print(" ".join(shlex.quote(a) for a in argv))
     return 0
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from scheduler import hardware as hw
 from scheduler.errors import UserError
 from scheduler.fit import FitJob, fit
-from scheduler.packing import Placement
+from scheduler.packing import Assignment, Placement
 from scheduler.plan import Plan
 
 
@@ -20,6 +21,7 @@ class DryRun:
     declared: dict[str, int | None] = field(default_factory=dict)  # the plan's claims, MiB
     estimated: dict[str, int] = field(default_factory=dict)  # the estimator's figures at the packed batch, MiB
     changes: list[str] = field(default_factory=list)  # batch and learning-rate changes made to fit the band
+    whole: dict[str, tuple[str, list[int]]] = field(default_factory=dict)  # multi-GPU jobs: node, device indices
 
     def job_rows(self) -> list[dict]:
         rows = []
@@ -38,6 +40,8 @@ class DryRun:
                 row["batch_size"] = job.batch_size
             if getattr(job, "lr", None) is not None and job.kind == "timm":
                 row["lr"] = job.lr
+            if job.name in self.whole:
+                row["devices"] = self.whole[job.name][1]
             row["declared_mib"] = self.declared.get(job.name)
             row["estimated_mib"] = self.estimated.get(job.name)
             row["reason"] = a.reason
@@ -51,9 +55,13 @@ class DryRun:
         for wave in range(self.placement.waves):
             for dev in self.placement.devices:
                 jobs = self.placement.jobs_on(wave, dev)
+                load = self.placement.load_mib(wave, dev)
+                for name, (node, indices) in self.whole.items():  # whole devices are held for the whole run
+                    if dev.node == node and dev.index in indices:
+                        jobs = [a for a in jobs if a.job != name] + [self.placement.of(name)]
+                        load = int(dev.memory_mib * self.plan.band[1])
                 if not jobs and wave > 0:
                     continue
-                load = self.placement.load_mib(wave, dev)
                 share = load / dev.memory_mib
                 rows.append({
                     "wave": wave, "node": dev.node, "device": dev.index, "memory_mib": dev.memory_mib,
@@ -116,6 +124,43 @@ def _estimator(plan: Plan):
     return est
 
 
+def _whole_devices(plan: Plan, hardware: hw.Hardware, band_high: float):
+    """Jobs of several whole devices (``gpus: N``) first: each takes N free devices of one node, kept for the run;
+    the shared jobs are packed on what is left. Returns {job: (node, indices)} and the nodes left for sharing."""
+    free = {n.name: [d for d in n.devices] for n in hardware.nodes}
+    cpus_left = {n.name: n.cpus for n in hardware.nodes}
+    whole: dict[str, tuple[str, list[int]]] = {}
+    for job in sorted((j for j in plan.jobs if j.resources.gpus), key=lambda j: -j.resources.gpus):
+        need = job.resources.gpus
+        fits = [n for n in hardware.nodes if len(free[n.name]) >= need and cpus_left[n.name] >= job.resources.cpus]
+        if not fits:
+            most = max((len(free[n.name]) for n in hardware.nodes), default=0)
+            raise UserError(f"job '{job.name}' needs {need} whole GPUs on one node; the most free on any node is "
+                            f"{most} (hardware {hardware.profile})")
+        node = max(fits, key=lambda n: (len(free[n.name]), -hardware.nodes.index(n)))
+        taken, free[node.name] = free[node.name][:need], free[node.name][need:]
+        cpus_left[node.name] -= job.resources.cpus
+        whole[job.name] = (node.name, [d.index for d in taken])
+    nodes = tuple(hw.Node(n.name, cpus_left[n.name], tuple(free[n.name])) for n in hardware.nodes)
+    return whole, nodes
+
+
+def _with_whole(placement: Placement, whole: dict, hardware: hw.Hardware, plan: Plan) -> Placement:
+    """The packer's placement of the shared jobs, with the whole-device jobs added in wave 0."""
+    if not whole:
+        return placement
+    extra = []
+    for name, (node, indices) in whole.items():
+        devs = [d for d in hardware.devices if d.node == node and d.index in indices]
+        mib = sum(int(d.memory_mib * plan.band[1]) for d in devs)
+        extra.append(Assignment(name, 0, node, indices[0], mib, plan.job(name).resources.cpus,
+                                f"{len(indices)} whole devices on {node} ({', '.join(map(str, indices))}), held for the run"))
+    order = {j.name: i for i, j in enumerate(plan.jobs)}
+    assignments = sorted(list(placement.assignments) + extra, key=lambda a: order[a.job])
+    return dataclasses.replace(placement, assignments=tuple(assignments), devices=hardware.devices,
+                               nodes=hardware.nodes)
+
+
 def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True) -> DryRun:
     """Estimate, fit into the band and pack ``plan`` onto ``hardware``; collect what a person should know first.
 
@@ -123,8 +168,10 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True) -> DryRun
     """
     if not hardware.devices and any(j.uses_gpu for j in plan.jobs):
         raise UserError(f"plan '{plan.name}' has GPU jobs but hardware '{hardware.profile}' has no GPU")
-    fitted = fit(_fit_jobs(plan, estimated), hardware.nodes, plan.band, _estimator(plan) if estimated else None)
-    placement = fitted.placement
+    whole, nodes = _whole_devices(plan, hardware, plan.band[1])
+    shared = plan.model_copy(update={"jobs": [j for j in plan.jobs if j.name not in whole]})
+    fitted = fit(_fit_jobs(shared, estimated), nodes, plan.band, _estimator(plan) if estimated else None)
+    placement = _with_whole(fitted.placement, whole, hardware, plan)
     updates = []
     for job in plan.jobs:
         change = {}
@@ -139,7 +186,7 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True) -> DryRun
                  for c in fitted.changes]
     low, high = plan.band
     dry = DryRun(adjusted, hardware, placement, [], declared={j.name: j.resources.gpu_memory for j in plan.jobs},
-                 estimated=fitted.estimated_mib, changes=[c.describe() for c in fitted.changes])
+                 estimated=fitted.estimated_mib, changes=[c.describe() for c in fitted.changes], whole=whole)
     for row in dry.device_rows():
         if row["jobs"] and row["share"] < low:
             warnings.append(

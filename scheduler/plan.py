@@ -46,6 +46,12 @@ class Resources(_Strict):
     def gpu_memory_mib(self) -> int | None:
         return self.gpu_memory
 
+    @model_validator(mode="after")
+    def _share_or_whole(self) -> "Resources":
+        if self.gpus and self.gpu_memory is not None:
+            raise ValueError("give either gpus (whole devices) or gpu_memory (a share of one device), not both")
+        return self
+
 
 class _JobBase(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -65,6 +71,13 @@ class _JobBase(_Strict):
 
 class TimmJob(_JobBase):
     kind: Literal["timm"]
+
+    @model_validator(mode="after")
+    def _one_device(self) -> "TimmJob":
+        if self.resources.gpus > 1:
+            raise ValueError("a timm job trains on one device; several whole devices (gpus: N) are for a command "
+                             "job that runs its own DDP (e.g. torchrun)")
+        return self
     model: str
     image_size: int = Field(default=224, gt=0, le=4096)
     batch_size: int | Literal["auto"] = 64
@@ -129,6 +142,10 @@ class CommandJob(_JobBase):
     @property
     def needs_estimate(self) -> bool:
         return self.resources.gpu_memory is None and self.model is not None
+
+    @property
+    def whole_devices(self) -> int:
+        return self.resources.gpus
 
     @field_validator("command")
     @classmethod

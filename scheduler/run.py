@@ -7,6 +7,7 @@ resource; those of later waves stay pending inside Ray until what they need is f
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -17,7 +18,8 @@ from typing import Any, Callable
 
 import ray
 
-from scheduler import budget, outputs, runtime
+from scheduler import budget, elastic, outputs, runtime
+from scheduler.hardware import Device
 from scheduler.dryrun import DryRun
 from scheduler.runstate import JobState, RunRecord
 
@@ -88,13 +90,19 @@ class Driver:
         self.cluster: runtime.Cluster | None = None
         self.interrupted = False
         self.watcher = None
+        self.where = {a.job: a for a in dry.placement.assignments}  # changes when a node is lost or joins
+        self.devices = list(dry.placement.devices)
+        self._known_devices: set | None = None
+        self._last_rebalance = 0.0
 
     # --- launching ------------------------------------------------------------------------------------------
 
     def _settings(self, name: str) -> dict:
-        a = self.dry.placement.of(name)
+        a = self.where[name]
         wave_cpus = sum(x.cpus for x in self.dry.placement.assignments if x.wave == a.wave)
-        device = next((d for d in self.dry.placement.devices if d.node == a.node and d.index == a.device), None)
+        device = next((d for d in self.devices if d.node == a.node and d.index == a.device), None)
+        if name in self.dry.whole:
+            device = None  # whole devices: no fraction to cap
         return {
             "metric": self.plan.metric,
             "seed": self.plan.seed,
@@ -105,13 +113,18 @@ class Driver:
             "builtin": self.builtin,
         }
 
-    def _launch(self, name: str) -> None:
-        a = self.dry.placement.of(name)
+    def _launch(self, name: str, count_attempt: bool = True) -> None:
+        a = self.where[name]
         live = self.live[name]
-        live.attempt += 1
+        live.attempt += 1 if count_attempt else 0
         suffix = "" if live.attempt == 1 else f"-retry{live.attempt - 1}"
-        live.actor = runtime.launch(name, f"{self.plan.name}.{name}{suffix}.{os.getpid()}", a.cpus, a.node, a.device,
-                                    a.gpu_memory_mib)
+        whole = None
+        if name in self.dry.whole:
+            node, indices = self.dry.whole[name]
+            whole = [(i, int(d.memory_mib * self.plan.band[1])) for i in indices for d in self.devices
+                     if d.node == node and d.index == i]
+        live.actor = runtime.launch(name, f"{self.plan.name}.{name}{suffix}.{os.getpid()}.{time.time_ns() % 10**6}",
+                                    a.cpus, a.node, a.device, a.gpu_memory_mib, devices=whole)
         workdir = self.record.dir / "jobs" / name
         live.result = live.actor.run.remote(self.plan.job(name), str(self.data_dir), str(workdir), self._settings(name))
         live.poll = live.actor.poll.remote(0)
@@ -212,10 +225,71 @@ class Driver:
         self._log(live.name, f"attempt {live.attempt} failed: {error}")
         spec = self.plan.job(live.name)
         if live.attempt <= spec.retries and not self.interrupted and not self._past_deadline():
+            if not self._still_placeable(live.name):
+                self._set(live.name, JobState.FAILED, error=_short(error), attempts=live.attempt,
+                          reason="its node is gone and no other device can hold it")
+                return
             self._set(live.name, JobState.PENDING, retry=live.attempt, error=_short(error))
             self._launch(live.name)
         else:
             self._set(live.name, JobState.FAILED, error=_short(error), attempts=live.attempt)
+
+    def _still_placeable(self, name: str) -> bool:
+        """Keep ``name`` where it was if its node is alive; else move it to the device that fits it best now (or,
+        failing that, one that could hold it later). False when no alive device can ever hold it."""
+        a = self.where[name]
+        if a.node in elastic.alive_nodes():
+            return True
+        if a.device is None or name in self.dry.whole:
+            nodes = sorted(elastic.alive_nodes())
+            if not nodes or name in self.dry.whole:
+                return False
+            self._move(name, nodes[0], None, "its node was lost")
+            return True
+        target = elastic.best_fit(a.gpu_memory_mib, elastic.free()) or elastic.best_fit(a.gpu_memory_mib,
+                                                                                         elastic.capacity())
+        if target is None:
+            return False
+        self._move(name, target[0], target[1], "its node was lost")
+        return True
+
+    def _move(self, name: str, node: str, device: int | None, why: str) -> None:
+        old = self.where[name]
+        self.where[name] = dataclasses.replace(old, node=node, device=device)
+        if device is not None and not any(d.node == node and d.index == device for d in self.devices):
+            total = ray.cluster_resources().get(f"{runtime.TOTAL_PREFIX}{node}_{device}")
+            self.devices.append(Device(node, device, int(total or old.gpu_memory_mib), "cluster"))
+        self.record.update_job(name, node=node, device=device)
+        self.record.event("moved", name, reason=why, old_node=old.node, old_device=old.device, node=node,
+                          device=device)
+
+    def _rebalance(self) -> None:
+        """A node that joined serves the jobs still waiting: move one whose own device is full to a new device."""
+        now = time.time()
+        if now - self._last_rebalance < 5.0:
+            return
+        self._last_rebalance = now
+        current = set(elastic.capacity())
+        if self._known_devices is None:
+            self._known_devices = current
+            return
+        new = current - self._known_devices
+        self._known_devices = current
+        if not new:
+            return
+        self.record.event("devices_joined", devices=[f"{n}:{i}" for n, i in sorted(new)])
+        room = {k: v for k, v in elastic.free().items() if k in new}
+        for name, live in self.live.items():
+            a = self.where[name]
+            if self.state[name] != JobState.PENDING or live.actor is None or a.device is None or name in self.dry.whole:
+                continue
+            target = elastic.best_fit(a.gpu_memory_mib, room)
+            if target is None:
+                continue
+            room[target] -= a.gpu_memory_mib
+            ray.kill(live.actor, no_restart=True)  # it never started: nothing is lost
+            self._move(name, target[0], target[1], "a new node joined with room for it")
+            self._launch(name, count_attempt=False)
 
     def _keep(self, live: _Live, out) -> None:
         live.output = out
@@ -318,6 +392,7 @@ class Driver:
                     time.sleep(self.opts.poll_s)
                 self._budget()
                 self._enforce()
+                self._rebalance()
                 self.watcher.tick()
                 self.on_update(self)
         except KeyboardInterrupt:

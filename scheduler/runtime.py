@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 import traceback
@@ -20,10 +21,13 @@ from typing import Any
 
 import ray
 
-from scheduler.hardware import Hardware
+from scheduler.hardware import Device, Hardware, Node
 
 log = logging.getLogger("gpupack")
-RESOURCE_PREFIX = "gpupack_mem_"
+RESOURCE_PREFIX = "gpupack_mem_"  # gpupack_mem_<node>_<index>: the device's memory up to the band's top, MiB
+TOTAL_PREFIX = "gpupack_total_"  # gpupack_total_<node>_<index>: the device's whole memory, MiB (never requested)
+NODE_PREFIX = "gpupack_node_"  # gpupack_node_<node>: pins a CPU-only job to its node
+NODE_SLOTS = 1000
 
 
 def memory_resource(node: str, index: int) -> str:
@@ -31,8 +35,62 @@ def memory_resource(node: str, index: int) -> str:
     return f"{RESOURCE_PREFIX}{node}_{index}"
 
 
+def node_resource(node: str) -> str:
+    return f"{NODE_PREFIX}{node}"
+
+
+def safe_node_name(name: str) -> str:
+    """A node name usable inside a resource name: letters, digits and underscores."""
+    cleaned = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+    return cleaned or "node"
+
+
+def node_resources(node: str, devices: list[tuple[int, int]], band_high: float) -> dict[str, float]:
+    """The custom resources one node declares: per device its memory up to the band's top and its total, and the
+    node's own marker. ``devices`` are (index, total MiB)."""
+    out: dict[str, float] = {node_resource(node): float(NODE_SLOTS)}
+    for index, total in devices:
+        out[memory_resource(node, index)] = float(int(total * band_high))
+        out[f"{TOTAL_PREFIX}{node}_{index}"] = float(total)
+    return out
+
+
 def device_resources(hardware: Hardware, band_high: float) -> dict[str, float]:
-    return {memory_resource(d.node, d.index): float(int(d.memory_mib * band_high)) for d in hardware.devices}
+    out: dict[str, float] = {}
+    for n in hardware.nodes:
+        out.update(node_resources(n.name, [(d.index, d.memory_mib) for d in n.devices], band_high))
+    return out
+
+
+def cluster_hardware() -> Hardware:
+    """The connected cluster's nodes and devices, read back from the resources its nodes declared."""
+    nodes = []
+    for info in ray.nodes():
+        if not info.get("Alive"):
+            continue
+        res = info.get("Resources", {})
+        names = [k[len(NODE_PREFIX):] for k in res if k.startswith(NODE_PREFIX)]
+        if not names:
+            continue
+        name = names[0]
+        devices = []
+        for key, value in res.items():
+            if key.startswith(f"{TOTAL_PREFIX}{name}_"):
+                index = int(key.rsplit("_", 1)[1])
+                devices.append(Device(name, index, int(value), "cluster"))
+        nodes.append(Node(name, int(res.get("CPU", 0)), tuple(sorted(devices, key=lambda d: d.index))))
+    if not nodes:
+        from scheduler.errors import UserError
+
+        raise UserError("the cluster declares no gpupack nodes; start each node with the flags that "
+                        "`python -m scheduler node-resources` prints")
+    return Hardware(profile="cluster", nodes=tuple(sorted(nodes, key=lambda n: n.name)), detected=True)
+
+
+def connect(address: str) -> None:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
 
 
 @dataclass
@@ -58,7 +116,8 @@ def start(hardware: Hardware, band_high: float, address: str | None = None, dash
         return Cluster(False, ray.get_runtime_context().gcs_address, _dashboard_url())
     if address:
         ctx = ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        missing = set(device_resources(hardware, band_high)) - set(ray.cluster_resources())
+        missing = {k for k in device_resources(hardware, band_high) if k.startswith(RESOURCE_PREFIX)}
+        missing -= set(ray.cluster_resources())
         if missing:
             ray.shutdown()
             from scheduler.errors import UserError
@@ -200,10 +259,16 @@ class _BufferHandler(logging.Handler):
 JobActor = ray.remote(_JobActor)
 
 
-def launch(job: str, actor_name: str, cpus: int, node: str | None, device: int | None, gpu_memory_mib: int,
-           env: dict[str, str] | None = None):
+def launch(job: str, actor_name: str, cpus: int, node: str, device: int | None, gpu_memory_mib: int,
+           env: dict[str, str] | None = None, devices: list[tuple[int, int]] | None = None):
     """Create the actor for ``job``: its cores, its MiB of its device's memory resource, its device visible."""
-    resources = {memory_resource(node, device): float(gpu_memory_mib)} if device is not None and gpu_memory_mib else {}
+    if devices:  # whole devices (a multi-GPU job): all of each one's memory resource
+        resources = {memory_resource(node, d): float(whole_mib) for d, whole_mib in devices}
+        visible = ",".join(str(d) for d, _ in devices)
+    elif device is not None and gpu_memory_mib:
+        resources, visible = {memory_resource(node, device): float(gpu_memory_mib)}, str(device)
+    else:
+        resources, visible = {node_resource(node): 1.0}, None
     return JobActor.options(
         name=actor_name,
         num_cpus=cpus,
@@ -211,4 +276,4 @@ def launch(job: str, actor_name: str, cpus: int, node: str | None, device: int |
         resources=resources,
         max_concurrency=4,
         max_restarts=0,
-    ).remote(job, None if device is None else str(device), env or {})
+    ).remote(job, visible, env or {})

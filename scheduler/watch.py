@@ -73,7 +73,7 @@ class Watcher:
         running = {n for n, s in self.d.state.items() if s.value == "RUNNING"}
         pids = {n: v.pid for n, v in self.views.items() if n in running and v.pid}
         placement = self.d.dry.placement
-        device_of = {a.job: a.device for a in placement.assignments}
+        device_of = {name: a.device for name, a in self.d.where.items()}
         if isinstance(self.backend, telemetry.CpuTelemetry):
             sim = {n: self.views[n].reported.get("gpu_mem_peak_mib") for n in pids}
             totals = {d.index: d.memory_mib for d in placement.devices if d.node == "local"}
@@ -84,7 +84,7 @@ class Watcher:
         for js in snap.jobs:
             view = self.views[js.job]
             rep = view.reported
-            a = placement.of(js.job)
+            a = self.d.where[js.job]
             share = a.gpu_memory_mib or None
             used = js.gpu_memory_mib
             figures = {

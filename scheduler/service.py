@@ -1,0 +1,1127 @@
+"""The long-running service for agents: a ledger of GPU memory per device, leases ("slots") on it, a queue, and jobs
+run inside the slots. HTTP (``scheduler.api``), MCP and the Python client are thin layers over :class:`Service`.
+
+Why it is shaped this way:
+
+- The ledger is integer MiB per device, limited to ``floor(memory_mib × band_high)``, the same figure the Ray memory
+  resources ``gpupack_mem_<node>_<index>`` hold; a :class:`LedgerBackend` mirrors each lease into Ray (a placement
+  group) off the request path, and reports what others (plan runs) use, which the ledger subtracts.
+- Every decision (grant, queue, backfill, reclaim) happens under one lock and is committed to SQLite (WAL) before the
+  lock is released, so an independent reader of the database never sees a device over its limit.
+- Policies are pure functions (:func:`place_online`, :func:`estimate_starts`); the service applies them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import math
+import os
+import secrets
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from scheduler.hardware import Hardware
+from scheduler.units import parse_size_mib
+
+log = logging.getLogger("gpupack.service")
+
+MAX_MINUTES = 24 * 60
+MAX_LABEL = 100
+MAX_ARGV = 1000
+MAX_ARG_CHARS = 100_000
+TERM_GRACE_S = 10.0
+AGING_S = 300.0  # a waiting request gains one priority point per 5 minutes: nothing starves
+MIN_HEARTBEAT_S = 5.0
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+# --- errors -------------------------------------------------------------------------------------------------------
+
+
+class ServiceError(Exception):
+    """A request the service refuses; ``status`` is the HTTP status the API answers with."""
+
+    status = 400
+
+
+class Unauthorized(ServiceError):
+    status = 401
+
+
+class Forbidden(ServiceError):
+    status = 403
+
+
+class NotFound(ServiceError):
+    status = 404
+
+
+class Conflict(ServiceError):
+    status = 409
+
+
+@dataclass(frozen=True)
+class Identity:
+    name: str
+    admin: bool = False
+
+
+ADMIN = Identity("admin", True)
+
+
+# --- pure policies ------------------------------------------------------------------------------------------------
+
+
+def place_online(request_mib: int, request_cpus: int, free_by_device: dict[str, int],
+                 free_cpus_by_node: dict[str, int]) -> str | None:
+    """Best fit: the device (``node:index``) where the request fits with the least memory left; ties to the lower
+    index. None when it fits nowhere now."""
+    best: tuple[int, str, int, str] | None = None
+    for key, free in free_by_device.items():
+        node, _, index = key.rpartition(":")
+        if free < request_mib or free_cpus_by_node.get(node, 0) < request_cpus:
+            continue
+        cand = (free - request_mib, node, int(index), key)
+        if best is None or cand[:3] < best[:3]:
+            best = cand
+    return best[3] if best else None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a lease or request holds: MiB on one device and cores on its node, until ``end`` (unix time)."""
+
+    device: str
+    mib: int
+    cpus: int
+    end: float
+
+
+def estimate_starts(now: float, free: dict[str, int], free_cpus: dict[str, int], running: list[Claim],
+                    queued: list[tuple[int, int, float]]) -> list[tuple[float | None, str | None]]:
+    """When each queued request (mib, cpus, seconds), in queue order, would start if leases end at their deadlines
+    and the queue were served strictly in order. Returns (start time or None, device) per request."""
+    import heapq
+
+    free, free_cpus = dict(free), dict(free_cpus)
+    events = [(c.end, i, c) for i, c in enumerate(running)]
+    heapq.heapify(events)
+    seq = len(events)
+    t = now
+    out: list[tuple[float | None, str | None]] = []
+    for mib, cpus, seconds in queued:
+        while True:
+            dev = place_online(mib, cpus, free, free_cpus)
+            if dev is not None:
+                break
+            if not events:
+                dev = None
+                break
+            t, _, c = heapq.heappop(events)
+            free[c.device] += c.mib
+            node = c.device.rpartition(":")[0]
+            free_cpus[node] = free_cpus.get(node, 0) + c.cpus
+        if dev is None:
+            out.append((None, None))
+            continue
+        out.append((t, dev))
+        free[dev] -= mib
+        node = dev.rpartition(":")[0]
+        free_cpus[node] -= cpus
+        seq += 1
+        heapq.heappush(events, (t + seconds, seq, Claim(dev, mib, cpus, t + seconds)))
+    return out
+
+
+def shadow(now: float, free: dict[str, int], free_cpus: dict[str, int], running: list[Claim], mib: int,
+           cpus: int) -> tuple[float | None, dict[str, int], dict[str, int]]:
+    """The earliest time the head of the queue fits as leases end by deadline, with the free memory and cores then."""
+    free, free_cpus = dict(free), dict(free_cpus)
+    t = now
+    for c in sorted(running, key=lambda c: c.end):
+        if place_online(mib, cpus, free, free_cpus) is not None:
+            return t, free, free_cpus
+        t = c.end
+        free[c.device] += c.mib
+        node = c.device.rpartition(":")[0]
+        free_cpus[node] = free_cpus.get(node, 0) + c.cpus
+    if place_online(mib, cpus, free, free_cpus) is not None:
+        return t, free, free_cpus
+    return None, free, free_cpus
+
+
+# --- ledger backends ----------------------------------------------------------------------------------------------
+
+
+class LedgerBackend(Protocol):
+    """Mirrors leases into the cluster. Calls must return at once; the work happens elsewhere."""
+
+    def reserve(self, slot_id: str, node: str, index: int, mib: int, cpus: int) -> None: ...
+
+    def release(self, slot_id: str) -> None: ...
+
+    def used_by_others(self) -> dict[str, int]: ...  # device key → MiB held in the cluster by others
+
+    def confirmed(self, slot_id: str) -> bool | None: ...  # None when the backend does not confirm
+
+    def close(self) -> None: ...
+
+
+class FixedBackend:
+    """No cluster: the ledger alone decides. ``others`` stands in for what plan runs would hold (tests set it)."""
+
+    def __init__(self, others: dict[str, int] | None = None):
+        self.others = dict(others or {})
+        self.reserved: dict[str, tuple] = {}
+
+    def reserve(self, slot_id, node, index, mib, cpus):
+        self.reserved[slot_id] = (node, index, mib, cpus)
+
+    def release(self, slot_id):
+        self.reserved.pop(slot_id, None)
+
+    def used_by_others(self):
+        return dict(self.others)
+
+    def confirmed(self, slot_id):
+        return None
+
+    def close(self):
+        pass
+
+
+class RayBackend:
+    """Each lease holds a placement group with one bundle ``{CPU: cpus, gpupack_mem_<node>_<index>: mib}``, so plan
+    runs on the same cluster cannot take that memory. A thread creates and removes the groups and, every second,
+    reads how much of each memory resource is in use beyond the service's own groups."""
+
+    def __init__(self, hardware: Hardware, band_high: float, address: str | None = None, start: bool = True):
+        import queue
+
+        from scheduler import runtime
+
+        if start:
+            self.cluster = runtime.start(hardware, band_high, address, dashboard=False)
+        self._resources = {d.key: runtime.memory_resource(d.node, d.index) for d in hardware.devices}
+        self._ops: "queue.Queue" = queue.Queue()
+        self._pgs: dict[str, Any] = {}
+        self._sizes: dict[str, tuple[str, int]] = {}
+        self._ready: set[str] = set()
+        self._others: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpupack-ray-ledger", daemon=True)
+        self._thread.start()
+
+    def reserve(self, slot_id, node, index, mib, cpus):
+        self._ops.put(("reserve", slot_id, f"{node}:{index}", mib, cpus))
+
+    def release(self, slot_id):
+        self._ops.put(("release", slot_id, None, 0, 0))
+
+    def used_by_others(self):
+        return dict(self._others)
+
+    def confirmed(self, slot_id):
+        return slot_id in self._ready
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Until every queued operation ran and every group is placed (tests)."""
+        end = time.time() + timeout
+        while time.time() < end and (not self._ops.empty() or len(self._ready) < len(self._pgs)):
+            time.sleep(0.05)
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self):
+        import queue
+
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        last = 0.0
+        while not self._stop.is_set():
+            try:
+                op, slot_id, dev, mib, cpus = self._ops.get(timeout=0.2)
+            except queue.Empty:
+                op = None
+            try:
+                if op == "reserve" and slot_id not in self._pgs:
+                    bundle = {self._resources[dev]: float(mib)}
+                    if cpus:
+                        bundle["CPU"] = float(cpus)
+                    self._pgs[slot_id] = placement_group([bundle], strategy="STRICT_PACK", name=f"gpupack-{slot_id}")
+                    self._sizes[slot_id] = (dev, mib)
+                elif op == "release" and slot_id in self._pgs:
+                    remove_placement_group(self._pgs.pop(slot_id))
+                    self._sizes.pop(slot_id, None)
+                    self._ready.discard(slot_id)
+                if time.time() - last > 1.0 or op == "reserve":
+                    last = time.time()
+                    self._reconcile()
+            except Exception:  # Ray hiccups must not kill the ledger thread
+                log.exception("Ray ledger operation failed")
+
+    def _reconcile(self):
+        import ray
+
+        for sid, pg in list(self._pgs.items()):
+            if sid not in self._ready and pg.wait(0):
+                self._ready.add(sid)
+        total, avail = ray.cluster_resources(), ray.available_resources()
+        ours: dict[str, int] = {}
+        for sid in self._ready:
+            dev, mib = self._sizes[sid]
+            ours[dev] = ours.get(dev, 0) + mib
+        self._others = {dev: max(0, int(total.get(res, 0) - avail.get(res, 0)) - ours.get(dev, 0))
+                        for dev, res in self._resources.items()}
+
+
+# --- records ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Slot:
+    slot_id: str
+    owner: str
+    state: str  # queued, granted, released, expired
+    gpu_memory_mib: int
+    cpus: int
+    minutes: float
+    priority: int
+    label: str
+    client_request_id: str | None
+    created: float
+    heartbeat_s: float
+    estimate: dict | None = None
+    device: str | None = None  # node:index
+    granted_at: float | None = None
+    deadline: float | None = None
+    ended: float | None = None
+    end_reason: str | None = None
+    heartbeat: float = 0.0  # last renewal; kept in memory only (a restart renews every lease)
+
+
+@dataclass
+class Job:
+    job_id: str
+    slot_id: str
+    owner: str
+    argv: list[str]
+    cwd: str | None
+    env: dict[str, str]
+    state: str  # PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED
+    created: float
+    dir: str
+    pid: int | None = None
+    pid_start: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    stop_requested: bool = False
+    gpu_peak_mib: int | None = None
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS slots (slot_id TEXT PRIMARY KEY, owner TEXT, state TEXT, device TEXT, gpu_memory_mib INT,
+    cpus INT, data TEXT);
+CREATE UNIQUE INDEX IF NOT EXISTS slots_retry ON slots(owner, json_extract(data, '$.client_request_id'))
+    WHERE json_extract(data, '$.client_request_id') IS NOT NULL;
+CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, slot_id TEXT, state TEXT, data TEXT);
+CREATE TABLE IF NOT EXISTS tokens (token_hash TEXT PRIMARY KEY, name TEXT UNIQUE, admin INT, created REAL);
+"""
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _iso(t: float | None) -> str | None:
+    return None if t is None else datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+
+
+@functools.lru_cache(maxsize=256)
+def _estimated_mib(model: str, image_size: int, batch_size: int) -> tuple[int, int]:
+    from scheduler.estimate import estimate
+
+    e = estimate(model, image_size, batch_size)
+    return e.peak_mib, e.params
+
+
+# --- the service --------------------------------------------------------------------------------------------------
+
+
+class Service:
+    """All the logic; every public method returns JSON-ready dicts and raises :class:`ServiceError` on refusal."""
+
+    def __init__(self, hardware: Hardware, state_dir: str | Path, band_high: float = 0.90,
+                 backend: LedgerBackend | None = None, heartbeat_timeout_s: float = 60.0, aging_s: float = AGING_S,
+                 tick_s: float = 1.0, start_threads: bool = True):
+        self.hardware = hardware
+        self.band_high = band_high
+        self.devices = {d.key: d for d in hardware.devices}
+        if not self.devices:
+            raise ValueError("the service needs at least one GPU device (a profile or a detected card)")
+        self.limits = {k: int(math.floor(d.memory_mib * band_high)) for k, d in self.devices.items()}
+        self.node_cpus = {n.name: n.cpus for n in hardware.nodes if n.devices}
+        self.backend = backend or FixedBackend()
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.aging_s = aging_s
+        self.state_dir = Path(state_dir).expanduser()
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.db_path = self.state_dir / "service.sqlite"
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+        self.admin_token = self._admin_token()
+        self._identities: dict[str, Identity] = {}
+        self.slots: dict[str, Slot] = {}  # live ones: queued and granted
+        self.by_request: dict[tuple[str, str], str] = {}
+        self.jobs: dict[str, Job] = {}  # live ones: PENDING and RUNNING
+        self._procs: dict[str, Any] = {}  # job id → Popen or psutil.Process
+        self._kill_at: dict[str, float] = {}
+        self._ps: dict[str, Any] = {}
+        self._version = 0
+        self._est_cache: tuple[int, dict] = (-1, {})
+        self._load()
+        self._stop = threading.Event()
+        self._thread = None
+        if start_threads:
+            self._thread = threading.Thread(target=self._run_ticks, args=(tick_s,), name="gpupack-reclaimer",
+                                            daemon=True)
+            self._thread.start()
+
+    # -- identities --
+
+    def _admin_token(self) -> str:
+        path = self.state_dir / "token"
+        if path.is_file():
+            token = path.read_text().strip()
+        else:
+            token = secrets.token_urlsafe(32)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(token + "\n")
+        os.chmod(path, 0o600)
+        self._db.execute("INSERT OR REPLACE INTO tokens VALUES (?, 'admin', 1, ?)", (_hash(token), time.time()))
+        return token
+
+    def identify(self, token: str | None) -> Identity:
+        """The identity a bearer token stands for; Unauthorized when missing or unknown."""
+        if not token:
+            raise Unauthorized("missing bearer token (send 'Authorization: Bearer <token>')")
+        h = _hash(token)
+        ident = self._identities.get(h)
+        if ident is None:
+            with self._lock:
+                row = self._db.execute("SELECT name, admin FROM tokens WHERE token_hash=?", (h,)).fetchone()
+            if row is None:
+                raise Unauthorized("invalid bearer token")
+            ident = self._identities[h] = Identity(row[0], bool(row[1]))
+        return ident
+
+    def create_token(self, name: str, who: Identity = ADMIN) -> dict:
+        """A new agent token; only the admin mints them. The token is shown once; the database keeps its hash."""
+        if not who.admin:
+            raise Forbidden("only the admin token may create agent tokens")
+        with self._lock:
+            return mint_token(self._db, name)
+
+    # -- persistence --
+
+    def _save_slot(self, s: Slot) -> None:
+        self._db.execute("INSERT OR REPLACE INTO slots VALUES (?,?,?,?,?,?,?)",
+                         (s.slot_id, s.owner, s.state, s.device, s.gpu_memory_mib, s.cpus, json.dumps(asdict(s))))
+
+    def _save_job(self, j: Job) -> None:
+        self._db.execute("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?)", (j.job_id, j.slot_id, j.state, json.dumps(asdict(j))))
+
+    def _load(self) -> None:
+        import psutil
+
+        now = time.time()
+        for (data,) in self._db.execute("SELECT data FROM slots WHERE state IN ('queued', 'granted')"):
+            s = Slot(**json.loads(data))
+            s.heartbeat = now  # clients could not renew while the service was down
+            self.slots[s.slot_id] = s
+            if s.client_request_id:
+                self.by_request[(s.owner, s.client_request_id)] = s.slot_id
+            if s.state == "granted":
+                node, _, index = s.device.rpartition(":")
+                self.backend.reserve(s.slot_id, node, int(index), s.gpu_memory_mib, s.cpus)
+        for (data,) in self._db.execute("SELECT data FROM jobs WHERE state IN ('PENDING', 'RUNNING')"):
+            j = Job(**json.loads(data))
+            self.jobs[j.job_id] = j
+            if j.state == "RUNNING":
+                try:
+                    p = psutil.Process(j.pid)
+                    if abs(p.create_time() - (j.pid_start or 0)) > 1.0:
+                        raise psutil.NoSuchProcess(j.pid)
+                    self._procs[j.job_id] = p
+                except (psutil.Error, TypeError):
+                    self._finish(j, now, None)
+
+    # -- slots --
+
+    def _validate_request(self, req: dict) -> dict:
+        allowed = {"gpu_memory", "gpu_memory_mib", "model", "image_size", "batch_size", "cpus", "minutes",
+                   "priority", "label", "client_request_id", "heartbeat_s"}
+        unknown = set(req) - allowed
+        if unknown:
+            raise ServiceError(f"unknown field(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
+        max_limit = max(self.limits.values())
+        estimate = None
+        if req.get("gpu_memory_mib") is not None:
+            mib = req["gpu_memory_mib"]
+            if isinstance(mib, bool) or not isinstance(mib, int):
+                raise ServiceError("gpu_memory_mib: an integer number of MiB")
+        elif req.get("gpu_memory") is not None:
+            try:
+                mib = parse_size_mib(req["gpu_memory"])
+            except ValueError as e:
+                raise ServiceError(f"gpu_memory: {e}") from None
+        elif req.get("model"):
+            for k in ("image_size", "batch_size"):
+                v = req.get(k)
+                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 100_000:
+                    raise ServiceError(f"{k}: a positive integer is needed to estimate '{req['model']}'")
+            from scheduler.errors import UserError
+
+            try:
+                mib, params = _estimated_mib(str(req["model"]), req["image_size"], req["batch_size"])
+            except UserError as e:
+                raise ServiceError(str(e)) from None
+            estimate = {"model": req["model"], "image_size": req["image_size"], "batch_size": req["batch_size"],
+                        "peak_mib": mib, "params": params}
+        else:
+            raise ServiceError("give gpu_memory (e.g. '12GB'), or model, image_size and batch_size to estimate it")
+        if mib <= 0 or mib > max_limit:
+            raise ServiceError(f"gpu_memory: {mib} MiB is outside 1..{max_limit} MiB (the largest device's limit at "
+                               f"{self.band_high:.0%})")
+        cpus = req.get("cpus", 1)
+        max_cpus = max(self.node_cpus.values())
+        if isinstance(cpus, bool) or not isinstance(cpus, int) or not 0 <= cpus <= max_cpus:
+            raise ServiceError(f"cpus: an integer in 0..{max_cpus}")
+        minutes = req.get("minutes", 30)
+        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not 0 < minutes <= MAX_MINUTES:
+            raise ServiceError(f"minutes: a number in (0, {MAX_MINUTES}]")
+        priority = req.get("priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100:
+            raise ServiceError("priority: an integer in -100..100 (higher first)")
+        label = req.get("label") or ""
+        if not isinstance(label, str) or len(label) > MAX_LABEL:
+            raise ServiceError(f"label: a string of at most {MAX_LABEL} characters")
+        crid = req.get("client_request_id")
+        if crid is not None and (not isinstance(crid, str) or not 0 < len(crid) <= 200):
+            raise ServiceError("client_request_id: a string of 1-200 characters")
+        hb = req.get("heartbeat_s")
+        if hb is None:
+            hb = self.heartbeat_timeout_s
+        if isinstance(hb, bool) or not isinstance(hb, (int, float)) or not MIN_HEARTBEAT_S <= hb <= MAX_MINUTES * 60:
+            raise ServiceError(f"heartbeat_s: seconds in {MIN_HEARTBEAT_S:.0f}..{MAX_MINUTES * 60}")
+        return {"mib": int(mib), "cpus": cpus, "minutes": float(minutes), "priority": priority, "label": label,
+                "crid": crid, "heartbeat_s": float(hb), "estimate": estimate}
+
+    def request_slot(self, req: dict, who: Identity = ADMIN) -> dict:
+        """Grant a lease now, or queue the request. A retry with the same ``client_request_id`` gets the same slot."""
+        if not isinstance(req, dict):
+            raise ServiceError("the request must be a JSON object")
+        crid = req.get("client_request_id")
+        if isinstance(crid, str):
+            sid = self.by_request.get((who.name, crid))
+            if sid is not None:
+                return self.get_slot(sid, who)
+        v = self._validate_request(req)
+        now = time.time()
+        with self._lock:
+            if v["crid"]:
+                if (who.name, v["crid"]) in self.by_request:
+                    return self.get_slot(self.by_request[(who.name, v["crid"])], who)
+                row = self._db.execute("SELECT slot_id FROM slots WHERE owner=? AND "
+                                       "json_extract(data, '$.client_request_id')=?", (who.name, v["crid"])).fetchone()
+                if row:
+                    return self.get_slot(row[0], who)
+            s = Slot(slot_id="slot-" + uuid.uuid4().hex[:12], owner=who.name, state="queued", gpu_memory_mib=v["mib"],
+                     cpus=v["cpus"], minutes=v["minutes"], priority=v["priority"], label=v["label"],
+                     client_request_id=v["crid"], created=now, heartbeat_s=v["heartbeat_s"], estimate=v["estimate"],
+                     heartbeat=now)
+            self.slots[s.slot_id] = s
+            if s.client_request_id:
+                self.by_request[(who.name, s.client_request_id)] = s.slot_id
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._save_slot(s)
+                self._schedule(now)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            return self._slot_json(s, now)
+
+    def _owned(self, slot_id: str, who: Identity) -> Slot:
+        s = self.slots.get(slot_id)
+        if s is None:
+            if self._db.execute("SELECT 1 FROM slots WHERE slot_id=?", (slot_id,)).fetchone():
+                raise Conflict(f"slot {slot_id} has ended")
+            raise NotFound(f"no slot {slot_id}")
+        if s.owner != who.name and not who.admin:
+            raise Forbidden(f"slot {slot_id} belongs to another agent")
+        return s
+
+    def get_slot(self, slot_id: str, who: Identity = ADMIN) -> dict:
+        with self._lock:
+            s = self.slots.get(slot_id)
+            if s is None:
+                row = self._db.execute("SELECT data FROM slots WHERE slot_id=?", (slot_id,)).fetchone()
+                if row is None:
+                    raise NotFound(f"no slot {slot_id}")
+                s = Slot(**json.loads(row[0]))
+            if s.owner != who.name and not who.admin:
+                raise Forbidden(f"slot {slot_id} belongs to another agent")
+            return self._slot_json(s, time.time())
+
+    def renew(self, slot_id: str, who: Identity = ADMIN) -> dict:
+        """Heartbeat: the lease (or the queued request) stays while it is renewed within its heartbeat time."""
+        with self._lock:
+            s = self._owned(slot_id, who)
+            s.heartbeat = time.time()
+            return self._slot_json(s, s.heartbeat)
+
+    def release(self, slot_id: str, who: Identity = ADMIN) -> dict:
+        """Free the slot at once; its jobs are stopped."""
+        now = time.time()
+        with self._lock:
+            s = self._owned(slot_id, who)
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._end_slot(s, now, "released", "released")
+                self._schedule(now)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            return self._slot_json(s, now)
+
+    def list_slots(self, who: Identity = ADMIN) -> dict:
+        now = time.time()
+        with self._lock:
+            mine = [self._slot_json(s, now) for s in self.slots.values() if who.admin or s.owner == who.name]
+        return {"slots": mine}
+
+    def _end_slot(self, s: Slot, now: float, state: str, reason: str) -> None:
+        was_granted = s.state == "granted"
+        s.state, s.ended, s.end_reason = state, now, reason
+        self.slots.pop(s.slot_id, None)
+        self._save_slot(s)
+        self._version += 1
+        if was_granted:
+            self.backend.release(s.slot_id)
+        for j in list(self.jobs.values()):
+            if j.slot_id == s.slot_id:
+                self._stop_job(j, now, f"slot {reason}")
+
+    # -- the ledger and the queue --
+
+    def _free(self) -> tuple[dict[str, int], dict[str, int], list[Claim]]:
+        others = self.backend.used_by_others()
+        free = {k: lim - others.get(k, 0) for k, lim in self.limits.items()}
+        cpus = dict(self.node_cpus)
+        running = []
+        for s in self.slots.values():
+            if s.state == "granted":
+                free[s.device] -= s.gpu_memory_mib
+                node = s.device.rpartition(":")[0]
+                cpus[node] -= s.cpus
+                running.append(Claim(s.device, s.gpu_memory_mib, s.cpus, s.deadline))
+        return free, cpus, running
+
+    def _queue(self, now: float) -> list[Slot]:
+        """Effective priority (priority + wait / aging), then arrival."""
+        q = [s for s in self.slots.values() if s.state == "queued"]
+        q.sort(key=lambda s: (-(s.priority + (now - s.created) / self.aging_s), s.created))
+        return q
+
+    def _grant(self, s: Slot, device: str, now: float) -> None:
+        s.state, s.device, s.granted_at = "granted", device, now
+        s.deadline = now + s.minutes * 60
+        s.heartbeat = now
+        self._save_slot(s)
+        node, _, index = device.rpartition(":")
+        self.backend.reserve(s.slot_id, node, int(index), s.gpu_memory_mib, s.cpus)
+        for j in list(self.jobs.values()):
+            if j.slot_id == s.slot_id and j.state == "PENDING":
+                self._start_job(j, s, now)
+
+    def _schedule(self, now: float) -> None:
+        """Start what can start: the head of the queue when it fits; later requests only when they do not delay it
+        (they end before the head could start, or the head still fits then beside them). Call under the lock."""
+        queue = self._queue(now)
+        if not queue:
+            return
+        self._version += 1
+        free, cpus, running = self._free()
+        head_shadow = None  # (time, free then, cpus then) for the first request that does not fit now
+        head = None
+        for s in queue:
+            dev = place_online(s.gpu_memory_mib, s.cpus, free, cpus)
+            if head is None:
+                if dev is not None:
+                    self._take(s, dev, now, free, cpus, running)
+                    continue
+                head = s
+                head_shadow = shadow(now, free, cpus, running, s.gpu_memory_mib, s.cpus)
+                continue
+            if dev is None:
+                continue
+            t, sfree, scpus = head_shadow
+            end = now + s.minutes * 60
+            if t is not None and end > t:
+                sfree, scpus = dict(sfree), dict(scpus)
+                node = dev.rpartition(":")[0]
+                sfree[dev] -= s.gpu_memory_mib
+                scpus[node] -= s.cpus
+                if place_online(head.gpu_memory_mib, head.cpus, sfree, scpus) is None:
+                    continue  # it would delay the head
+                head_shadow = (t, sfree, scpus)
+            elif t is None:
+                continue  # the head cannot be placed even when everything ends: keep the order strict
+            self._take(s, dev, now, free, cpus, running)
+
+    def _take(self, s, dev, now, free, cpus, running):
+        self._grant(s, dev, now)
+        free[dev] -= s.gpu_memory_mib
+        cpus[dev.rpartition(":")[0]] -= s.cpus
+        running.append(Claim(dev, s.gpu_memory_mib, s.cpus, s.deadline))
+
+    def _estimates(self, now: float) -> dict[str, tuple[int, float | None]]:
+        """Queue position and estimated start of every queued request, cached until the ledger changes."""
+        if self._est_cache[0] == self._version:
+            return self._est_cache[1]
+        queue = self._queue(now)
+        free, cpus, running = self._free()
+        starts = estimate_starts(now, free, cpus, running, [(s.gpu_memory_mib, s.cpus, s.minutes * 60) for s in queue])
+        out = {s.slot_id: (i + 1, st) for i, (s, (st, _)) in enumerate(zip(queue, starts))}
+        self._est_cache = (self._version, out)
+        return out
+
+    def _slot_json(self, s: Slot, now: float) -> dict:
+        d = {"slot_id": s.slot_id, "state": s.state, "owner": s.owner, "label": s.label, "priority": s.priority,
+             "gpu_memory_mib": s.gpu_memory_mib, "cpus": s.cpus, "minutes": s.minutes,
+             "client_request_id": s.client_request_id, "heartbeat_s": s.heartbeat_s, "created": s.created}
+        if s.estimate:
+            d["estimate"] = s.estimate
+        if s.device is not None:
+            dev = self.devices[s.device]
+            fraction = round(s.gpu_memory_mib / dev.memory_mib, 4)
+            d.update(node=dev.node, device=dev.index, cuda_visible_devices=str(dev.index), memory_fraction=fraction,
+                     granted_at=s.granted_at, deadline=s.deadline, deadline_iso=_iso(s.deadline),
+                     renew_by=None if s.state != "granted" else s.heartbeat + s.heartbeat_s,
+                     ray_reserved=self.backend.confirmed(s.slot_id) if s.state == "granted" else None)
+            d["env"] = {
+                "CUDA_VISIBLE_DEVICES": str(dev.index), "GPUPACK_SLOT": s.slot_id,
+                "GPUPACK_GPU_MEMORY_MIB": str(s.gpu_memory_mib), "GPUPACK_MEMORY_FRACTION": str(fraction),
+                "GPUPACK_CPUS": str(max(1, s.cpus)), "OMP_NUM_THREADS": str(max(1, s.cpus)),
+                "GPUPACK_DEADLINE": f"{s.deadline:.3f}", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+            }
+        if s.state == "queued":
+            pos, start = self._estimates(now).get(s.slot_id, (None, None))
+            d.update(position=pos, estimated_start=start, estimated_start_iso=_iso(start),
+                     renew_by=s.heartbeat + s.heartbeat_s)
+        if s.ended is not None:
+            d.update(ended=s.ended, end_reason=s.end_reason)
+        return d
+
+    def gpu_status(self, who: Identity = ADMIN) -> dict:
+        now = time.time()
+        with self._lock:
+            free, cpus, _ = self._free()
+            others = self.backend.used_by_others()
+            queued = sum(1 for s in self.slots.values() if s.state == "queued")
+            granted: dict[str, list[Slot]] = {k: [] for k in self.devices}
+            for s in self.slots.values():
+                if s.state == "granted":
+                    granted[s.device].append(s)
+        readings = _nvml_readings()
+        devices = []
+        for k, d in self.devices.items():
+            r = readings.get(d.index) if d.node == _local_node(self.hardware) else None
+            devices.append({
+                "node": d.node, "device": d.index, "name": d.name, "memory_mib": d.memory_mib,
+                "limit_mib": self.limits[k], "granted_mib": sum(s.gpu_memory_mib for s in granted[k]),
+                "used_by_others_mib": others.get(k, 0), "free_mib": free[k], "slots": len(granted[k]),
+                "measured_used_mib": r.used_mib if r else None,
+                "utilization": r.utilization if r else None,
+            })
+        return {"profile": self.hardware.profile, "band_high": self.band_high, "devices": devices,
+                "nodes": [{"node": n, "cpus": c, "free_cpus": cpus[n]} for n, c in self.node_cpus.items()],
+                "queued": queued, "time": now}
+
+    # -- jobs --
+
+    def submit_job(self, slot_id: str, argv: list[str], cwd: str | None = None, env: dict | None = None,
+                   who: Identity = ADMIN) -> dict:
+        """Run ``argv`` (never through a shell) in the slot; it waits (PENDING) while the slot is queued."""
+        if not isinstance(argv, list) or not argv or len(argv) > MAX_ARGV:
+            raise ServiceError(f"argv: a non-empty list of at most {MAX_ARGV} strings (no shell string)")
+        for a in argv:
+            if not isinstance(a, str) or "\x00" in a or len(a) > MAX_ARG_CHARS:
+                raise ServiceError("argv: every element must be a string without NUL bytes")
+        if cwd is not None and (not isinstance(cwd, str) or "\x00" in cwd or not Path(cwd).expanduser().is_dir()):
+            raise ServiceError(f"cwd: {cwd!r} is not a folder")
+        env = env or {}
+        if not isinstance(env, dict) or any(not isinstance(k, str) or not isinstance(v, str) or "\x00" in k + v
+                                            or "=" in k or not k for k, v in env.items()):
+            raise ServiceError("env: an object of string names to string values")
+        now = time.time()
+        with self._lock:
+            s = self._owned(slot_id, who)
+            s.heartbeat = now
+            jid = "job-" + uuid.uuid4().hex[:12]
+            d = self.state_dir / "jobs" / jid
+            (d / "output").mkdir(parents=True, exist_ok=True)
+            j = Job(job_id=jid, slot_id=slot_id, owner=s.owner, argv=list(argv), cwd=cwd, env=dict(env),
+                    state="PENDING", created=now, dir=str(d))
+            self.jobs[jid] = j
+            self._save_job(j)
+            if s.state == "granted":
+                self._start_job(j, s, now)
+            return self._job_json(j)
+
+    def _start_job(self, j: Job, s: Slot, now: float) -> None:
+        import psutil
+
+        d = Path(j.dir)
+        env = {**os.environ, **j.env, **self._slot_json(s, now)["env"], "GPUPACK_JOB": j.job_id,
+               "GPUPACK_OUTPUT_DIR": str(d / "output")}
+        try:
+            with open(d / "log", "ab") as logf:
+                proc = subprocess.Popen([sys.executable, "-c", _WRAPPER, str(d / "exit_code"), *j.argv],
+                                        cwd=j.cwd and str(Path(j.cwd).expanduser()), env=env, stdout=logf,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as e:
+            j.state, j.ended, j.reason = "FAILED", now, f"cannot start: {e}"
+            self._save_job(j)
+            self.jobs.pop(j.job_id, None)
+            return
+        j.pid, j.started, j.state = proc.pid, now, "RUNNING"
+        try:
+            j.pid_start = psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            j.pid_start = now
+        self._procs[j.job_id] = proc
+        self._save_job(j)
+
+    def _stop_job(self, j: Job, now: float, reason: str) -> None:
+        j.stop_requested, j.reason = True, reason
+        if j.state == "PENDING":
+            j.state, j.ended = "CANCELLED", now
+            self.jobs.pop(j.job_id, None)
+        elif j.job_id not in self._kill_at:
+            try:
+                os.killpg(j.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._kill_at[j.job_id] = now + TERM_GRACE_S
+        self._save_job(j)
+
+    def _finish(self, j: Job, now: float, code: int | None) -> None:
+        path = Path(j.dir) / "exit_code"
+        if path.is_file():
+            try:
+                code = int(path.read_text().strip())
+            except ValueError:
+                pass
+        j.exit_code, j.ended = code, now
+        if j.stop_requested:
+            j.state = "CANCELLED"
+        elif code == 0:
+            j.state = "SUCCEEDED"
+        else:
+            j.state = "FAILED"
+            if code is None:
+                j.reason = j.reason or "lost: the process ended while the service was down, exit status unknown"
+        self.jobs.pop(j.job_id, None)
+        self._procs.pop(j.job_id, None)
+        self._kill_at.pop(j.job_id, None)
+        self._ps.pop(j.job_id, None)
+        self._save_job(j)
+
+    def _job(self, job_id: str, who: Identity) -> Job:
+        j = self.jobs.get(job_id)
+        if j is None:
+            row = self._db.execute("SELECT data FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no job {job_id}")
+            j = Job(**json.loads(row[0]))
+        if j.owner != who.name and not who.admin:
+            raise Forbidden(f"job {job_id} belongs to another agent")
+        return j
+
+    def cancel_job(self, job_id: str, who: Identity = ADMIN) -> dict:
+        with self._lock:
+            j = self._job(job_id, who)
+            if j.state not in TERMINAL:
+                self._stop_job(j, time.time(), "cancelled")
+            return self._job_json(j)
+
+    def job_status(self, job_id: str, who: Identity = ADMIN) -> dict:
+        """State, exit status, runtime and the figures: GPU memory, CPU, RSS, throughput, and the advice."""
+        with self._lock:
+            j = self._job(job_id, who)
+            s = self.slots.get(j.slot_id)
+            if s is not None:
+                s.heartbeat = time.time()
+            share = s.gpu_memory_mib if s else None
+            ps = self._ps.get(j.job_id)
+        out = self._job_json(j)
+        figures = {"gpu_memory_mib": None, "gpu_memory_peak_mib": j.gpu_peak_mib, "cpu_percent": None,
+                   "rss_mib": None, "throughput": _last_metrics(Path(j.dir) / "output" / "metrics.jsonl")}
+        if j.state == "RUNNING" and j.pid:
+            import psutil
+
+            try:
+                if ps is None or ps[0].pid != j.pid:
+                    ps = (psutil.Process(j.pid), {})
+                    self._ps[j.job_id] = ps
+                procs = [ps[0], *ps[0].children(recursive=True)]
+                cpu = 0.0
+                for p in procs:  # cpu_percent needs the same Process object between calls
+                    q = ps[1].setdefault(p.pid, p)
+                    cpu += q.cpu_percent(None)
+                figures["cpu_percent"] = round(cpu, 1)
+                figures["rss_mib"] = round(sum(p.memory_info().rss for p in procs) / 2**20, 1)
+                gpu = _gpu_mib_of({p.pid for p in procs})
+                figures["gpu_memory_mib"] = gpu
+                if gpu is not None:
+                    j.gpu_peak_mib = max(gpu, j.gpu_peak_mib or 0)
+                    figures["gpu_memory_peak_mib"] = j.gpu_peak_mib
+            except psutil.Error:
+                pass
+        from scheduler.autotune import advice
+
+        params = (s.estimate or {}).get("params") if s else None
+        out["figures"] = figures
+        out["share_mib"] = share
+        out["advice"] = advice(figures["gpu_memory_peak_mib"], share, params)
+        return out
+
+    def job_logs(self, job_id: str, tail: int | None = 100, offset: int | None = None,
+                 who: Identity = ADMIN) -> dict:
+        """The last ``tail`` lines, or everything from byte ``offset`` (to follow: pass back the offset returned)."""
+        with self._lock:
+            j = self._job(job_id, who)
+        path = Path(j.dir) / "log"
+        text, end = "", 0
+        if path.is_file():
+            with open(path, "rb") as f:
+                f.seek(0, 2)
+                end = f.tell()
+                if offset is not None:
+                    start = max(0, min(int(offset), end))
+                    f.seek(start)
+                    data = f.read(1 << 20)
+                    end = start + len(data)
+                    text = data.decode(errors="replace")
+                else:
+                    n = max(0, min(int(tail if tail is not None else 100), 10_000))
+                    f.seek(max(0, end - (1 << 20)))
+                    lines = f.read().decode(errors="replace").splitlines(keepends=True)
+                    text = "".join(lines[-n:]) if n else ""
+        return {"job_id": job_id, "state": j.state, "text": text, "offset": end, "done": j.state in TERMINAL}
+
+    def _job_json(self, j: Job) -> dict:
+        end = j.ended or time.time()
+        return {"job_id": j.job_id, "slot_id": j.slot_id, "owner": j.owner, "state": j.state, "argv": j.argv,
+                "cwd": j.cwd, "pid": j.pid, "exit_code": j.exit_code, "reason": j.reason, "created": j.created,
+                "started": j.started, "ended": j.ended,
+                "runtime_s": round(end - j.started, 3) if j.started else None,
+                "log": str(Path(j.dir) / "log"), "output_dir": str(Path(j.dir) / "output")}
+
+    # -- the reclaimer --
+
+    def tick(self, now: float | None = None) -> None:
+        """Reclaim leases past their deadline or heartbeat, reap and kill jobs, start what the queue can start."""
+        now = time.time() if now is None else now
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for s in list(self.slots.values()):
+                    if s.state == "granted" and now >= s.deadline:
+                        self._end_slot(s, now, "expired", "deadline")
+                    elif now - s.heartbeat > s.heartbeat_s:
+                        self._end_slot(s, now, "expired", "heartbeat lost")
+                self._poll_jobs(now)
+                self._schedule(now)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def _poll_jobs(self, now: float) -> None:
+        import psutil
+
+        for jid, p in list(self._procs.items()):
+            j = self.jobs.get(jid)
+            if j is None:
+                self._procs.pop(jid, None)
+                continue
+            if isinstance(p, subprocess.Popen):
+                code = p.poll()
+                done = code is not None
+            else:
+                try:
+                    done = p.status() == psutil.STATUS_ZOMBIE
+                except psutil.NoSuchProcess:
+                    done = True
+                code = None
+            if done:
+                self._finish(j, now, code)
+            elif jid in self._kill_at and now >= self._kill_at[jid]:
+                try:
+                    os.killpg(j.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def _run_ticks(self, tick_s: float) -> None:
+        while not self._stop.wait(tick_s):
+            try:
+                self.tick()
+            except Exception:
+                log.exception("reclaimer tick failed")
+
+    def close(self, stop_jobs: bool = False) -> None:
+        """Stop the reclaimer; running jobs go on (a restarted service finds them) unless ``stop_jobs``."""
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+        with self._lock:
+            if stop_jobs:
+                for j in list(self.jobs.values()):
+                    self._stop_job(j, time.time(), "service stopped")
+            self.backend.close()
+            self._db.close()
+
+
+# --- measurements (a missing figure is None, never an error) ------------------------------------------------------
+
+_WRAPPER = r"""
+import os, signal, subprocess, sys
+signal.signal(signal.SIGTERM, lambda *a: None)  # the group kill reaches the child too; wait for it to end
+try:
+    p = subprocess.Popen(sys.argv[2:])
+except OSError as e:
+    print(f"gpupack: cannot start {sys.argv[2]!r}: {e}", flush=True)
+    rc = 127
+else:
+    while True:
+        try:
+            rc = p.wait()
+            break
+        except InterruptedError:
+            pass
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(rc))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+sys.exit(rc if rc >= 0 else 128 - rc)
+"""
+
+_nvml_cache: tuple[float, dict] = (0.0, {})
+
+
+def _local_node(hw: Hardware) -> str:
+    return hw.nodes[0].name if len(hw.nodes) == 1 else "local"
+
+
+def _nvml_readings() -> dict:
+    global _nvml_cache
+    if time.time() - _nvml_cache[0] < 2.0:
+        return _nvml_cache[1]
+    from scheduler.hardware import NoGpuFound, read_gpus
+
+    try:
+        readings = {r.index: r for r in read_gpus()}
+    except (NoGpuFound, Exception):
+        readings = {}
+    _nvml_cache = (time.time(), readings)
+    return readings
+
+
+def _gpu_mib_of(pids: set[int]) -> int | None:
+    """GPU memory held by these processes, from NVML's per-process list; None without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        total = 0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                if p.pid in pids and p.usedGpuMemory:
+                    total += p.usedGpuMemory // 2**20
+        return int(total)
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _last_metrics(path: Path) -> dict | None:
+    """The last line of the job's optional ``metrics.jsonl`` (``{"samples_per_s": …, "step_time_s": …}``)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4096))
+            lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+        value = json.loads(lines[-1]) if lines else None
+        return value if isinstance(value, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def mint_token(db: sqlite3.Connection | str | Path, name: str) -> dict:
+    """Store a new agent token's hash under ``name``; returns the token (shown once). ``db`` may be a state folder."""
+    if not isinstance(name, str) or not name or len(name) > 64 or not name.replace("-", "").replace("_", "").isalnum():
+        raise ServiceError("name: 1-64 letters, digits, '-' or '_'")
+    if name == "admin":
+        raise ServiceError("name 'admin' is reserved")
+    own = not isinstance(db, sqlite3.Connection)
+    if own:
+        folder = Path(db).expanduser()
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        db = sqlite3.connect(folder / "service.sqlite", isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(SCHEMA)
+    token = secrets.token_urlsafe(32)
+    try:
+        db.execute("INSERT INTO tokens VALUES (?, ?, 0, ?)", (_hash(token), name, time.time()))
+    except sqlite3.IntegrityError:
+        raise Conflict(f"an agent called '{name}' already has a token") from None
+    finally:
+        if own:
+            db.close()
+    return {"name": name, "token": token}
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("GPUPACK_STATE", "~/.gpupack/service")).expanduser()

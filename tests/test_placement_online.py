@@ -1,0 +1,87 @@
+"""Online placement on small hand-made clusters (shares in thousandths of a GPU unless said otherwise)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.placement_online import (
+    FragmentationCache, Shape, best_fit, fgd, first_fit, node_fragmentation, place, workload_of)
+
+
+def test_best_fit_picks_the_tightest_device():
+    devices = [[1000, 600], [350]]
+    assert best_fit(300, 1, devices, [8, 8]) == (1, 0)
+    assert place("best_fit", 500, 1, devices, [8, 8]) == (0, 1)
+
+
+def test_first_fit_takes_the_first_node_and_device_with_room():
+    assert first_fit(300, 1, [[200, 1000], [350]], [8, 8]) == (0, 1)
+
+
+@pytest.mark.parametrize("policy", ["first_fit", "best_fit", "fgd"])
+def test_none_when_nothing_fits(policy):
+    workload = workload_of([Shape(500)])
+    assert place(policy, 700, 1, [[600, 500], [300]], [8, 8], workload) is None  # no device has room
+    assert place(policy, 100, 9, [[600, 500], [300]], [8, 8], workload) is None  # no node has the cores
+    assert place(policy, 100, 1, [[600]], [8], workload, memory=64, nodes_memory=[32]) is None  # nor the RAM
+
+
+def test_cores_are_checked_on_the_device_node():
+    assert best_fit(300, 4, [[300], [1000]], [2, 8]) == (1, 0)
+
+
+def test_fgd_keeps_a_whole_gpu_free_for_a_future_large_request():
+    # Whole-GPU requests are common: a half share should go beside the other half, not open the empty GPU,
+    # even though best fit on the node level would not care.
+    workload = workload_of([Shape(1000)] * 6 + [Shape(500)] * 4)
+    devices = [[1000], [500]]
+    assert fgd(500, 1, devices, [8, 8], workload) == (1, 0)
+    # and on one node with two GPUs
+    assert fgd(500, 1, [[1000, 500]], [8], workload) == (0, 1)
+
+
+def test_fgd_avoids_leaving_an_unusable_sliver():
+    # Only 600-shares arrive: 400 on the 1000 GPU leaves 600 (usable), on the 800 GPU it leaves 400 (fragment).
+    workload = workload_of([Shape(600)] * 5)
+    assert fgd(400, 0, [[800], [1000]], [8, 8], workload) == (1, 0)
+    assert best_fit(400, 0, [[800], [1000]], [8, 8]) == (0, 0)  # best fit takes the sliver-making tighter fit
+
+
+def test_fgd_counts_a_gpu_stranded_by_missing_cores_as_fragmented():
+    workload = workload_of([Shape(1000, 1, 4)])
+    assert node_fragmentation([1000], 2, workload) == 1000  # 2 cores left: the typical request cannot run
+    assert node_fragmentation([1000], 4, workload) == 0
+    # A CPU-only request should not take the cores a whole free GPU needs when another node has spare cores.
+    assert fgd(0, 4, [[1000], [0]], [8, 8], workload) == (1, None)
+
+
+def test_multi_gpu_requests_need_whole_free_devices_on_one_node():
+    assert first_fit(1000, 1, [[1000, 500], [1000, 1000]], [8, 8], gpus=2) == (1, 0)
+    assert best_fit(1000, 1, [[1000, 500]], [8], gpus=2) is None
+
+
+def test_workload_of_keeps_the_most_common_shapes_and_drops_cpu_only_ones():
+    w = workload_of([Shape(500)] * 3 + [Shape(1000)] + [Shape(0, 0, 4)] * 10, coverage=0.7)
+    assert w == ((Shape(500), 1.0),)
+    w = workload_of([Shape(500)] * 3 + [Shape(1000)])
+    assert [s for s, _ in w] == [Shape(500), Shape(1000)] and abs(sum(p for _, p in w) - 1) < 1e-9
+
+
+def test_cache_gives_the_same_answers():
+    workload = workload_of([Shape(300)] * 2 + [Shape(1000)] * 3 + [Shape(700, 1, 6)])
+    cache = FragmentationCache(workload)
+    devices, cpus = [[1000, 700, 300], [1000], [450, 900]], [8, 6, 16]
+    for g in (100, 300, 450, 700, 1000):
+        assert fgd(g, 2, devices, cpus, workload, cache=cache) == fgd(g, 2, devices, cpus, workload)
+
+
+def test_mib_devices_with_their_own_capacities():
+    devices = [[24576, 10000], [40960]]
+    caps = [[24576, 24576], [40960]]
+    assert best_fit(9000, 2, devices, [16, 16], capacity=caps) == (0, 1)
+    assert first_fit(30000, 2, devices, [16, 16], capacity=caps) == (1, 0)
+
+
+def test_unknown_policy_is_refused():
+    with pytest.raises(ValueError, match="unknown placement policy"):
+        place("worst_fit", 100, 1, [[1000]], [8])

@@ -1,0 +1,37 @@
+"""A real uvicorn server on a free loopback port, in a thread, for the service's HTTP tests and benchmark."""
+
+import socket
+import threading
+import time
+
+import uvicorn
+
+from scheduler.api import build_app
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerThread:
+    def __init__(self, service, port: int | None = None):
+        self.service = service
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(build_app(service), host="127.0.0.1", port=self.port, log_level="error",
+                                backlog=2048, timeout_keep_alive=60)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> "ServerThread":
+        self.thread.start()
+        deadline = time.time() + 10
+        while not self.server.started and time.time() < deadline:
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

@@ -1,0 +1,39 @@
+"""With a real local Ray (the session's 2 × A100-40GB logical cluster): a lease holds its MiB of the device's memory
+resource in Ray, so a plan run cannot take it, and release gives it back."""
+
+import time
+
+from scheduler import hardware, runtime
+from scheduler.service import RayBackend, Service
+
+
+def test_a_lease_reserves_the_memory_resource_in_ray(ray_cluster, tmp_path):
+    ray = ray_cluster
+    hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
+    backend = RayBackend(hw, 0.90)
+    svc = Service(hw, tmp_path, backend=backend, start_threads=False)
+    res = runtime.memory_resource("local", 0)
+    before = ray.available_resources()[res]
+    slot = svc.request_slot({"gpu_memory": "12GB", "cpus": 2, "minutes": 5})
+    backend.wait_idle()
+    time.sleep(1.2)
+    backend.wait_idle()
+    assert ray.available_resources()[res] == before - 12288
+    assert svc.get_slot(slot["slot_id"])["ray_reserved"] is True
+    # what a plan run holds in Ray is subtracted from the ledger
+    holder = ray.util.placement_group([{res: 20000.0}])
+    ray.get(holder.ready(), timeout=30)
+    for _ in range(50):
+        if backend.used_by_others().get("local:0") == 20000:
+            break
+        time.sleep(0.1)
+    assert backend.used_by_others()["local:0"] == 20000
+    assert svc.gpu_status()["devices"][0]["free_mib"] == 36864 - 12288 - 20000
+    ray.util.remove_placement_group(holder)
+    svc.release(slot["slot_id"])
+    for _ in range(50):
+        if ray.available_resources().get(res) == before:
+            break
+        time.sleep(0.1)
+    assert ray.available_resources()[res] == before
+    svc.close()
