@@ -1,11 +1,5 @@
 """How fast the packer is at plan scale, how often it proves its answer, and how far First-Fit-Decreasing stays from
-the L2 lower bound on a real GPU-sharing trace (Alibaba v2023, where DESIGN.md expects L2 = 1,922 and FFD = 1,975;
-the optimum, 1,965, is computed by benchmarks/alibaba_trace.py).
-
-Figures on the shared 2-core machine (10 plans per cell): proven optimal 10/10 at 10 jobs (max ~70 ms); at 20 jobs
-4-5/10, 5/10, 6/10, 9/10 on 1, 2, 4, 8 devices; 0/10 at 40 jobs. The MIP stage of scheduler.packing (after the branch
-and bound) proved one more 20-job plan with a 2.5 s cap and none with the 1.0 s cap now in place: the level-by-level
-assignment model is too weak at this size (see the report); unproven plans cost up to ~1 s more than before.
+the L2 lower bound on a real GPU-sharing trace (Alibaba v2023, where DESIGN.md expects L2 = 1,922 and FFD = 1,975).
 
 Run: python benchmarks/packing.py [--trace PATH] [--plans N]
 """

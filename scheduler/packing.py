@@ -3,11 +3,9 @@
 Jobs that share a wave run at the same time, so a wave is a set of bins (one per device, holding at most the band's
 upper limit of its memory) bound together by each node's CPU cores. The objective is lexicographic: fewest waves; then
 as much GPU memory as fits in wave 0, then wave 1, ... (and every job as early as it fits); then as many devices inside
-the band as possible, filled one after the other rather than spread. A branch and bound proves the optimum of small
-plans (about ten jobs) in milliseconds; past its budget, a MIP (HiGHS, ``highspy``) takes the same objective level by
-level, each optimum fixed before the next, within a node budget per level and a wall-clock safety net; past those,
-or for plans too large for the model, the best placement found (at worst First-Fit-Decreasing over (wave, device)
-bins, never worse than 11/9·OPT + 6/9 bins) answers and the placement says it is not proven.
+the band as possible, filled one after the other rather than spread. At plan scale (a few devices, a few dozen jobs)
+a branch and bound proves the optimum; past its budget, First-Fit-Decreasing over (wave, device) bins answers, which is
+never worse than 11/9·OPT + 6/9 bins, and the placement says it is not proven.
 
 Pure: no Ray, no GPU. Ties go to input order and lower device index, so the same plan always packs the same way.
 """
@@ -15,28 +13,15 @@ Pure: no Ray, no GPU. Ties go to input order and lower device index, so the same
 from __future__ import annotations
 
 import math
-import time
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
-try:
-    import highspy
-except ImportError:  # pragma: no cover - the branch and bound then answers alone, as before
-    highspy = None
-
 from scheduler.errors import UserError
 from scheduler.hardware import Device, Node
 
-# The exact search's budget, in input-only units (never the clock): a step is roughly one bin looked at by the
-# branch and bound (about half a second per million in CPython); the MIP gets one branch-and-bound node per
-# STEPS_PER_MIP_NODE steps in each of its solves.
+# At most about half a second of search in CPython; a step is roughly one bin looked at.
 DEFAULT_SEARCH_STEPS = 1_000_000
-STEPS_PER_MIP_NODE = 100
-# A safety net, not the budget: past this many seconds the MIP stops and the placement says it is not proven.
-# Only pathological plans reach it; below it the answer depends on the input alone.
-MIP_SECONDS = 1.0
-MIP_MAX_CELLS = 20_000  # jobs x waves x devices: past this (trace scale, not plan scale) FFD answers, unproven
 
 
 @dataclass(frozen=True)
@@ -115,34 +100,23 @@ def pack(
     if search_steps > 0:
         where, waves = _polish(cluster, items, where)
     unproven = where
-    exact = False
-    if search_steps > 0:
-        where, waves, exact = _branch_and_bound(cluster, items, where, waves, search_steps)
-        if not exact and highspy is not None and items.n * waves * max(1, len(cluster.devices)) <= MIP_MAX_CELLS:
-            nodes = max(1, search_steps // STEPS_PER_MIP_NODE)
-            where, waves, exact = _Mip.solve(cluster, items, where, waves, nodes, time.monotonic() + MIP_SECONDS)
-    if not exact and where is not unproven:
-        where, waves = _polish(cluster, items, where)
-    return _placement(cluster, items, demands, tuple(band), where, waves, exact)
-
-
-def _branch_and_bound(cl: _Cluster, it: _Items, where: list[tuple[int, int]], waves: int,
-                      steps: int) -> tuple[list[tuple[int, int]], int, bool]:
-    """The depth-first search of small plans: proves the optimum in milliseconds at about ten jobs."""
-    budget = [steps]
-    search = None
+    budget = [search_steps]
+    exact, search = True, None
     try:
-        for w in range(_lower_bound_waves(cl, it), waves):
-            found = _Search(cl, it, w, budget).feasible()
+        for w in range(_lower_bound_waves(cluster, items), waves):
+            found = _Search(cluster, items, w, budget).feasible()
             if found is not None:
                 where, waves = found, w
                 break
-        search = _Search(cl, it, waves, budget)
-        return search.optimise(where), waves, True
+        search = _Search(cluster, items, waves, budget)
+        where = search.optimise(where)
     except _OutOfSteps:
+        exact = False
         if search is not None and search.best_where is not None:
             where = search.best_where
-        return where, waves, False
+    if not exact and where is not unproven:
+        where, waves = _polish(cluster, items, where)
+    return _placement(cluster, items, demands, tuple(band), where, waves, exact)
 
 
 def l2_lower_bound(sizes_mib: Sequence[int], capacity_mib: int) -> int:
@@ -529,322 +503,6 @@ class _Search:
         if band_ub != best_band:
             return band_ub < best_band
         return tuple(spread_ub) < best_spread or (tuple(spread_ub) == best_spread and not self.seeded)
-
-
-# --- the MIP: the same objective, level by level, with HiGHS -------------------------------------------------------
-
-
-def _key_of(cl: _Cluster, it: _Items, where: list[tuple[int, int]], waves: int) -> tuple:
-    """The objective's key of a placement, as ``_Search._key`` computes it."""
-    D = len(cl.devices)
-    loads = [0] * (waves * D)
-    wave_mib, wave_jobs = [0] * waves, [0] * waves
-    for k, (w, j) in enumerate(where):
-        if k < it.g:
-            loads[w * D + j] += it.size[k]
-            wave_mib[w] += it.size[k]
-        wave_jobs[w] += 1
-    in_band = sum(1 for b, x in enumerate(loads) if x >= cl.low[b % D])
-    spread = tuple(x for w in range(waves) for x in sorted(loads[w * D:(w + 1) * D], reverse=True))
-    return tuple(wave_mib), tuple(wave_jobs), in_band, spread
-
-
-def _device_groups(cl: _Cluster) -> list[list[int]]:
-    """Devices that are interchangeable: same node, same limit and band floor."""
-    groups: dict[tuple, list[int]] = {}
-    for j in range(len(cl.devices)):
-        groups.setdefault((cl.dev_node[j], cl.limit[j], cl.low[j]), []).append(j)
-    return list(groups.values())
-
-
-def _canonical(cl: _Cluster, it: _Items, where: list[tuple[int, int]], waves: int) -> list[tuple[int, int]]:
-    """The same placement (same key) with waves fullest first and, inside a wave, interchangeable devices loaded
-    in decreasing order: the form the MIP's symmetry-breaking rows require of a starting solution."""
-    D = len(cl.devices)
-    mib, jobs = [0] * waves, [0] * waves
-    load = [[0] * D for _ in range(waves)]
-    for k, (w, j) in enumerate(where):
-        mib[w] += it.size[k]
-        jobs[w] += 1
-        if k < it.g:
-            load[w][j] += it.size[k]
-    order = sorted(range(waves), key=lambda w: (-mib[w], -jobs[w], w))
-    wave_to = {w: i for i, w in enumerate(order)}
-    dev_to = [dict() for _ in range(waves)]
-    for w in range(waves):
-        for group in _device_groups(cl):
-            ranked = sorted(group, key=lambda j: (-load[w][j], j))
-            dev_to[w].update(zip(ranked, group))
-    return [(wave_to[w], dev_to[w][j] if k < it.g else j) for k, (w, j) in enumerate(where)]
-
-
-class _Mip:
-    """An assignment model of (job, wave, device) solved by HiGHS once per level of the objective, each optimum
-    then fixed as a constraint: the fewest waves (as feasibility), each wave's MiB in turn, each wave's job count,
-    devices inside the band, and each wave's loads largest first (as sums of the t largest). Waves are ordered
-    fullest first and interchangeable devices by decreasing load, which every optimum can be rearranged to."""
-
-    def __init__(self, cl: _Cluster, it: _Items, waves: int):
-        self.cl, self.it, self.W = cl, it, waves
-        D, N, W = len(cl.devices), len(cl.nodes), waves
-        self.lower: list[float] = []
-        self.upper: list[float] = []
-        self.integer: list[int] = []
-        self.rows: list[tuple[float, float, list[tuple[int, float]]]] = []
-        self.x = {(k, w, j): self._col(0, 1, True) for k in range(it.g) for w in range(W) for j in range(D)
-                  if it.size[k] <= cl.limit[j] and it.cpus[k] <= cl.node_cpus[cl.dev_node[j]]}
-        self.y = {(k, w, i): self._col(0, 1, True) for k in range(it.g, it.n) for w in range(W) for i in range(N)
-                  if it.cpus[k] <= cl.node_cpus[i]}
-        self.load = [[self._col(0, cl.limit[j]) for j in range(D)] for _ in range(W)]
-        self.mib = [self._col(0, math.inf) for _ in range(W)]
-        self.jobs = [self._col(1, math.inf) for _ in range(W)]
-        self.band = [[self._col(0, 1, True) for _ in range(D)] for _ in range(W)]
-        self.band_total = self._col(0, math.inf)
-        self.tops: dict[tuple[int, int], tuple[list[int], list[int], int]] = {}
-        by_job: dict[int, list[int]] = {}
-        on_dev: dict[tuple[int, int], list[tuple[int, float]]] = {}
-        on_node: dict[tuple[int, int], list[tuple[int, float]]] = {}
-        in_wave: list[list[tuple[int, float]]] = [[] for _ in range(W)]
-        for (k, w, j), c in self.x.items():
-            by_job.setdefault(k, []).append(c)
-            on_dev.setdefault((w, j), []).append((c, -it.size[k]))
-            if it.cpus[k]:
-                on_node.setdefault((w, cl.dev_node[j]), []).append((c, it.cpus[k]))
-            in_wave[w].append((c, -1))
-        for (k, w, i), c in self.y.items():
-            by_job.setdefault(k, []).append(c)
-            if it.cpus[k]:
-                on_node.setdefault((w, i), []).append((c, it.cpus[k]))
-            in_wave[w].append((c, -1))
-        for k in range(it.n):
-            self.rows.append((1, 1, [(c, 1) for c in by_job.get(k, [])]))
-        for w in range(W):
-            for j in range(D):
-                self.rows.append((0, 0, [(self.load[w][j], 1)] + on_dev.get((w, j), [])))
-                self.rows.append((0, math.inf, [(self.load[w][j], 1), (self.band[w][j], -cl.low[j])]))
-            for i in range(N):
-                if on_node.get((w, i)):
-                    self.rows.append((-math.inf, cl.node_cpus[i], on_node[(w, i)]))
-            self.rows.append((0, 0, [(self.mib[w], 1)] + [(self.load[w][j], -1) for j in range(D)]))
-            self.rows.append((0, 0, [(self.jobs[w], 1)] + in_wave[w]))
-            if w + 1 < W:
-                self.rows.append((0, math.inf, [(self.mib[w], 1), (self.mib[w + 1], -1)]))
-            for group in _device_groups(cl):
-                for a, b in zip(group, group[1:]):
-                    self.rows.append((0, math.inf, [(self.load[w][a], 1), (self.load[w][b], -1)]))
-        self.rows.append((0, 0, [(self.band_total, 1)] + [(self.band[w][j], -1) for w in range(W) for j in range(D)]))
-        # What LP relaxations miss: loads are sums of job sizes, so the first w waves hold at most the largest
-        # subset sum within w waves' room, and a device at most the largest within its limit.
-        room = sum(cl.limit)
-        self.prefix_ub = [_most(it.sums[0], min((w + 1) * room, it.rest_mib[0])) for w in range(W)]
-        for w in range(W):
-            self.rows.append((-math.inf, self.prefix_ub[w], [(self.mib[v], 1) for v in range(w + 1)]))
-            for j in range(D):
-                self.upper[self.load[w][j]] = _most(it.sums[0], cl.limit[j])
-        # Identical jobs go in input order: the k-th of them no later than the next.
-        for k in range(1, it.n):
-            if it.same_as_prev[k]:
-                terms = [(c, w) for (kk, w, _), c in (self.x if k < it.g else self.y).items() if kk == k - 1]
-                terms += [(c, -w) for (kk, w, _), c in (self.x if k < it.g else self.y).items() if kk == k]
-                self.rows.append((-math.inf, 0, terms))
-        self.h = highspy.Highs()
-        self.h.setOptionValue("output_flag", False)
-        self.h.setOptionValue("mip_rel_gap", 0.0)
-        self.h.setOptionValue("mip_abs_gap", 0.999)  # every level is an integer: a gap under 1 is proof
-        self.h.setOptionValue("random_seed", 0)
-        self.h.changeObjectiveSense(highspy.ObjSense.kMaximize)
-        self.cost_col: int | None = None
-        self._flush(0)
-
-    def _col(self, lo: float, hi: float, integer: bool = False) -> int:
-        self.lower.append(lo)
-        self.upper.append(hi)
-        if integer:
-            self.integer.append(len(self.lower) - 1)
-        return len(self.lower) - 1
-
-    def _flush(self, first_col: int) -> None:
-        """Hand HiGHS the columns from ``first_col`` and every pending row."""
-        import numpy as np
-
-        h, n = self.h, len(self.lower) - first_col
-        if n:
-            h.addCols(n, np.zeros(n), np.array(self.lower[first_col:], dtype=float),
-                      np.array(self.upper[first_col:], dtype=float), 0, np.zeros(n, dtype=np.int32),
-                      np.zeros(0, dtype=np.int32), np.zeros(0))
-            ints = [c for c in self.integer if c >= first_col]
-            if ints:
-                h.changeColsIntegrality(len(ints), np.array(ints, dtype=np.int32),
-                                        np.array([highspy.HighsVarType.kInteger] * len(ints)))
-        if self.rows:
-            starts, index, value = [], [], []
-            for _, _, terms in self.rows:
-                starts.append(len(index))
-                for c, v in terms:
-                    index.append(c)
-                    value.append(v)
-            h.addRows(len(self.rows), np.array([r[0] for r in self.rows], dtype=float),
-                      np.array([r[1] for r in self.rows], dtype=float), len(index), np.array(starts, dtype=np.int32),
-                      np.array(index, dtype=np.int32), np.array(value, dtype=float))
-            self.rows = []
-
-    def _top(self, w: int, t: int) -> int:
-        """A column worth the sum of the ``t`` largest loads of wave ``w`` (at most, so it is maximised)."""
-        first = len(self.lower)
-        D = len(self.cl.devices)
-        z = [self._col(0, 1, True) for _ in range(D)]
-        u = [self._col(0, self.cl.limit[j]) for j in range(D)]
-        top = self._col(0, math.inf)
-        self.rows.append((t, t, [(c, 1) for c in z]))
-        for j in range(D):
-            self.rows.append((-math.inf, 0, [(u[j], 1), (self.load[w][j], -1)]))
-            self.rows.append((-math.inf, 0, [(u[j], 1), (z[j], -self.cl.limit[j])]))
-        self.rows.append((0, 0, [(top, 1)] + [(c, -1) for c in u]))
-        self.tops[(w, t)] = (z, u, top)
-        self._flush(first)
-        return top
-
-    def values(self, where: list[tuple[int, int]]) -> list[float]:
-        cl, it, D = self.cl, self.it, len(self.cl.devices)
-        v = [0.0] * len(self.lower)
-        load = [[0] * D for _ in range(self.W)]
-        for k, (w, j) in enumerate(where):
-            if k < it.g:
-                v[self.x[(k, w, j)]] = 1
-                load[w][j] += it.size[k]
-            else:
-                v[self.y[(k, w, j)]] = 1
-            v[self.jobs[w]] += 1
-        for w in range(self.W):
-            for j in range(D):
-                v[self.load[w][j]] = load[w][j]
-                v[self.band[w][j]] = 1 if load[w][j] >= cl.low[j] else 0
-                v[self.band_total] += v[self.band[w][j]]
-            v[self.mib[w]] = sum(load[w])
-        for (w, t), (z, u, top) in self.tops.items():
-            for j in sorted(range(D), key=lambda j: (-load[w][j], j))[:t]:
-                v[z[j]], v[u[j]] = 1, load[w][j]
-                v[top] += load[w][j]
-        return v
-
-    def where(self, values: list[float]) -> list[tuple[int, int]]:
-        out = [(0, 0)] * self.it.n
-        for (k, w, j), c in self.x.items():
-            if values[c] > 0.5:
-                out[k] = (w, j)
-        for (k, w, i), c in self.y.items():
-            if values[c] > 0.5:
-                out[k] = (w, i)
-        return out
-
-    def run(self, col: int | None, start: list[tuple[int, int]] | None, nodes: int,
-            deadline: float) -> tuple[str, list[tuple[int, int]] | None]:
-        """Maximise ``col`` (None: any feasible placement). Returns ("optimal" | "infeasible" | "stopped", placement
-        or None)."""
-        h = self.h
-        if self.cost_col is not None:
-            h.changeColCost(self.cost_col, 0.0)
-        if col is not None:
-            h.changeColCost(col, 1.0)
-        self.cost_col = col
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return "stopped", None
-        h.setOptionValue("time_limit", left)
-        h.setOptionValue("mip_max_nodes", nodes)
-        if start is not None:
-            sol = highspy.HighsSolution()
-            sol.col_value = self.values(start)
-            sol.value_valid = True
-            h.setSolution(sol)
-        h.run()
-        status = h.getModelStatus()
-        if status == highspy.HighsModelStatus.kInfeasible:
-            return "infeasible", None
-        found = None
-        if h.getInfo().primal_solution_status == 2:  # a feasible solution
-            found = self.where(list(h.getSolution().col_value))
-            if not _valid(self.cl, self.it, found, self.W):
-                found = None
-        if status == highspy.HighsModelStatus.kOptimal and found is not None:
-            return "optimal", found
-        return "stopped", found
-
-    def fix_at_least(self, col: int, value: int) -> None:
-        self.rows.append((value, math.inf, [(col, 1)]))
-        self._flush(len(self.lower))
-
-    @staticmethod
-    def solve(cl: _Cluster, it: _Items, where: list[tuple[int, int]], waves: int, nodes: int,
-              deadline: float) -> tuple[list[tuple[int, int]], int, bool]:
-        """The best placement it can prove, starting from ``where`` (valid, in ``waves`` waves); else the best it
-        found, unproven. Never worse than ``where``."""
-        best, best_waves = _canonical(cl, it, where, waves), waves
-        best_key = _key_of(cl, it, best, best_waves)
-        mip = None
-        for w in range(_lower_bound_waves(cl, it), waves):
-            trial = _Mip(cl, it, w)
-            status, found = trial.run(None, None, nodes, deadline)
-            if status == "infeasible":
-                continue
-            if found is None:
-                return best, best_waves, False  # fewer waves not ruled out
-            best, best_waves, mip = _canonical(cl, it, found, w), w, trial
-            best_key = _key_of(cl, it, best, best_waves)
-            break
-        try:
-            if mip is None:
-                mip = _Mip(cl, it, best_waves)
-            D, W = len(cl.devices), best_waves
-            levels: list = [mip.mib[w] for w in range(W - 1)] + [mip.jobs[w] for w in range(W - 1)]
-            levels.append(mip.band_total)
-            single_group = len(_device_groups(cl)) == 1
-            for w in range(W):
-                for t in range(1, D):
-                    levels.append(mip.load[w][t - 1] if single_group else (w, t))
-            fixed_mib = 0
-            for level in levels:
-                col = mip._top(*level) if isinstance(level, tuple) else level
-                have = round(mip.values(best)[col])
-                if col in mip.mib:
-                    w = mip.mib.index(col)
-                    if fixed_mib + have >= mip.prefix_ub[w]:  # the subset-sum bound: nothing to search
-                        mip.fix_at_least(col, have)
-                        fixed_mib += have
-                        continue
-                status, found = mip.run(col, best, nodes, deadline)
-                if found is not None:
-                    found = _canonical(cl, it, found, W)
-                    key = _key_of(cl, it, found, W)
-                    if key > best_key:
-                        best, best_key = found, key
-                if status != "optimal":
-                    return best, best_waves, False
-                have = round(mip.values(best)[col])
-                mip.fix_at_least(col, have)
-                if col in mip.mib:
-                    fixed_mib += have
-        except Exception:  # noqa: BLE001 - a solver failure must never lose the valid placement in hand
-            return best, best_waves, False
-        return best, best_waves, True
-
-
-def _valid(cl: _Cluster, it: _Items, where: list[tuple[int, int]], waves: int) -> bool:
-    D, N = len(cl.devices), len(cl.nodes)
-    load = [0] * (waves * D)
-    cpu = [0] * (waves * N)
-    used = [False] * waves
-    for k, (w, j) in enumerate(where):
-        if not 0 <= w < waves:
-            return False
-        used[w] = True
-        if k < it.g:
-            load[w * D + j] += it.size[k]
-            cpu[w * N + cl.dev_node[j]] += it.cpus[k]
-        else:
-            cpu[w * N + j] += it.cpus[k]
-    return (all(used) and all(load[b] <= cl.limit[b % D] for b in range(waves * D))
-            and all(cpu[b] <= cl.node_cpus[b % N] for b in range(waves * N)))
 
 
 # --- the answer, with its reasons ----------------------------------------------------------------------------------

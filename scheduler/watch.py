@@ -60,7 +60,10 @@ class Watcher:
             name, view = refs[ref]
             view.env_ref = None
             try:
-                view.pid = ray.get(ref)["pid"]
+                env = ray.get(ref)
+                view.pid = env["pid"]
+                self.d.record.event("process", name, pid=env["pid"], ray_node_id=env["node_id"],
+                                    cuda_visible_devices=env["CUDA_VISIBLE_DEVICES"])
             except Exception:
                 view.pid = None
 

@@ -41,7 +41,7 @@ TEST_CPUS = 16
 TEST_HARDWARE = {"profile": "A100-40GB", "gpus_per_node": TEST_GPUS, "cpus": TEST_CPUS}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster():
     """One local Ray for the session, shaped like 2 × A100-40GB (logical GPUs, memory resources at 90 %)."""
     import ray
