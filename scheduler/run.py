@@ -433,12 +433,8 @@ def _short(error: BaseException) -> str:
 
 
 def _has_cuda() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except Exception:
-        return False
+    """Whether this machine has a GPU, from NVML (cheap: importing torch here would cost the driver a second)."""
+    return runtime.nvml_sees_gpu()
 
 
 def new_run_dir(base: Path, plan_name: str) -> Path:

@@ -207,7 +207,7 @@ class _JobActor:
             torch.set_num_threads(threads)
             cuda = torch.cuda.is_available()
         else:
-            cuda = _nvml_sees_gpu()
+            cuda = nvml_sees_gpu()
         if settings.get("builtin") == "digits" and not Path(data_dir, "train.csv").is_file():
             write_digits(Path(data_dir))  # a node of a cluster that has not got the built-in competition yet
         handler = _BufferHandler(self._report)
@@ -232,7 +232,7 @@ class _JobActor:
             logger.removeHandler(handler)
 
 
-def _nvml_sees_gpu() -> bool:
+def nvml_sees_gpu() -> bool:
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
         return False
     try:

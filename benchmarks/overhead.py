@@ -1,0 +1,131 @@
+"""What gpupack adds to starting jobs on Ray, measured in one run against bare Ray actors.
+
+- per job launch: gpupack's actor (its resources, its device, the first poll answered) against a bare actor
+  (``num_cpus=1``, one method call answered), each created and answered one at a time;
+- submit to running: from ``submit()`` (Ray already up, as when joining a cluster) until every first-wave job is
+  RUNNING, against creating the same number of bare actors at once and waiting for all their first answers.
+
+    python benchmarks/overhead.py [--jobs 4] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import ray  # noqa: E402
+
+from scheduler import dryrun, hardware, plan as planmod, runtime  # noqa: E402
+from scheduler.run import RunOptions  # noqa: E402
+from scheduler.runstate import RunRecord  # noqa: E402
+from scheduler.submit import submit  # noqa: E402
+
+
+@ray.remote(num_cpus=1)
+class Bare:
+    def ping(self):
+        return os.getpid()
+
+
+def bare_launch() -> float:
+    t0 = time.perf_counter()
+    a = Bare.remote()
+    ray.get(a.ping.remote())
+    dt = time.perf_counter() - t0
+    ray.kill(a)
+    return dt
+
+
+def gpupack_launch(i: int) -> float:
+    t0 = time.perf_counter()
+    a = runtime.launch("bench", f"bench-{i}-{time.time_ns()}", 1, "local", 0, 4096)
+    ray.get(a.poll.remote(0))
+    ray.get(a.environment.remote())
+    dt = time.perf_counter() - t0
+    ray.kill(a)
+    return dt
+
+
+def bare_wave(n: int) -> float:
+    t0 = time.perf_counter()
+    actors = [Bare.remote() for _ in range(n)]
+    ray.get([a.ping.remote() for a in actors])
+    dt = time.perf_counter() - t0
+    for a in actors:
+        ray.kill(a)
+    return dt
+
+
+def gpupack_wave(n: int, data: Path, tmp: Path, k: int) -> float:
+    script = ROOT / "tests" / "scripts" / "fake_train.py"
+    jobs = [{"name": f"j{i}", "kind": "command", "command": [sys.executable, str(script)], "folds": 2,
+             "resources": {"cpus": 1, "gpu_memory": "4GB"}, "env": {"SLEEP": "3"}} for i in range(n)]
+    plan = planmod.from_dict({"name": "bench", "hardware": {"profile": "A100-40GB", "gpus_per_node": 2, "cpus": 16},
+                              "budget": "5m", "jobs": jobs})
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan))
+    run_dir = tmp / f"run{k}"
+    started = {}
+    t0 = time.time()
+
+    def watch():
+        while len(started) < n:
+            if (run_dir / "events.jsonl").exists():
+                for line in (run_dir / "events.jsonl").read_text().splitlines():
+                    e = json.loads(line)
+                    if e["event"] == "state" and e["new"] == "RUNNING":
+                        started.setdefault(e["job"], e["time"])
+            time.sleep(0.05)
+
+    w = threading.Thread(target=watch, daemon=True)
+    w.start()
+    submit(dry, RunOptions(run_dir=run_dir, data_dir=data, dashboard=False, poll_s=0.1), lambda d: None,
+           lambda d: None)
+    w.join(10)
+    return max(started.values()) - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
+    ray.init(num_cpus=16, num_gpus=2, resources=runtime.device_resources(hw, 0.9), include_dashboard=False,
+             object_store_memory=100 * 1024 * 1024, log_to_driver=False)
+    from jobs.data import write_digits
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        data = write_digits(tmp / "digits")
+        bare_launch(), gpupack_launch(-1)  # warm the worker pool alike
+        bare, ours = [], []
+        for i in range(args.repeats):
+            bare.append(bare_launch())
+            ours.append(gpupack_launch(i))
+        b, o = statistics.median(bare), statistics.median(ours)
+        print(f"per job launch (median of {args.repeats}): bare Ray actor {b * 1000:.0f} ms, gpupack job actor "
+              f"{o * 1000:.0f} ms: ratio {o / b:.2f}")
+        bw, gw = [], []
+        for k in range(max(1, args.repeats // 2)):
+            bw.append(bare_wave(args.jobs))
+            gw.append(gpupack_wave(args.jobs, data, tmp, k))
+        b, g = statistics.median(bw), statistics.median(gw)
+        print(f"{args.jobs} first-wave jobs, submit to all running (median of {len(gw)}): bare actors {b:.2f} s, "
+              f"gpupack {g:.2f} s: ratio {g / b:.2f} (gpupack's includes writing the run folder and the plan's "
+              f"placement; Ray was already up)")
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
