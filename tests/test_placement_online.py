@@ -85,3 +85,19 @@ def test_mib_devices_with_their_own_capacities():
 def test_unknown_policy_is_refused():
     with pytest.raises(ValueError, match="unknown placement policy"):
         place("worst_fit", 100, 1, [[1000]], [8])
+
+
+def test_the_service_places_by_fgd_once_it_has_seen_requests():
+    from scheduler.service import place_online
+
+    limits = {"local:0": 36864, "local:1": 36864}
+    free = {"local:0": 20000, "local:1": 36864}
+    # best fit (no workload): the tightest device, 0
+    assert place_online(10000, 1, free, {"local": 30}) == "local:0"
+    # typical requests are 20,000 MiB: on device 0 the small one would leave 10,000 MiB no typical request can use;
+    # on device 1 both devices keep room for one (20,000 and 26,864): FGD takes device 1, unlike best fit
+    from scheduler.placement_online import Shape
+
+    workload = ((Shape(20000, 1, 1), 1.0),)
+    assert place_online(10000, 1, free, {"local": 30}, workload, limits) == "local:1"
+    assert place_online(40000, 1, free, {"local": 30}, workload, limits) is None
