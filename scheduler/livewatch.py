@@ -6,6 +6,7 @@ With ``--json`` the progress lines go to stderr and stdout ends with one JSON li
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -72,8 +73,12 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
         show_dry_run(dry, console)
     live: Live | None = None
 
+    def terminate(signum, frame):  # `kill`, `timeout`, a job scheduler: stop as cleanly as Ctrl-C does
+        raise KeyboardInterrupt
+
     def on_start(driver: Driver) -> None:
         nonlocal live
+        signal.signal(signal.SIGTERM, terminate)  # again: ray.init installs its own handler, which aborts
         mode = "CPU rehearsal (no CUDA): reduced images, rows and steps; packing is the card's" \
             if not driver.cuda else "on the GPU"
         shown.print(f"run folder {run_dir}   {mode}")
@@ -93,6 +98,7 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
         else:
             lines(driver)
 
+    previous = signal.signal(signal.SIGTERM, terminate)
     try:
         summary = submit(dry, opts, on_update, on_start)
         status = 0
@@ -102,6 +108,7 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
         if summary is None:
             raise
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if live is not None:
             live.stop()
     if args.json:

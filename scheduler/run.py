@@ -405,7 +405,8 @@ class Driver:
 
     def _stop_all(self, why: str) -> None:
         """Cancel everything, give running jobs a moment to hand back finished folds, then stop them by force."""
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+        # a second Ctrl-C or kill must not cut this short
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             self.cancel([n for n, s in self.state.items() if not s.terminal], why)
             end = time.time() + self.grace_s
@@ -421,7 +422,8 @@ class Driver:
                         ray.kill(live.actor, no_restart=True)
                     self._set(live.name, JobState.CANCELLED, reason=why)
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def outputs(self) -> dict[str, Any]:
         return {n: l.output for n, l in self.live.items() if l.output is not None}
