@@ -397,6 +397,7 @@ class Service:
         self.limits = {k: int(math.floor(d.memory_mib * band_high)) for k, d in self.devices.items()}
         self.node_cpus = {n.name: n.cpus for n in hardware.nodes if n.devices}
         self._recent: collections.deque = collections.deque(maxlen=RECENT_REQUESTS)  # (MiB, cpus) of new requests
+        self._appended, self._workload_at, self._workload_cache = 0, 0, None
         self.backend = backend or FixedBackend()
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.aging_s = aging_s
@@ -582,6 +583,7 @@ class Service:
                      heartbeat=now)
             self.slots[s.slot_id] = s
             self._recent.append((s.gpu_memory_mib, s.cpus))
+            self._appended += 1
             if s.client_request_id:
                 self.by_request[(who.name, s.client_request_id)] = s.slot_id
             self._db.execute("BEGIN IMMEDIATE")
@@ -659,11 +661,16 @@ class Service:
     # -- the ledger and the queue --
 
     def _workload(self):
-        """The shapes of recent requests, as FGD's typical requests."""
+        """The shapes of recent requests, as FGD's typical requests; recomputed every 25 new requests (a
+        distribution moves slowly, and the request path must stay fast)."""
         from scheduler.placement_online import Shape, workload_of
 
-        return workload_of((Shape(max(1, round(mib / SHAPE_MIB)) * SHAPE_MIB, 1, cpus) for mib, cpus in self._recent),
-                           coverage=0.95)
+        if self._workload_cache is not None and self._appended - self._workload_at < 25:
+            return self._workload_cache
+        self._workload_at = self._appended
+        shapes = (Shape(max(1, round(mib / SHAPE_MIB)) * SHAPE_MIB, 1, cpus) for mib, cpus in self._recent)
+        self._workload_cache = workload_of(shapes, coverage=0.95)
+        return self._workload_cache
 
     def _free(self) -> tuple[dict[str, int], dict[str, int], list[Claim]]:
         others = self.backend.used_by_others()
