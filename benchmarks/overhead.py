@@ -101,7 +101,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
-    ray.init(num_cpus=16, num_gpus=2, resources=runtime.device_resources(hw, 0.9), include_dashboard=False,
+    ray.init(address="local", num_cpus=16, num_gpus=2, resources=runtime.device_resources(hw, 0.9), include_dashboard=False,
              object_store_memory=100 * 1024 * 1024, log_to_driver=False)
     from jobs.data import write_digits
 

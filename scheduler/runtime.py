@@ -128,6 +128,7 @@ def start(hardware: Hardware, band_high: float, address: str | None = None, dash
             )
         return Cluster(False, address, _dashboard_url(ctx))
     ctx = ray.init(
+        address="local",  # always a new local Ray, never one that `ray start` left running
         num_cpus=hardware.total_cpus,
         num_gpus=len(hardware.devices),
         resources=device_resources(hardware, band_high),

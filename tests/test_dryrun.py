@@ -82,3 +82,31 @@ def test_option2_packs_three_b3_together_at_a_smaller_batch(run_cli):
     lr = {j["name"]: j["lr"] for j in body["jobs"]}
     b = {j["name"]: j["batch_size"] for j in body["jobs"]}
     assert lr["effnet_b3_a"] == pytest.approx(1e-3 * b["effnet_b3_a"] / 256)
+
+
+def test_whole_device_jobs_are_placed_beside_the_shared_ones(run_cli, tmp_path):
+    plan = tmp_path / "p.yaml"
+    plan.write_text("""
+name: multi
+hardware: 4xA100-80GB
+jobs:
+  - {name: ddp, kind: command, command: [torchrun, train.py], resources: {cpus: 8, gpus: 2}}
+  - {name: a, kind: timm, model: resnet50, batch_size: 256, resources: {cpus: 4}}
+  - {name: b, kind: timm, model: efficientnet_b3, batch_size: 256, resources: {cpus: 4}}
+""")
+    code, out, err = run_cli("submit", plan, "--dry-run", "--json")
+    assert code == 0, err
+    jobs = {j["name"]: j for j in json.loads(out)["jobs"]}
+    assert jobs["ddp"]["devices"] == [0, 1]
+    assert jobs["a"]["device"] not in (0, 1) and jobs["b"]["device"] not in (0, 1)
+    plan.write_text(plan.read_text().replace("gpus: 2", "gpus: 5"))
+    code, out, err = run_cli("submit", plan, "--dry-run")
+    assert code == 2 and "needs 5 whole GPUs" in err
+
+
+def test_a_timm_job_cannot_take_several_devices(run_cli, tmp_path):
+    plan = tmp_path / "p.yaml"
+    plan.write_text("name: m\nhardware: 4xA100-80GB\njobs:\n"
+                    "  - {name: a, kind: timm, model: resnet50, resources: {gpus: 2}}\n")
+    code, out, err = run_cli("submit", plan, "--dry-run")
+    assert code == 2 and "command job" in err

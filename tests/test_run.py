@@ -184,3 +184,13 @@ def test_running_job_figures_reach_the_metrics_endpoint_status_and_report(ray_cl
     assert {"samples_per_s", "gpu_memory_mib", "step_time_median_s", "data_wait_share"} <= set(progress)
     report = (run_dir / "report.html").read_text()
     assert "data:image/png;base64," in report and "r18" in report
+
+
+def test_a_job_of_two_whole_devices_sees_both(ray_cluster, tmp_path, digits_dir):
+    ddp = command_job("ddp", gpu=None)
+    ddp["resources"]["gpus"] = 2
+    dry, summary = run_plan([ddp, command_job("cpu_side", gpu=None)], tmp_path, digits_dir)
+    assert dry.whole == {"ddp": ("local", [0, 1])}
+    env = json.loads((tmp_path / "run" / "jobs" / "ddp" / "output" / "env.json").read_text())
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert states(tmp_path / "run") == {"ddp": "SUCCEEDED", "cpu_side": "SUCCEEDED"}
