@@ -218,7 +218,9 @@ class Driver:
             self._set(live.name, JobState.RUNNING, attempt=live.attempt)
         if error is None:
             self._keep(live, out)
-            cancelled = live.cancelling_since is not None  # by a cancel or the deadline: what it finished is kept
+            # stopped by a cancel or by the deadline (which the job may notice before the driver asks): CANCELLED,
+            # and what it finished is kept all the same
+            cancelled = live.cancelling_since is not None or self._past_deadline()
             self._set(live.name, JobState.CANCELLED if cancelled else JobState.SUCCEEDED,
                       folds=len(out.folds), cv_score=out.cv_score())
             return
