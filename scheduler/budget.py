@@ -77,6 +77,15 @@ def _next_epochs(p: JobProgress) -> int | None:
     return new if new < p.epochs else None
 
 
+def _cheapest_cut(p: JobProgress) -> tuple[str, int] | None:
+    """Folds first (they cost least: each is a whole model the ensemble can do without), then epochs."""
+    folds = _next_folds(p)
+    if folds is not None:
+        return "folds", folds
+    epochs = _next_epochs(p)
+    return ("epochs", epochs) if epochs is not None else None
+
+
 def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadline: float) -> list[Cut]:
     """The cuts that bring the plan's estimated finish back inside 80 % of the training window (maybe none)."""
     target = window_start + TARGET_SHARE * (deadline - window_start)
@@ -90,26 +99,19 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
                         key=lambda p: -(remaining_s(p) or 0))
         made = False
         for p in costly:
-            folds = _next_folds(p)
-            if folds is not None:
-                before = remaining_s(p)
-                state[p.name] = replace(p, folds=folds)
-                cuts.append(Cut(p.name, "folds", p.folds, folds,
-                                f"estimated finish {finish - window_start:.0f}s into a {deadline - window_start:.0f}s "
-                                f"window (80 %: {target - window_start:.0f}s); {p.name} needs {before:.0f}s more: "
-                                f"folds {p.folds} → {folds}"))
-                made = True
-                break
-            epochs = _next_epochs(p)
-            if epochs is not None:
-                before = remaining_s(p)
-                state[p.name] = replace(p, epochs=epochs)
-                cuts.append(Cut(p.name, "epochs", p.epochs, epochs,
-                                f"estimated finish {finish - window_start:.0f}s into a {deadline - window_start:.0f}s "
-                                f"window (80 %: {target - window_start:.0f}s); {p.name} needs {before:.0f}s more with "
-                                f"its folds already at {p.folds}: epochs {p.epochs} → {epochs}"))
-                made = True
-                break
+            cut = _cheapest_cut(p)
+            if cut is None:
+                continue
+            what, new = cut
+            before = remaining_s(p)
+            state[p.name] = replace(p, **{what: new})
+            already = "" if what == "folds" else f" with its folds already at {p.folds}"
+            cuts.append(Cut(p.name, what, getattr(p, what), new,
+                            f"estimated finish {finish - window_start:.0f}s into a {deadline - window_start:.0f}s "
+                            f"window (80 %: {target - window_start:.0f}s); {p.name} needs {before:.0f}s more{already}: "
+                            f"{what} {getattr(p, what)} → {new}"))
+            made = True
+            break
         if not made:
             break
         finish = plan_finish(list(state.values()), now)

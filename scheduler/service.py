@@ -608,14 +608,7 @@ class Service:
 
     def get_slot(self, slot_id: str, who: Identity = ADMIN) -> dict:
         with self._lock:
-            s = self.slots.get(slot_id)
-            if s is None:
-                row = self._db.execute("SELECT data FROM slots WHERE slot_id=?", (slot_id,)).fetchone()
-                if row is None:
-                    raise NotFound(f"no slot {slot_id}")
-                s = Slot(**json.loads(row[0]))
-            if s.owner != who.name and not who.admin:
-                raise Forbidden(f"slot {slot_id} belongs to another agent")
+            s = self._lookup(self.slots, "slots", "slot_id", Slot, slot_id, who)
             return self._slot_json(s, time.time())
 
     def renew(self, slot_id: str, who: Identity = ADMIN) -> dict:
@@ -898,15 +891,19 @@ class Service:
         self._save_job(j)
 
     def _job(self, job_id: str, who: Identity) -> Job:
-        j = self.jobs.get(job_id)
-        if j is None:
-            row = self._db.execute("SELECT data FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        return self._lookup(self.jobs, "jobs", "job_id", Job, job_id, who)
+
+    def _lookup(self, live: dict, table: str, key: str, cls, ident: str, who: Identity):
+        """A slot or job by id, from memory or (ended ones) from SQLite, if ``who`` may see it."""
+        obj = live.get(ident)
+        if obj is None:
+            row = self._db.execute(f"SELECT data FROM {table} WHERE {key}=?", (ident,)).fetchone()
             if row is None:
-                raise NotFound(f"no job {job_id}")
-            j = Job(**json.loads(row[0]))
-        if j.owner != who.name and not who.admin:
-            raise Forbidden(f"job {job_id} belongs to another agent")
-        return j
+                raise NotFound(f"no {table[:-1]} {ident}")
+            obj = cls(**json.loads(row[0]))
+        if obj.owner != who.name and not who.admin:
+            raise Forbidden(f"{table[:-1]} {ident} belongs to another agent")
+        return obj
 
     def cancel_job(self, job_id: str, who: Identity = ADMIN) -> dict:
         with self._lock:
