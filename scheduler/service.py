@@ -14,7 +14,6 @@ Why it is shaped this way:
 from __future__ import annotations
 
 import collections
-
 import functools
 import hashlib
 import json
@@ -32,9 +31,13 @@ import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from scheduler.hardware import Hardware
+from scheduler.ledger import (  # noqa: F401  (place_online, estimate_starts, shadow: the service's policies)
+    RECENT_REQUESTS, SHAPE_MIB, Claim, FixedBackend, LedgerBackend, RayBackend, estimate_starts, place_online, shadow,
+)
+from scheduler.service_procs import _WRAPPER, _gpu_mib_of, _last_metrics, _local_node, _nvml_readings
 from scheduler.units import parse_size_mib
 
 log = logging.getLogger("gpupack.service")
@@ -84,231 +87,6 @@ ADMIN = Identity("admin", True)
 
 
 # --- pure policies ------------------------------------------------------------------------------------------------
-
-
-def place_online(request_mib: int, request_cpus: int, free_by_device: dict[str, int],
-                 free_cpus_by_node: dict[str, int], workload=(), limits: dict[str, int] | None = None) -> str | None:
-    """The device (``node:index``) for a request, or None when it fits nowhere now.
-
-    With the workload seen so far and the devices' limits: FGD (``scheduler.placement_online.fgd``), which places
-    where the cluster's expected fragmentation grows least — on the Alibaba trace it beats best fit on every seed
-    (``benchmarks/alibaba_trace.py``). Without them: best fit, the least memory left, ties to the lower index."""
-    if workload and limits:
-        from scheduler.placement_online import fgd
-
-        nodes = sorted({k.rpartition(":")[0] for k in limits})
-        keys = [sorted((k for k in limits if k.rpartition(":")[0] == n), key=lambda k: int(k.rpartition(":")[2]))
-                for n in nodes]
-        choice = fgd(request_mib, request_cpus, [[max(0, free_by_device.get(k, 0)) for k in ks] for ks in keys],
-                     [free_cpus_by_node.get(n, 0) for n in nodes], workload,
-                     capacity=[[limits[k] for k in ks] for ks in keys])
-        return None if choice is None or choice[1] is None else keys[choice[0]][choice[1]]
-    best: tuple[int, str, int, str] | None = None
-    for key, free in free_by_device.items():
-        node, _, index = key.rpartition(":")
-        if free < request_mib or free_cpus_by_node.get(node, 0) < request_cpus:
-            continue
-        cand = (free - request_mib, node, int(index), key)
-        if best is None or cand[:3] < best[:3]:
-            best = cand
-    return best[3] if best else None
-
-
-SHAPE_MIB = 512  # request sizes are bucketed to this for the workload FGD reasons about
-RECENT_REQUESTS = 500
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What a lease or request holds: MiB on one device and cores on its node, until ``end`` (unix time)."""
-
-    device: str
-    mib: int
-    cpus: int
-    end: float
-
-
-def estimate_starts(now: float, free: dict[str, int], free_cpus: dict[str, int], running: list[Claim],
-                    queued: list[tuple[int, int, float]]) -> list[tuple[float | None, str | None]]:
-    """When each queued request (mib, cpus, seconds), in queue order, would start if leases end at their deadlines
-    and the queue were served strictly in order. Returns (start time or None, device) per request."""
-    import heapq
-
-    free, free_cpus = dict(free), dict(free_cpus)
-    events = [(c.end, i, c) for i, c in enumerate(running)]
-    heapq.heapify(events)
-    seq = len(events)
-    t = now
-    out: list[tuple[float | None, str | None]] = []
-    for mib, cpus, seconds in queued:
-        while True:
-            dev = place_online(mib, cpus, free, free_cpus)
-            if dev is not None:
-                break
-            if not events:
-                dev = None
-                break
-            t, _, c = heapq.heappop(events)
-            free[c.device] += c.mib
-            node = c.device.rpartition(":")[0]
-            free_cpus[node] = free_cpus.get(node, 0) + c.cpus
-        if dev is None:
-            out.append((None, None))
-            continue
-        out.append((t, dev))
-        free[dev] -= mib
-        node = dev.rpartition(":")[0]
-        free_cpus[node] -= cpus
-        seq += 1
-        heapq.heappush(events, (t + seconds, seq, Claim(dev, mib, cpus, t + seconds)))
-    return out
-
-
-def shadow(now: float, free: dict[str, int], free_cpus: dict[str, int], running: list[Claim], mib: int,
-           cpus: int) -> tuple[float | None, dict[str, int], dict[str, int]]:
-    """The earliest time the head of the queue fits as leases end by deadline, with the free memory and cores then."""
-    free, free_cpus = dict(free), dict(free_cpus)
-    t = now
-    for c in sorted(running, key=lambda c: c.end):
-        if place_online(mib, cpus, free, free_cpus) is not None:
-            return t, free, free_cpus
-        t = c.end
-        free[c.device] += c.mib
-        node = c.device.rpartition(":")[0]
-        free_cpus[node] = free_cpus.get(node, 0) + c.cpus
-    if place_online(mib, cpus, free, free_cpus) is not None:
-        return t, free, free_cpus
-    return None, free, free_cpus
-
-
-# --- ledger backends ----------------------------------------------------------------------------------------------
-
-
-class LedgerBackend(Protocol):
-    """Mirrors leases into the cluster. Calls must return at once; the work happens elsewhere."""
-
-    def reserve(self, slot_id: str, node: str, index: int, mib: int, cpus: int) -> None: ...
-
-    def release(self, slot_id: str) -> None: ...
-
-    def used_by_others(self) -> dict[str, int]: ...  # device key → MiB held in the cluster by others
-
-    def confirmed(self, slot_id: str) -> bool | None: ...  # None when the backend does not confirm
-
-    def close(self) -> None: ...
-
-
-class FixedBackend:
-    """No cluster: the ledger alone decides. ``others`` stands in for what plan runs would hold (tests set it)."""
-
-    def __init__(self, others: dict[str, int] | None = None):
-        self.others = dict(others or {})
-        self.reserved: dict[str, tuple] = {}
-
-    def reserve(self, slot_id, node, index, mib, cpus):
-        self.reserved[slot_id] = (node, index, mib, cpus)
-
-    def release(self, slot_id):
-        self.reserved.pop(slot_id, None)
-
-    def used_by_others(self):
-        return dict(self.others)
-
-    def confirmed(self, slot_id):
-        return None
-
-    def close(self):
-        pass
-
-
-class RayBackend:
-    """Each lease holds a placement group with one bundle ``{CPU: cpus, gpupack_mem_<node>_<index>: mib}``, so plan
-    runs on the same cluster cannot take that memory. A thread creates and removes the groups and, every second,
-    reads how much of each memory resource is in use beyond the service's own groups."""
-
-    def __init__(self, hardware: Hardware, band_high: float, address: str | None = None, start: bool = True):
-        import queue
-
-        from scheduler import runtime
-
-        if start:
-            self.cluster = runtime.start(hardware, band_high, address, dashboard=False)
-        self._resources = {d.key: runtime.memory_resource(d.node, d.index) for d in hardware.devices}
-        self._ops: "queue.Queue" = queue.Queue()
-        self._pgs: dict[str, Any] = {}
-        self._sizes: dict[str, tuple[str, int]] = {}
-        self._ready: set[str] = set()
-        self._others: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="gpupack-ray-ledger", daemon=True)
-        self._thread.start()
-
-    def reserve(self, slot_id, node, index, mib, cpus):
-        self._ops.put(("reserve", slot_id, f"{node}:{index}", mib, cpus))
-
-    def release(self, slot_id):
-        self._ops.put(("release", slot_id, None, 0, 0))
-
-    def used_by_others(self):
-        return dict(self._others)
-
-    def confirmed(self, slot_id):
-        return slot_id in self._ready
-
-    def wait_idle(self, timeout: float = 30.0) -> None:
-        """Until every queued operation ran and every group is placed (tests)."""
-        end = time.time() + timeout
-        while time.time() < end and (not self._ops.empty() or len(self._ready) < len(self._pgs)):
-            time.sleep(0.05)
-
-    def close(self):
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _loop(self):
-        import queue
-
-        from ray.util.placement_group import placement_group, remove_placement_group
-
-        last = 0.0
-        while not self._stop.is_set():
-            try:
-                op, slot_id, dev, mib, cpus = self._ops.get(timeout=0.2)
-            except queue.Empty:
-                op = None
-            try:
-                if op == "reserve" and slot_id not in self._pgs:
-                    bundle = {self._resources[dev]: float(mib)}
-                    if cpus:
-                        bundle["CPU"] = float(cpus)
-                    self._pgs[slot_id] = placement_group([bundle], strategy="STRICT_PACK", name=f"gpupack-{slot_id}")
-                    self._sizes[slot_id] = (dev, mib)
-                elif op == "release" and slot_id in self._pgs:
-                    remove_placement_group(self._pgs.pop(slot_id))
-                    self._sizes.pop(slot_id, None)
-                    self._ready.discard(slot_id)
-                if time.time() - last > 1.0 or op == "reserve":
-                    last = time.time()
-                    self._reconcile()
-            except Exception:  # Ray hiccups must not kill the ledger thread
-                log.exception("Ray ledger operation failed")
-
-    def _reconcile(self):
-        import ray
-
-        for sid, pg in list(self._pgs.items()):
-            if sid not in self._ready and pg.wait(0):
-                self._ready.add(sid)
-        total, avail = ray.cluster_resources(), ray.available_resources()
-        ours: dict[str, int] = {}
-        for sid in self._ready:
-            dev, mib = self._sizes[sid]
-            ours[dev] = ours.get(dev, 0) + mib
-        self._others = {dev: max(0, int(total.get(res, 0) - avail.get(res, 0)) - ours.get(dev, 0))
-                        for dev, res in self._resources.items()}
-
-
-# --- records ------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -1048,88 +826,6 @@ class Service:
                     self._stop_job(j, time.time(), "service stopped")
             self.backend.close()
             self._db.close()
-
-
-# --- measurements (a missing figure is None, never an error) ------------------------------------------------------
-
-_WRAPPER = r"""
-import os, signal, subprocess, sys
-signal.signal(signal.SIGTERM, lambda *a: None)  # the group kill reaches the child too; wait for it to end
-try:
-    p = subprocess.Popen(sys.argv[2:])
-except OSError as e:
-    print(f"gpupack: cannot start {sys.argv[2]!r}: {e}", flush=True)
-    rc = 127
-else:
-    while True:
-        try:
-            rc = p.wait()
-            break
-        except InterruptedError:
-            pass
-with open(sys.argv[1] + ".tmp", "w") as f:
-    f.write(str(rc))
-os.replace(sys.argv[1] + ".tmp", sys.argv[1])
-sys.exit(rc if rc >= 0 else 128 - rc)
-"""
-
-_nvml_cache: tuple[float, dict] = (0.0, {})
-
-
-def _local_node(hw: Hardware) -> str:
-    return hw.nodes[0].name if len(hw.nodes) == 1 else "local"
-
-
-def _nvml_readings() -> dict:
-    global _nvml_cache
-    if time.time() - _nvml_cache[0] < 2.0:
-        return _nvml_cache[1]
-    from scheduler.hardware import NoGpuFound, read_gpus
-
-    try:
-        readings = {r.index: r for r in read_gpus()}
-    except (NoGpuFound, Exception):
-        readings = {}
-    _nvml_cache = (time.time(), readings)
-    return readings
-
-
-def _gpu_mib_of(pids: set[int]) -> int | None:
-    """GPU memory held by these processes, from NVML's per-process list; None without NVML."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        total = 0
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-                if p.pid in pids and p.usedGpuMemory:
-                    total += p.usedGpuMemory // 2**20
-        return int(total)
-    except Exception:
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-
-
-def _last_metrics(path: Path) -> dict | None:
-    """The last line of the job's optional ``metrics.jsonl`` (``{"samples_per_s": …, "step_time_s": …}``)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 4096))
-            lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
-        value = json.loads(lines[-1]) if lines else None
-        return value if isinstance(value, dict) else None
-    except (OSError, ValueError):
-        return None
 
 
 def mint_token(db: sqlite3.Connection | str | Path, name: str) -> dict:
