@@ -14,6 +14,7 @@ Why it is shaped this way:
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import hashlib
 import json
@@ -364,15 +365,22 @@ class Service:
             self._appended += 1
             if s.client_request_id:
                 self.by_request[(who.name, s.client_request_id)] = s.slot_id
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with self._transaction():
                 self._save_slot(s)
                 self._schedule(now)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
             return self._slot_json(s, now)
+
+    @contextlib.contextmanager
+    def _transaction(self):
+        """One decision, committed whole or not at all (call under the lock): an independent reader of the database
+        never sees half of it."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def _owned(self, slot_id: str, who: Identity) -> Slot:
         s = self.slots.get(slot_id)
@@ -401,14 +409,9 @@ class Service:
         now = time.time()
         with self._lock:
             s = self._owned(slot_id, who)
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with self._transaction():
                 self._end_slot(s, now, "released", "released")
                 self._schedule(now)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
             return self._slot_json(s, now)
 
     def list_slots(self, who: Identity = ADMIN) -> dict:
@@ -769,8 +772,7 @@ class Service:
         """Reclaim leases past their deadline or heartbeat, reap and kill jobs, start what the queue can start."""
         now = time.time() if now is None else now
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with self._transaction():
                 for s in list(self.slots.values()):
                     if s.state == "granted" and now >= s.deadline:
                         self._end_slot(s, now, "expired", "deadline")
@@ -778,10 +780,6 @@ class Service:
                         self._end_slot(s, now, "expired", "heartbeat lost")
                 self._poll_jobs(now)
                 self._schedule(now)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
 
     def _poll_jobs(self, now: float) -> None:
         import psutil
