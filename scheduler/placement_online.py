@@ -35,30 +35,48 @@ Choice = tuple[int, "int | None"]
 
 @dataclass(frozen=True)
 class Shape:
-    """A typical request: ``gpu`` of one device on each of ``gpus`` devices (``gpus == 0``: CPU-only), ``cpus``."""
+    """A typical request: ``gpu`` of one device on each of ``gpus`` devices (``gpus == 0``: CPU-only), ``cpus``;
+    ``models``: the device models it may run on (None: any), as the trace's ``gpu_spec``."""
 
     gpu: int
     gpus: int = 1
     cpus: int = 0
+    models: frozenset | None = None
 
 
 Workload = Sequence[tuple[Shape, float]]  # typical requests and how often each occurs (summing to 1)
 
 
-def workload_of(requests: Iterable[Shape], coverage: float = 1.0) -> tuple[tuple[Shape, float], ...]:
-    """The distribution of request shapes seen (most frequent first), keeping the most popular ones until they cover
-    ``coverage`` of the GPU requests, renormalised. CPU-only requests are left out (see the module's note)."""
-    counts = Counter(r for r in requests if r.gpus > 0 and r.gpu > 0)
+def _shape_key(shape: Shape) -> tuple:
+    return (shape.gpus, shape.gpu, shape.cpus, () if shape.models is None else tuple(sorted(shape.models)))
+
+
+def workload_of(requests: Iterable[Shape], coverage: float = 1.0, count_cpu_only: bool = False,
+                gpu_weight: float = 0.0, capacity: int = 1000) -> tuple[tuple[Shape, float], ...]:
+    """The distribution of request shapes seen (most popular first), keeping the most popular ones until they cover
+    ``coverage`` of the requests, renormalised. CPU-only requests are left out of the answer (see the module's note);
+    with ``count_cpu_only`` they still count towards ``coverage``, as in the paper's simulator (``GetTypicalPods``
+    with CPU pods involved), which then keeps fewer GPU shapes. ``gpu_weight`` is the simulator's ``gpuResWeight``:
+    a request for whole devices (``gpu == capacity``) counts ``1 + gpus * gpu_weight`` times, so shapes that need
+    many whole devices weigh by the capacity they need, not only by how often they come (0: plain counts)."""
+    counts: Counter = Counter()
+    for r in requests:
+        if count_cpu_only or (r.gpus > 0 and r.gpu > 0):
+            counts[r] += 1 + (r.gpus * gpu_weight if gpu_weight > 0 and r.gpus > 0 and r.gpu >= capacity else 0)
     total = sum(counts.values())
     if not total:
         return ()
     kept, covered = [], 0
-    for shape, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].gpus, kv[0].gpu, kv[0].cpus)):
+    for shape, n in sorted(counts.items(), key=lambda kv: (-kv[1], _shape_key(kv[0]))):
         if covered >= coverage * total:
             break
         kept.append((shape, n))
         covered += n
-    return tuple((s, n / covered) for s, n in kept)
+    kept = [(s, n) for s, n in kept if s.gpus > 0 and s.gpu > 0]
+    gpu_covered = sum(n for _, n in kept)
+    if not gpu_covered:
+        return ()
+    return tuple((s, n / gpu_covered) for s, n in kept)
 
 
 def _caps(capacity: int | Sequence[Sequence[int]], node: int, count: int) -> Sequence[int]:
@@ -73,10 +91,6 @@ def whole_devices(free: Sequence[int], caps: Sequence[int], gpus: int) -> tuple[
     """The ``gpus`` lowest-indexed entirely free devices of one node, or None."""
     chosen = tuple(d for d, f in enumerate(free) if f >= caps[d])[:gpus]
     return chosen if len(chosen) == gpus else None
-
-
-def _host_ok(node: int, cpus: int, nodes_free: Sequence[int], memory: int, nodes_memory: Sequence[int] | None) -> bool:
-    return nodes_free[node] >= cpus and (nodes_memory is None or nodes_memory[node] >= memory)
 
 
 def _devices(gpu: int, free: Sequence[int], caps: Sequence[int], gpus: int) -> list[int | None]:
@@ -110,7 +124,7 @@ def _after(free: Sequence[int], caps: Sequence[int], device: int | None, gpu: in
 
 def evaluate_node(policy: Policy, gpu: int, cpus: int, free: Sequence[int], cpus_free: int, *,
                   caps: Sequence[int], gpus: int = 1, workload: Workload = (),
-                  frag: "FragmentationCache | None" = None) -> tuple[tuple, int | None] | None:
+                  frag: "FragmentationCache | None" = None, model: str | None = None) -> tuple[tuple, int | None] | None:
     """One node's best answer under ``policy``: ``(rank, device)``, or None when the request does not fit (host RAM
     and eligibility are the caller's). Across nodes the policy picks the least ``rank + (node, device)``, so a
     simulator may cache this per node until the node changes."""
@@ -121,8 +135,8 @@ def evaluate_node(policy: Policy, gpu: int, cpus: int, free: Sequence[int], cpus
     if policy == "fgd" and workload:
         def fragment(room, cores):
             if frag is not None:
-                return frag(room, cores, caps)
-            return node_fragmentation(room, cores, workload, caps)
+                return frag(room, cores, caps, model)
+            return node_fragmentation(room, cores, workload, caps, model)
         before = fragment(free, cpus_free)
     for d in _devices(gpu, free, caps, gpus):
         if policy == "first_fit":
@@ -137,13 +151,14 @@ def evaluate_node(policy: Policy, gpu: int, cpus: int, free: Sequence[int], cpus
 
 
 def _place(policy: Policy, gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int],
-           workload: Workload, capacity, gpus: int, memory: int, nodes_memory, allowed, frag) -> Choice | None:
+           workload: Workload, capacity, gpus: int, memory: int, nodes_memory, allowed, frag,
+           models: Sequence[str] | None = None) -> Choice | None:
     best, best_key = None, None
     for n, free in enumerate(devices_free):
         if (allowed is not None and not allowed[n]) or not _host_ok(n, cpus, nodes_free, memory, nodes_memory):
             continue
         found = evaluate_node(policy, gpu, cpus, free, nodes_free[n], caps=_caps(capacity, n, len(free)), gpus=gpus,
-                              workload=workload, frag=frag)
+                              workload=workload, frag=frag, model=None if models is None else models[n])
         if found is None:
             continue
         key = found[0] + (n, -1 if found[1] is None else found[1])
@@ -172,14 +187,18 @@ def best_fit(gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_f
 
 
 def node_fragmentation(free: Sequence[int], cpus_free: int, workload: Workload,
-                       caps: Sequence[int] | None = None) -> float:
-    """The free GPU of one node that the workload's typical requests are expected not to be able to use."""
+                       caps: Sequence[int] | None = None, model: str | None = None) -> float:
+    """The free GPU of one node that the workload's typical requests are expected not to be able to use. A typical
+    request restricted to other device models than the node's (``model``) can use none of it."""
     total = sum(free)
     if total <= 0:
         return 0.0
     frag = 0.0
     for shape, p in workload:
         if shape.gpus <= 0 or shape.gpu <= 0:
+            continue
+        if shape.models is not None and model is not None and model not in shape.models:
+            frag += p * total
             continue
         need = shape.gpu
         fits = sum(1 for d, f in enumerate(free) if f >= need and (caps is None or need <= caps[d]))
@@ -200,24 +219,25 @@ class FragmentationCache:
         self.cpu_steps = sorted({s.cpus for s, _ in self.workload})
         self.memo: dict[tuple, float] = {}
 
-    def __call__(self, free: Sequence[int], cpus_free: int, caps: Sequence[int] | None) -> float:
+    def __call__(self, free: Sequence[int], cpus_free: int, caps: Sequence[int] | None,
+                 model: str | None = None) -> float:
         reached = sum(1 for c in self.cpu_steps if cpus_free >= c)
-        key = (reached, tuple(sorted(free)), None if caps is None else tuple(sorted(caps)))
+        key = (reached, tuple(sorted(free)), None if caps is None else tuple(sorted(caps)), model)
         hit = self.memo.get(key)
         if hit is None:
-            hit = self.memo[key] = node_fragmentation(free, cpus_free, self.workload, caps)
+            hit = self.memo[key] = node_fragmentation(free, cpus_free, self.workload, caps, model)
         return hit
 
 
 def fgd(gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int],
         workload: Workload, *, capacity: int | Sequence[Sequence[int]] = 1000, gpus: int = 1, memory: int = 0,
         nodes_memory: Sequence[int] | None = None, allowed: Sequence[bool] | None = None,
-        cache: FragmentationCache | None = None) -> Choice | None:
+        cache: FragmentationCache | None = None, models: Sequence[str] | None = None) -> Choice | None:
     """Where the cluster's expected fragmentation grows least; ties go to best fit. With an empty workload this is
     best fit. ``cache`` (built for the same workload) only speeds it up."""
     frag = cache if cache is not None and cache.workload == tuple(workload) else None
     return _place("fgd", gpu, cpus, devices_free, nodes_free, tuple(workload), capacity, gpus, memory, nodes_memory,
-                  allowed, frag)
+                  allowed, frag, models)
 
 
 def place(policy: Policy, gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int],
@@ -230,14 +250,17 @@ def place(policy: Policy, gpu: int, cpus: int, devices_free: Sequence[Sequence[i
     workload: typical requests and their frequencies (``workload_of``), used by "fgd" only.
     options: ``capacity`` (an int for every device, or per node per device; default 1000), ``gpus`` (whole devices
     for a multi-device request), ``memory`` with ``nodes_memory`` (host RAM), ``allowed`` (per node: may it take
-    the request, e.g. its GPU model), ``cache`` (fgd only).
+    the request, e.g. its GPU model), ``cache`` and ``models`` (fgd only: per node, its device model, against
+    which typical requests restricted to some models are judged).
     Returns ``(node, device)``, ``(node, None)`` for a CPU-only request, or None when nothing fits.
     """
     if policy == "first_fit":
         options.pop("cache", None)
+        options.pop("models", None)
         return first_fit(gpu, cpus, devices_free, nodes_free, **options)
     if policy == "best_fit":
         options.pop("cache", None)
+        options.pop("models", None)
         return best_fit(gpu, cpus, devices_free, nodes_free, **options)
     if policy == "fgd":
         return fgd(gpu, cpus, devices_free, nodes_free, workload, **options)

@@ -49,7 +49,6 @@ class _Live:
     started: float | None = None
     cancelling_since: float | None = None
     progress: dict = field(default_factory=dict)
-    output: Any = None
     timing: dict = field(default_factory=dict)  # epoch seconds and epochs per fold, for the budget
     limits: dict = field(default_factory=dict)  # cuts made by the budget
 
@@ -294,7 +293,6 @@ class Driver:
             self._launch(name, count_attempt=False)
 
     def _keep(self, live: _Live, out) -> None:
-        live.output = out
         outputs.save(out, self.record.dir / "jobs" / live.name)
         self.record.update_job(live.name, cv_score=out.cv_score())
         for note in out.notes:
@@ -427,8 +425,6 @@ class Driver:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    def outputs(self) -> dict[str, Any]:
-        return {n: l.output for n, l in self.live.items() if l.output is not None}
 
 
 def _short(error: BaseException) -> str:

@@ -183,9 +183,6 @@ class _JobActor:
     def cancel(self) -> None:
         self._stop.set()
 
-    def set_deadline(self, deadline: float | None) -> None:
-        self._deadline = deadline
-
     def set_limits(self, limits: dict) -> None:
         """The budget's cuts (``folds``, ``epochs``); the job reads them at its next fold or epoch."""
         self._limits = {**self._limits, **limits}
