@@ -13,7 +13,12 @@ device in (thousandths of a GPU, as in the Alibaba trace, or MiB of GPU memory, 
   room, or too few free cores), else the free room of the devices too small for it. Weighted by how often each
   typical request occurs, that is the node's expected fragmentation; the request goes where it grows least (ties to
   best fit). As in the paper's simulator (hkust-adsl/kubernetes-scheduler-simulator, ``pkg/utils/frag.go``),
-  CPU-only typical requests are left out: they would add the same amount to every choice.
+  CPU-only typical requests are left out: they would add the same amount to every choice. A typical request
+  restricted to some device models (``Shape.models``, the trace's ``gpu_spec``) finds all of a node of another model
+  fragmented (the simulator's ``NoAccess``). ``workload_of`` builds the typical requests; its ``count_cpu_only`` and
+  ``gpu_weight`` are the simulator's ``isInvolvedCpuPods`` and ``gpuResWeight``. Unlike the simulator's plugin, which
+  scores ``int(100 * sigmoid(-Δ / 1000))`` and so ties (broken at random) every choice within about 40 thousandths
+  of a GPU, the growth is compared exactly, ties going to best fit.
 
 ``place(policy, gpu, cpus, devices_free, nodes_free, workload)`` dispatches to one of them. Requests:
 ``gpu`` is the share of one device (``0`` for a CPU-only request; a share equal to the capacity is a whole device);

@@ -101,3 +101,36 @@ def test_the_service_places_by_fgd_once_it_has_seen_requests():
     workload = ((Shape(20000, 1, 1), 1.0),)
     assert place_online(10000, 1, free, {"local": 30}, workload, limits) == "local:1"
     assert place_online(40000, 1, free, {"local": 30}, workload, limits) is None
+
+
+def test_workload_of_can_count_cpu_only_pods_towards_coverage_as_the_simulator_does():
+    shapes = [Shape(500)] * 5 + [Shape(1000)] * 2 + [Shape(0, 0, 4)] * 3
+    # plain: 5 + 2 GPU requests, 70 % coverage keeps 500 only (5/7 >= 0.7)
+    assert [s for s, _ in workload_of(shapes, coverage=0.7)] == [Shape(500)]
+    # CPU-only ones counted (10 in all): 500 (5) + CPU-only (3) reach 0.7; the CPU-only shape is then dropped
+    w = workload_of(shapes, coverage=0.7, count_cpu_only=True)
+    assert w == ((Shape(500), 1.0),)
+    assert workload_of([Shape(0, 0, 4)], count_cpu_only=True) == ()
+
+
+def test_gpu_weight_counts_whole_device_requests_by_the_devices_they_need():
+    shapes = [Shape(500)] * 4 + [Shape(1000, 8)]
+    plain = dict(workload_of(shapes))
+    assert abs(plain[Shape(1000, 8)] - 0.2) < 1e-9
+    weighted = dict(workload_of(shapes, gpu_weight=1.0))  # 1 + 8 x 1 = 9 against 4
+    assert abs(weighted[Shape(1000, 8)] - 9 / 13) < 1e-9 and abs(weighted[Shape(500)] - 4 / 13) < 1e-9
+    # shares below a whole device are not weighted
+    assert dict(workload_of([Shape(500), Shape(999)], gpu_weight=5.0)) == {Shape(500): 0.5, Shape(999): 0.5}
+
+
+def test_typical_requests_restricted_to_other_models_see_the_whole_node_as_fragmented():
+    workload = ((Shape(500, models=frozenset({"A100"})), 1.0),)
+    assert node_fragmentation([1000], 8, workload, model="A100") == 0
+    assert node_fragmentation([1000], 8, workload, model="T4") == 1000
+    assert node_fragmentation([1000], 8, workload) == 0  # model unknown: not restricted
+    cache = FragmentationCache(workload)
+    assert cache([1000], 8, None, "T4") == 1000 and cache([1000], 8, None, "A100") == 0
+    # a T4 node and an A100 node: the A100-only request keeps the A100 free
+    assert fgd(400, 1, [[1000], [1000]], [8, 8], workload, models=["A100", "T4"]) == (1, 0)
+    assert place("fgd", 400, 1, [[1000], [1000]], [8, 8], workload, models=["A100", "T4"]) == (1, 0)
+    assert place("best_fit", 400, 1, [[1000], [1000]], [8, 8], models=["A100", "T4"]) == (0, 0)
