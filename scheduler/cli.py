@@ -231,16 +231,18 @@ def cmd_logs(args: argparse.Namespace, console: Console) -> int:
     record = RunRecord.open_existing(_run_dir(args.run))
     if args.job not in {j["name"] for j in record.jobs()}:
         raise UserError(f"run {record.dir} has no job '{args.job}'; its jobs: {', '.join(j['name'] for j in record.jobs())}")
-    path = record.dir / "jobs" / args.job / "log"
-    pos = 0
+    # gpupack's log of the job, then (a command job) the script's own output
+    paths = [record.dir / "jobs" / args.job / "log", record.dir / "jobs" / args.job / "command.log"]
+    pos = {p: 0 for p in paths}
     while True:
-        if path.is_file():
-            with path.open() as f:
-                f.seek(pos)
-                chunk = f.read()
-                pos = f.tell()
-            sys.stdout.write(chunk)
-            sys.stdout.flush()
+        for path in paths:
+            if path.is_file():
+                with path.open() as f:
+                    f.seek(pos[path])
+                    chunk = f.read()
+                    pos[path] = f.tell()
+                sys.stdout.write(chunk)
+        sys.stdout.flush()
         if not args.follow:
             return 0
         state = next(j["state"] for j in record.jobs() if j["name"] == args.job)

@@ -34,7 +34,7 @@ def states(run_dir):
     return {j["name"]: j["state"] for j in RunRecord.open_existing(run_dir).jobs()}
 
 
-def test_a_failing_job_does_not_stop_the_others(ray_cluster, tmp_path, digits_dir):
+def test_a_failing_job_does_not_stop_the_others(ray_cluster, tmp_path, digits_dir, run_cli):
     jobs = [
         {"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 30, "resources": {"cpus": 1}},
         command_job("good", SKILL=0.6),
@@ -46,6 +46,8 @@ def test_a_failing_job_does_not_stop_the_others(ray_cluster, tmp_path, digits_di
     events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
     assert [e["attempt"] for e in events if e["event"] == "launch" and e["job"] == "bad"] == [1, 2]  # retried once
     assert "failing on purpose" in (run_dir / "jobs" / "bad" / "log").read_text()
+    code, out, err = run_cli("logs", run_dir, "good")  # gpupack's lines, then the script's own output
+    assert code == 0 and "CPU rehearsal" in out and "fake_train: done" in out
 
     sub = pd.read_csv(run_dir / "submission.csv")
     sample = pd.read_csv(digits_dir / "sample_submission.csv")
