@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from scheduler.hardware import Node
-from scheduler.packing import Demand, Placement, pack
+from scheduler.packing import DEFAULT_SEARCH_STEPS, Demand, Placement, pack
 
 LADDER = (512, 384, 256, 192, 128, 96, 64, 48, 32, 24, 16, 8)
 MIN_BATCH = 8
 CLAIM_TOLERANCE = 0.20
+SEARCH_STEPS = 20_000  # a shorter exact search while trying batch sizes (each try packs the plan again)
 
 EstimateFn = Callable[[str, int], int]  # (job name, batch) -> peak MiB
 
@@ -105,8 +106,8 @@ def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float]
                     f"{first[j.name]:,} MiB ({off:.0%} off); packing uses the estimate"
                 )
 
-    def placement(mem: dict[str, int]) -> Placement:
-        return pack([Demand(j.name, mem[j.name], j.cpus) for j in jobs], nodes, band)
+    def placement(mem: dict[str, int], search_steps: int = SEARCH_STEPS) -> Placement:
+        return pack([Demand(j.name, mem[j.name], j.cpus) for j in jobs], nodes, band, search_steps=search_steps)
 
     adjustable = [j for j in jobs if j.name in estimable and not j.fixed]
     for j in adjustable:  # a job larger than any device comes down first, whatever its neighbours
@@ -129,6 +130,7 @@ def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float]
         batches[j.name] = _next_rung(batches[j.name])
         current = placement(memory())
 
+    current = placement(memory(), DEFAULT_SEARCH_STEPS)  # the final answer, with the full exact search
     final_mem = memory()
     changes = []
     for j in jobs:
