@@ -20,15 +20,21 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
     """Run ``dry``'s placement to a submission. Always writes one, even after Ctrl-C (then re-raises)."""
     record = prepare_folder(dry, opts.run_dir, opts.plan_file)
     driver = Driver(dry, opts, record, on_update, on_start)
-    interrupted = False
+    interrupted, crash = False, None
     try:
         driver.run()
     except KeyboardInterrupt:
         interrupted = True
+    except Exception as e:  # the program's fault: keep its traceback, but first save what the jobs finished
+        crash = e
+    status = "interrupted" if interrupted else ("crashed" if crash else "finished")
+    if crash is not None and "data_dir" not in record.run_info():
+        record.set_run(status=status, finished=time.time())
+        raise crash  # it failed before there was anything to blend
     summary = write_submission(record, dry.plan.ensemble.method, dry.plan.metric)
-    record.set_run(status="interrupted" if interrupted else "finished", finished=time.time())
-    record.event("run_end", status="interrupted" if interrupted else "finished", ensemble_cv=summary["ensemble_cv"])
-    summary["status"] = "interrupted" if interrupted else "finished"
+    record.set_run(status=status, finished=time.time())
+    record.event("run_end", status=status, ensemble_cv=summary["ensemble_cv"])
+    summary["status"] = status
     try:
         from scheduler.report import build
 
@@ -38,6 +44,8 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
         record.event("note", note=f"report.html could not be made: {e!r}")
     if interrupted:
         raise KeyboardInterrupt(summary)
+    if crash is not None:
+        raise crash
     return summary
 
 

@@ -196,3 +196,20 @@ def test_a_job_of_two_whole_devices_sees_both(ray_cluster, tmp_path, digits_dir)
     env = json.loads((tmp_path / "run" / "jobs" / "ddp" / "output" / "env.json").read_text())
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert states(tmp_path / "run") == {"ddp": "SUCCEEDED", "cpu_side": "SUCCEEDED"}
+
+
+def test_a_crash_of_the_driver_still_writes_a_submission_then_raises(tmp_path, digits_dir, monkeypatch):
+    from scheduler import submit as submit_mod
+
+    def crash(self):
+        self.record.set_run(data_dir=str(digits_dir))
+        raise RuntimeError("lost the cluster")
+
+    monkeypatch.setattr(submit_mod.Driver, "run", crash)
+    plan = planmod.from_dict({"name": "t", "hardware": TEST_HARDWARE, "jobs": [command_job("a")]})
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan))
+    with pytest.raises(RuntimeError, match="lost the cluster"):
+        submit(dry, RunOptions(run_dir=tmp_path / "run", data_dir=digits_dir, dashboard=False), lambda d: None,
+               lambda d: None)
+    assert (tmp_path / "run" / "submission.csv").is_file()  # class frequencies, said loudly
+    assert RunRecord.open_existing(tmp_path / "run").run_info()["status"] == "crashed"
