@@ -47,7 +47,7 @@ class Change:
     new_mib: int
 
     def describe(self) -> str:
-        lr = f", lr {self.old_lr:g} → {self.new_lr:g}" if self.old_lr and self.new_lr else ""
+        lr = f", lr {self.old_lr:g} → {self.new_lr:g}" if self.old_lr and self.new_lr and self.old_lr != self.new_lr else ""
         old = "auto" if self.old_batch is None else str(self.old_batch)
         before = f"{self.old_mib:,}" if self.old_mib else "—"
         return f"{self.job}: batch {old} → {self.new_batch}{lr} (estimated {before} → {self.new_mib:,} MiB)"
