@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.hardware import Device, Node  # noqa: E402
 from scheduler.packing import Demand, l2_lower_bound, pack  # noqa: E402
-from scheduler.placement_online import FragmentationCache, Shape, evaluate_node, workload_of  # noqa: E402
+from scheduler.placement_online import FragmentationCache, Shape, evaluate_node, node_key, workload_of  # noqa: E402
 
 DATA = Path("/work/shared/data/alibaba-gpu-v2023")
 MILLI = 1000
@@ -231,7 +231,7 @@ def simulate(policy: str, cluster, pods: list, seed: int, workload) -> tuple[flo
             ans = hit[1]
             if ans is None:
                 continue
-            key = ans[0] + (node, -1 if ans[1] is None else ans[1])
+            key = node_key(ans, node)
             if best_key is None or key < best_key:
                 best, best_key = (node, ans[1]), key
                 if policy == "first_fit":

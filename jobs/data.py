@@ -20,6 +20,7 @@ import pandas as pd
 from scheduler.errors import UserError
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+DIGITS = "digits"  # the built-in competition's name
 DIGITS_SPLIT_SEED = 0
 DIGITS_TEST_SIZE = 0.2
 

@@ -28,7 +28,6 @@ class JobProgress:
     epoch_in_fold: int = 0  # epochs finished in the current fold
     seconds_per_epoch: float | None = None  # measured; None before the first epoch
     epochs_per_finished_fold: float | None = None  # mean epochs the finished folds ran (early stopping)
-    started_at: float | None = None  # None: not started yet
     finished: bool = False
     cuttable: bool = True  # False for jobs gpupack cannot resize (a command job: only its deadline applies)
 

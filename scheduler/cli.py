@@ -137,10 +137,13 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
         return 0
     from scheduler.livewatch import run_with_progress
 
-    data = args.data or plan.data
-    if data and plan.data and not args.data:
-        data = str((Path(args.plan).parent / plan.data).resolve()) if not Path(plan.data).is_absolute() else plan.data
-    return run_with_progress(dry, args, Path(data) if data else None, console)
+    if args.data:
+        data = Path(args.data)
+    elif plan.data:
+        data = Path(args.plan).parent / plan.data  # a relative data: is relative to the plan file
+    else:
+        data = None
+    return run_with_progress(dry, args, data, console)
 
 
 def _run_dir(run: str | None) -> Path:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from jobs.contract import JobOutput
 from scheduler.ensemble import Predictions
+from scheduler.runstate import jsonable
 
 
 def save(out: JobOutput, folder: Path, extra: dict | None = None) -> None:
@@ -50,7 +51,7 @@ def save(out: JobOutput, folder: Path, extra: dict | None = None) -> None:
         "notes": out.notes,
         **(extra or {}),
     }
-    (folder / "result.json").write_text(json.dumps(result, indent=2, default=_plain))
+    (folder / "result.json").write_text(json.dumps(result, indent=2, default=jsonable))
 
 
 def load(folder: Path) -> Predictions | None:
@@ -74,25 +75,3 @@ def from_output(out: JobOutput) -> Predictions | None:
         return None
     ids, pred = out.oof()
     return Predictions(out.job, ids, pred, np.asarray(out.test_ids), out.test_mean(), list(out.classes))
-
-
-def _plain(v):
-    if hasattr(v, "item"):
-        return v.item()
-    if hasattr(v, "tolist"):
-        return v.tolist()
-    return str(v)
-
-
-def load_partial(folder: Path) -> tuple[float, Predictions] | None:
-    """A job's fold cut short (its best epoch's test predictions) and that epoch's validation score."""
-    path, result_path = folder / "partial_test.csv", folder / "result.json"
-    if not path.is_file() or not result_path.is_file():
-        return None
-    result = json.loads(result_path.read_text())
-    test = pd.read_csv(path)
-    cols = [c for c in test.columns if c != "id"]
-    empty = np.zeros((0, len(cols)))
-    return result["partial"]["score"], Predictions(result.get("job", folder.name), np.array([]), empty,
-                                                   test["id"].to_numpy(), test[cols].to_numpy(),
-                                                   result.get("classes") or cols)

@@ -127,6 +127,12 @@ def _after(free: Sequence[int], caps: Sequence[int], device: int | None, gpu: in
     return out
 
 
+def node_key(answer: tuple[tuple, int | None], node: int) -> tuple:
+    """How a node's answer (``evaluate_node``) ranks across nodes: least rank, then lower node and device."""
+    rank, device = answer
+    return rank + (node, -1 if device is None else device)
+
+
 def evaluate_node(policy: Policy, gpu: int, cpus: int, free: Sequence[int], cpus_free: int, *,
                   caps: Sequence[int], gpus: int = 1, workload: Workload = (),
                   frag: "FragmentationCache | None" = None, model: str | None = None) -> tuple[tuple, int | None] | None:
@@ -166,7 +172,7 @@ def _place(policy: Policy, gpu: int, cpus: int, devices_free: Sequence[Sequence[
                               workload=workload, frag=frag, model=None if models is None else models[n])
         if found is None:
             continue
-        key = found[0] + (n, -1 if found[1] is None else found[1])
+        key = node_key(found, n)
         if best_key is None or key < best_key:
             best, best_key = (n, found[1]), key
             if policy == "first_fit":

@@ -42,10 +42,6 @@ class Resources(_Strict):
             return None
         return parse_size_mib(v)
 
-    @property
-    def gpu_memory_mib(self) -> int | None:
-        return self.gpu_memory
-
     @model_validator(mode="after")
     def _share_or_whole(self) -> "Resources":
         if self.gpus and self.gpu_memory is not None:

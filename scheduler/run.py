@@ -23,9 +23,6 @@ from scheduler.hardware import Device
 from scheduler.dryrun import DryRun
 from scheduler.runstate import JobState, RunRecord
 
-DIGITS = "digits"
-
-
 @dataclass
 class RunOptions:
     run_dir: Path
@@ -60,7 +57,7 @@ def ensure_data(data_dir: Path | None, run_dir: Path) -> tuple[Path, str | None]
 
         load_competition(data_dir)  # a bad folder is the user's error, found before anything starts
         return Path(data_dir).resolve(), None
-    from jobs.data import write_digits
+    from jobs.data import DIGITS, write_digits
 
     path = run_dir / "data"
     write_digits(path)
@@ -353,7 +350,7 @@ class Driver:
                 folds_done=t.get("folds_done", 0), epoch_in_fold=t.get("epoch_in_fold", 0),
                 seconds_per_epoch=(sum(t["epoch_s"]) / len(t["epoch_s"])) if t.get("epoch_s") else None,
                 epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
-                started_at=live.started, cuttable=spec.kind == "timm"))
+                cuttable=spec.kind == "timm"))
         for p in progress:
             eta = budget.remaining_s(p)
             if eta is not None:

@@ -73,12 +73,12 @@ class RunRecord:
             record["job"] = job
         record.update(fields)
         with self.events_path.open("a") as f:
-            f.write(json.dumps(record, default=_jsonable) + "\n")
+            f.write(json.dumps(record, default=jsonable) + "\n")
         return record
 
     def set_run(self, **values: Any) -> None:
         for k, v in values.items():
-            self.db.execute("INSERT OR REPLACE INTO run VALUES (?, ?)", (k, json.dumps(v, default=_jsonable)))
+            self.db.execute("INSERT OR REPLACE INTO run VALUES (?, ?)", (k, json.dumps(v, default=jsonable)))
 
     def add_job(self, name: str, kind: str, wave: int, node: str, device: int | None, gpu_memory_mib: int, cpus: int):
         self.db.execute(
@@ -100,7 +100,7 @@ class RunRecord:
     def update_job(self, job: str, **cols: Any) -> None:
         for col, v in cols.items():
             assert col in ("attempts", "cv_score", "progress", "node", "device", "gpu_memory_mib")
-            v = json.dumps(v, default=_jsonable) if col == "progress" else v
+            v = json.dumps(v, default=jsonable) if col == "progress" else v
             self.db.execute(f"UPDATE jobs SET {col}=?, updated=? WHERE name=?", (v, time.time(), job))
 
     # --- reading (any process) --------------------------------------------------------------------------------
@@ -136,7 +136,8 @@ class RunRecord:
         self.db.close()
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """numpy scalars and arrays, paths and enums as plain JSON values (``json.dumps(default=…)``)."""
     if hasattr(value, "item"):
         return value.item()
     if hasattr(value, "tolist"):

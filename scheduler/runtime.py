@@ -193,7 +193,7 @@ class _JobActor:
     def run(self, spec: Any, data_dir: str, workdir: str, settings: dict) -> Any:
         from jobs import run_job
         from jobs.contract import JobContext
-        from jobs.data import load_competition, write_digits
+        from jobs.data import DIGITS, load_competition, write_digits
 
         self._deadline = settings.get("deadline")
         threads = int(settings["threads"])
@@ -206,7 +206,7 @@ class _JobActor:
             cuda = torch.cuda.is_available()
         else:
             cuda = nvml_sees_gpu()
-        if settings.get("builtin") == "digits" and not Path(data_dir, "train.csv").is_file():
+        if settings.get("builtin") == DIGITS and not Path(data_dir, "train.csv").is_file():
             write_digits(Path(data_dir))  # a node of a cluster that has not got the built-in competition yet
         handler = _BufferHandler(self._report)
         logger = logging.getLogger("gpupack.job")
