@@ -10,9 +10,55 @@ runs on a GPU.
 from __future__ import annotations
 
 import gc
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+from scheduler.hardware import memory_fraction
+
+# What a process holds on the card outside PyTorch's allocator (the CUDA context with cuBLAS/cuDNN kernels): 612 MiB
+# measured by NVML on an H100 (torch 2.11, CUDA 13), 300-1000 MiB elsewhere. A job's planned MiB counts it (the
+# estimator adds it), so the allocator is capped at the plan minus this, and NVML's figure for the process stays
+# inside the plan.
+CONTEXT_ALLOWANCE_MIB = 640
+
+
+def cuda_device(name: str = "cuda") -> torch.device:
+    """A CUDA device *with an index*, as ``set_per_process_memory_fraction`` and friends require ("cuda" → cuda:0,
+    the first device the process sees; ``CUDA_VISIBLE_DEVICES`` has already narrowed that to the job's card)."""
+    dev = torch.device(name)
+    if dev.type != "cuda":
+        raise ValueError(f"not a CUDA device: {name}")
+    return dev if dev.index is not None else torch.device("cuda", 0)
+
+
+@dataclass(frozen=True)
+class Cap:
+    device_index: int
+    card_mib: int  # the physical card's total memory, read in this process
+    share_mib: int  # the job's planned MiB
+    allocator_mib: int  # what PyTorch's allocator may reserve: the share less the context allowance
+    fraction: float
+
+    def describe(self) -> str:
+        return (f"memory cap: {self.allocator_mib:,} MiB for the allocator ({self.fraction:.4f} of this "
+                f"{self.card_mib:,} MiB card) + ~{CONTEXT_ALLOWANCE_MIB} MiB CUDA context = the planned "
+                f"{self.share_mib:,} MiB")
+
+
+def cap_process_memory(share_mib: int, device: torch.device, cuda=torch.cuda) -> Cap:
+    """Cap this process's allocator so the job uses its planned MiB on whatever card runs it.
+
+    The fraction is taken of the physical card (``get_device_properties``), not of the plan's card: a plan for an
+    A100-40GB on an 80 GB H100 still caps each job at its planned MiB. ``cuda`` is ``torch.cuda`` (a fake in tests).
+    """
+    index = device.index if device.index is not None else 0
+    card_mib = int(cuda.get_device_properties(index).total_memory // 2**20)
+    allocator = max(int(share_mib) // 2, int(share_mib) - CONTEXT_ALLOWANCE_MIB)
+    fraction = memory_fraction(allocator, card_mib)
+    cuda.set_per_process_memory_fraction(fraction, index)
+    return Cap(index, card_mib, int(share_mib), allocator, fraction)
 
 
 class CudaMemory:

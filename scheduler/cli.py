@@ -128,7 +128,13 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
         hardware = runtime.cluster_hardware()
     else:
         hardware = dryrun.resolve_hardware(plan, args.hardware)
-    dry = dryrun.prepare(plan, hardware, estimated=not args.trust_plan_memory)
+    if args.data:
+        data = Path(args.data)
+    elif plan.data:
+        data = Path(args.plan).parent / plan.data  # a relative data: is relative to the plan file
+    else:
+        data = None
+    dry = dryrun.prepare(plan, hardware, estimated=not args.trust_plan_memory, train_rows=dryrun.train_rows(data))
     if args.dry_run:
         if args.json:
             print(json.dumps(dry.to_json()))
@@ -137,12 +143,6 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
         return 0
     from scheduler.livewatch import run_with_progress
 
-    if args.data:
-        data = Path(args.data)
-    elif plan.data:
-        data = Path(args.plan).parent / plan.data  # a relative data: is relative to the plan file
-    else:
-        data = None
     return run_with_progress(dry, args, data, console)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from scheduler import hardware as hw
 from scheduler.errors import UserError
@@ -67,6 +69,7 @@ class DryRun:
                     "wave": wave, "node": dev.node, "device": dev.index, "memory_mib": dev.memory_mib,
                     "jobs": [a.job for a in jobs], "used_mib": load, "share": round(share, 4),
                     "in_band": low <= share <= high + 1e-9,
+                    "room_mib": max(0, int(dev.memory_mib * high) - load),  # free under the band's top
                 })
         return rows
 
@@ -91,7 +94,31 @@ def resolve_hardware(plan: Plan, override: str | None = None) -> hw.Hardware:
     return hw.resolve(override or spec.profile, gpus_per_node=spec.gpus_per_node, nodes=spec.nodes, cpus=spec.cpus)
 
 
-def _fit_jobs(plan: Plan, estimated: bool) -> list[FitJob]:
+def train_rows(data_dir: Path | None) -> int | None:
+    """Rows in the competition's train.csv (the built-in digits when ``data_dir`` is None); None if unreadable.
+
+    The fitter needs them to keep each fold's optimizer steps up (statistics as well as memory)."""
+    if data_dir is None:
+        from jobs.data import DIGITS_TEST_SIZE
+        from sklearn.datasets import load_digits
+
+        n = len(load_digits().target)
+        return n - math.ceil(DIGITS_TEST_SIZE * n)  # train_test_split's arithmetic
+    try:
+        with open(Path(data_dir) / "train.csv", "rb") as f:
+            return max(0, sum(1 for _ in f) - 1)
+    except OSError:
+        return None
+
+
+def fold_train_rows(rows: int | None, folds: int) -> int | None:
+    """Training rows in one fold of ``split_folds``: (k-1)/k of them, or 80 % for a single hold-out."""
+    if not rows:
+        return None
+    return rows - math.ceil(0.2 * rows) if folds <= 1 else rows - math.ceil(rows / folds)
+
+
+def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None) -> list[FitJob]:
     out = []
     for job in plan.jobs:
         declared = job.resources.gpu_memory
@@ -107,7 +134,10 @@ def _fit_jobs(plan: Plan, estimated: bool) -> list[FitJob]:
         if job.kind == "command" and batch is None:
             batch = 64
         out.append(FitJob(job.name, job.resources.cpus, declared, None if auto else batch, auto_batch=auto,
-                          fixed=getattr(job, "fixed_batch", False), lr=getattr(job, "lr", None)))
+                          fixed=getattr(job, "fixed_batch", False), lr=getattr(job, "lr", None),
+                          optimizer=getattr(job, "optimizer", "adamw"),
+                          train_rows=fold_train_rows(rows, job.folds) if job.kind == "timm" else None,
+                          epochs=getattr(job, "epochs", None), grad_accum=getattr(job, "grad_accum", 1)))
     return out
 
 
@@ -161,16 +191,17 @@ def _with_whole(placement: Placement, whole: dict, hardware: hw.Hardware, plan: 
                                nodes=hardware.nodes)
 
 
-def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True) -> DryRun:
+def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_rows: int | None = None) -> DryRun:
     """Estimate, fit into the band and pack ``plan`` onto ``hardware``; collect what a person should know first.
 
     ``estimated=False`` packs the plan's own ``gpu_memory`` figures as written (``--trust-plan-memory``).
+    ``train_rows`` (train.csv's rows) lets the fitter cap batches that would leave a fold too few optimizer steps.
     """
     if not hardware.devices and any(j.uses_gpu for j in plan.jobs):
         raise UserError(f"plan '{plan.name}' has GPU jobs but hardware '{hardware.profile}' has no GPU")
     whole, nodes = _whole_devices(plan, hardware, plan.band[1])
     shared = plan.model_copy(update={"jobs": [j for j in plan.jobs if j.name not in whole]})
-    fitted = fit(_fit_jobs(shared, estimated), nodes, plan.band, _estimator(plan) if estimated else None)
+    fitted = fit(_fit_jobs(shared, estimated, train_rows), nodes, plan.band, _estimator(plan) if estimated else None)
     placement = _with_whole(fitted.placement, whole, hardware, plan)
     updates = []
     for job in plan.jobs:
@@ -182,7 +213,8 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True) -> DryRun
         updates.append(job.model_copy(update=change) if change else job)
     adjusted = plan.model_copy(update={"jobs": updates})
     warnings: list[str] = list(fitted.warnings)
-    warnings += [f"batch lowered to fit the band: {c.describe()}" if c.old_batch else f"batch chosen: {c.describe()}"
+    warnings += [(f"batch lowered for statistics: {c.describe()}" if c.why and c.old_batch else
+                  f"batch lowered to fit the band: {c.describe()}" if c.old_batch else f"batch chosen: {c.describe()}")
                  for c in fitted.changes]
     low, high = plan.band
     dry = DryRun(adjusted, hardware, placement, [], declared={j.name: j.resources.gpu_memory for j in plan.jobs},
@@ -191,7 +223,8 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True) -> DryRun
         if row["jobs"] and row["share"] < low:
             warnings.append(
                 f"wave {row['wave']}, device {row['node']}:{row['device']}: {row['used_mib']} MiB is "
-                f"{row['share']:.0%} of the card, under the band's lower limit ({low:.0%}); room for more work"
+                f"{row['share']:.0%} of the card, under the band's lower limit ({low:.0%}); room for more work: "
+                f"{row['room_mib']:,} MiB free under the band's top ({high:.0%}) for more jobs or folds"
             )
     if placement.waves > 1:
         later = [a.job for a in placement.assignments if a.wave > 0]

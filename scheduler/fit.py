@@ -7,6 +7,10 @@ rung, the largest adjustable job steps one rung down the ladder (512→384→256
 scaled with the batch) until they do, so the plan keeps its parallelism at the smallest cost in batch size. A job with
 ``fixed_batch: true`` keeps its batch and waits for a later wave instead; ``batch_size: auto`` starts from the largest
 rung that fits its device alone. Pure, given an estimator function; ``dryrun`` wires in the real one.
+
+Before memory, statistics: when the training rows are known, a batch that would leave a fold fewer than
+``autotune.MIN_OPTIMIZER_STEPS`` optimizer steps over its epochs comes down to the largest rung that gives them
+(``fixed_batch`` keeps its batch, with a warning). The memory it frees is room for more jobs or folds.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from scheduler.autotune import MIN_OPTIMIZER_STEPS, lr_factor, optimizer_steps, statistical_cap
 from scheduler.hardware import Node
 from scheduler.packing import DEFAULT_SEARCH_STEPS, Demand, Placement, pack
 
@@ -34,6 +39,22 @@ class FitJob:
     auto_batch: bool = False
     fixed: bool = False
     lr: float | None = None
+    optimizer: str = "adamw"
+    train_rows: int | None = None  # training rows per fold, when the competition is known
+    epochs: int | None = None
+    grad_accum: int = 1
+
+    @property
+    def stat_cap(self) -> int | None:
+        """The largest batch that leaves enough optimizer steps, or None when the rows are unknown."""
+        if not self.train_rows or not self.epochs:
+            return None
+        return statistical_cap(self.train_rows, self.epochs, self.grad_accum)
+
+    def steps(self, batch: int) -> int | None:
+        if not self.train_rows or not self.epochs:
+            return None
+        return optimizer_steps(self.train_rows, batch, self.epochs, self.grad_accum)
 
 
 @dataclass
@@ -45,12 +66,14 @@ class Change:
     new_lr: float | None
     old_mib: int | None
     new_mib: int
+    why: str = ""  # statistics: the optimizer steps before and after
 
     def describe(self) -> str:
         lr = f", lr {self.old_lr:g} → {self.new_lr:g}" if self.old_lr and self.new_lr and self.old_lr != self.new_lr else ""
         old = "auto" if self.old_batch is None else str(self.old_batch)
         before = f"{self.old_mib:,}" if self.old_mib else "—"
-        return f"{self.job}: batch {old} → {self.new_batch}{lr} (estimated {before} → {self.new_mib:,} MiB)"
+        why = f"; {self.why}" if self.why else ""
+        return f"{self.job}: batch {old} → {self.new_batch}{lr} (estimated {before} → {self.new_mib:,} MiB){why}"
 
 
 @dataclass
@@ -69,11 +92,20 @@ def _next_rung(batch: int) -> int | None:
     return lower[0] if lower else None
 
 
-def _top_rung_that_fits(name: str, limit_mib: int, est: EstimateFn) -> int:
+def _top_rung_that_fits(name: str, limit_mib: int, est: EstimateFn, ceiling: int | None = None) -> int:
     for b in LADDER:
-        if est(name, b) <= limit_mib:
+        if (ceiling is None or b <= ceiling) and est(name, b) <= limit_mib:
             return b
     return MIN_BATCH
+
+
+def _rung_at_most(batch: int) -> int:
+    return next((b for b in LADDER if b <= batch), MIN_BATCH)
+
+
+def _statistics_note(j: FitJob, old: int, new: int) -> str:
+    return (f"statistics: {j.train_rows:,} training rows per fold × {j.epochs} epochs give {j.steps(old)} optimizer "
+            f"steps at batch {old}, {j.steps(new)} at {new} (at least {MIN_OPTIMIZER_STEPS} wanted)")
 
 
 def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float], est: EstimateFn | None) -> Fitted:
@@ -106,6 +138,21 @@ def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float]
                     f"{first[j.name]:,} MiB ({off:.0%} off); packing uses the estimate"
                 )
 
+    why: dict[str, str] = {}  # statistics first: a batch that leaves a fold too few optimizer steps comes down
+    for j in jobs:
+        cap = j.stat_cap
+        if cap is None or batches[j.name] is None or batches[j.name] <= cap:
+            continue
+        if j.fixed:
+            warnings.append(f"{j.name}: fixed_batch keeps batch {batches[j.name]}, which gives only "
+                            f"{j.steps(batches[j.name])} optimizer steps per fold ({j.train_rows:,} rows × {j.epochs} "
+                            f"epochs; at least {MIN_OPTIMIZER_STEPS} wanted): expect a weak model, or lower the batch")
+        elif j.name in estimable:
+            old = batches[j.name]
+            batches[j.name] = (_top_rung_that_fits(j.name, largest_limit, est, cap) if j.auto_batch
+                               else _rung_at_most(cap))
+            why[j.name] = _statistics_note(j, old, batches[j.name])
+
     def placement(mem: dict[str, int], search_steps: int = SEARCH_STEPS) -> Placement:
         return pack([Demand(j.name, mem[j.name], j.cpus) for j in jobs], nodes, band, search_steps=search_steps)
 
@@ -135,10 +182,10 @@ def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float]
     changes = []
     for j in jobs:
         if batches[j.name] != j.batch and batches[j.name] is not None:
-            new_lr = j.lr * batches[j.name] / j.batch if (j.lr and j.batch) else j.lr
+            new_lr = j.lr * lr_factor(j.batch, batches[j.name], j.optimizer) if (j.lr and j.batch) else j.lr
             lrs[j.name] = new_lr
             changes.append(Change(j.name, j.batch, batches[j.name], j.lr, new_lr,
-                                  first[j.name] if not j.auto_batch else None, final_mem[j.name]))
+                                  first[j.name] if not j.auto_batch else None, final_mem[j.name], why.get(j.name, "")))
     for j in jobs:
         if j.fixed and current.of(j.name).wave > 0:
             warnings.append(f"{j.name}: fixed_batch keeps batch {batches[j.name]}, so it waits for wave "

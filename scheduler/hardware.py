@@ -215,3 +215,56 @@ def resolve(spec: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: i
             hw = Hardware(hw.profile, tuple(Node(n.name, cpus, n.devices) for n in hw.nodes), True)
         return hw
     return from_profile(spec, gpus_per_node=gpus_per_node, nodes=nodes, cpus=cpus)
+
+
+# --- a job's share of the card that is really there ----------------------------------------------------------------
+
+
+def visible_index(cuda_visible_devices: str | None, ordinal: int = 0) -> int | str | None:
+    """The physical device behind CUDA ordinal ``ordinal`` of a process: an NVML index, a UUID (``GPU-…``), or None
+    when the process sees every device in order (then the ordinal is the index)."""
+    if cuda_visible_devices is None:
+        return ordinal
+    entries = [e.strip() for e in cuda_visible_devices.split(",") if e.strip()]
+    if ordinal >= len(entries):
+        return None
+    entry = entries[ordinal]
+    return int(entry) if entry.isdigit() else entry
+
+
+def physical_memory_mib(device: int | str | None, nvml=None) -> int | None:
+    """Total memory of one physical device (an NVML index or UUID) as NVML reports it; None when NVML cannot say."""
+    if device is None:
+        return None
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return None
+    try:
+        nvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        if isinstance(device, str):
+            handle = nvml.nvmlDeviceGetHandleByUUID(device)
+        else:
+            handle = nvml.nvmlDeviceGetHandleByIndex(device)
+        return int(nvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024))
+    except Exception:
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def memory_fraction(share_mib: int | float | None, card_mib: int | float | None) -> float | None:
+    """The fraction of a card a job of ``share_mib`` may take: its planned MiB over the card that is *present*.
+
+    A plan made for an A100-40GB and run on an 80 GB card caps each job at its planned MiB, not at the same fraction
+    of the larger card (which would let it take twice its share)."""
+    if not share_mib or not card_mib:
+        return None
+    return round(min(1.0, float(share_mib) / float(card_mib)), 4)

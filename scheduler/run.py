@@ -19,7 +19,7 @@ from typing import Any, Callable
 import ray
 
 from scheduler import budget, elastic, outputs, runtime
-from scheduler.hardware import Device
+from scheduler.hardware import Device, memory_fraction
 from scheduler.dryrun import DryRun
 from scheduler.runstate import JobState, RunRecord
 
@@ -105,7 +105,8 @@ class Driver:
             "deadline": self.deadline,
             "threads": a.cpus if self.cuda else rehearsal_threads(a.cpus, wave_cpus),
             "gpu_memory_mib": a.gpu_memory_mib or None,
-            "memory_fraction": round(a.gpu_memory_mib / device.memory_mib, 4) if device and a.gpu_memory_mib else None,
+            # of the plan's card; the job's process recomputes it against the card really there
+            "memory_fraction": memory_fraction(a.gpu_memory_mib, device.memory_mib) if device else None,
             "builtin": self.builtin,
         }
 

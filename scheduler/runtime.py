@@ -216,7 +216,8 @@ class _JobActor:
             ctx = JobContext(
                 name=self.job, workdir=Path(workdir), cpus=threads, device="cuda" if cuda else "cpu",
                 rehearsal=not cuda, metric=settings["metric"], seed=settings["seed"], deadline=self._deadline,
-                gpu_memory_mib=settings.get("gpu_memory_mib"), memory_fraction=settings.get("memory_fraction"),
+                gpu_memory_mib=settings.get("gpu_memory_mib"),
+                memory_fraction=job_memory_fraction(settings, cuda),
                 report=self._report, should_stop=self._should_stop, limits=lambda: dict(self._limits),
             )
             Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -228,6 +229,18 @@ class _JobActor:
             raise
         finally:
             logger.removeHandler(handler)
+
+
+def job_memory_fraction(settings: dict, cuda: bool) -> float | None:
+    """A job's share as a fraction of the card *in this process* (NVML's total for the device it sees), so a plan
+    made for a smaller card caps the job at its planned MiB; on a rehearsal, of the plan's card."""
+    planned = settings.get("memory_fraction")
+    if planned is None or not cuda:
+        return planned
+    from scheduler.hardware import memory_fraction, physical_memory_mib, visible_index
+
+    card = physical_memory_mib(visible_index(os.environ.get("CUDA_VISIBLE_DEVICES")))
+    return memory_fraction(settings.get("gpu_memory_mib"), card) if card else planned
 
 
 def nvml_sees_gpu() -> bool:

@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from scheduler.hardware import Hardware
+from scheduler.hardware import LOCAL_NODE, Hardware, memory_fraction, physical_memory_mib
 from scheduler.ledger import (  # noqa: F401  (place_online, estimate_starts, shadow: the service's policies)
     RECENT_REQUESTS, SHAPE_MIB, Claim, FixedBackend, LedgerBackend, RayBackend, estimate_starts, place_online, shadow,
 )
@@ -174,6 +174,10 @@ class Service:
         if not self.devices:
             raise ValueError("the service needs at least one GPU device (a profile or a detected card)")
         self.limits = {k: int(math.floor(d.memory_mib * band_high)) for k, d in self.devices.items()}
+        # the cards really here (NVML), for the memory fraction a slot's process caps itself at: a service declared
+        # as an A100-40GB on an 80 GB card must still hold each slot to its MiB
+        self.card_mib = {k: (physical_memory_mib(d.index) if d.node == LOCAL_NODE else None)
+                         or d.memory_mib for k, d in self.devices.items()}
         self.node_cpus = {n.name: n.cpus for n in hardware.nodes if n.devices}
         self._recent: collections.deque = collections.deque(maxlen=RECENT_REQUESTS)  # (MiB, cpus) of new requests
         self._appended, self._workload_at, self._workload_cache = 0, 0, None
@@ -537,7 +541,7 @@ class Service:
             d["estimate"] = s.estimate
         if s.device is not None:
             dev = self.devices[s.device]
-            fraction = round(s.gpu_memory_mib / dev.memory_mib, 4)
+            fraction = memory_fraction(s.gpu_memory_mib, self.card_mib[s.device])
             d.update(node=dev.node, device=dev.index, cuda_visible_devices=str(dev.index), memory_fraction=fraction,
                      granted_at=s.granted_at, deadline=s.deadline, deadline_iso=_iso(s.deadline),
                      renew_by=None if s.state != "granted" else s.heartbeat + s.heartbeat_s,

@@ -6,6 +6,16 @@ import pytest
 
 from conftest import ROOT
 
+LARGE_DATA_ROWS = 60_000  # a competition large enough that no batch here is capped for statistics
+
+
+def dry_json(plan: str, hardware: str | None = None, rows: int | None = LARGE_DATA_ROWS) -> dict:
+    """The dry run's JSON for a plan on a competition of ``rows`` training rows (the CLI reads them from train.csv)."""
+    from scheduler import dryrun, plan as planmod
+
+    p = planmod.load(ROOT / plan)
+    return dryrun.prepare(p, dryrun.resolve_hardware(p, hardware), train_rows=rows).to_json()
+
 
 def test_option1_json_is_the_documented_object(run_cli):
     # the plan's own figures, as written (issue 2's layout); estimates are the next tests'
@@ -55,10 +65,8 @@ def test_every_shipped_plan_packs(run_cli):
             assert dev["used_mib"] <= dev["memory_mib"] * body["band"]["high"]
 
 
-def test_option1_with_estimates_warns_about_both_claims(run_cli):
-    code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json")
-    assert code == 0, err
-    body = json.loads(out)
+def test_option1_with_estimates_warns_about_both_claims():
+    body = dry_json("plans/option1.yaml")
     jobs = {j["name"]: j for j in body["jobs"]}
     assert jobs["effnet_b4"]["declared_mib"] == 18432
     assert jobs["effnet_b4"]["gpu_memory_mib"] == jobs["effnet_b4"]["estimated_mib"] > 18432 * 1.2
@@ -68,10 +76,8 @@ def test_option1_with_estimates_warns_about_both_claims(run_cli):
     assert body["devices"][0]["in_band"] and body["waves"] == 1
 
 
-def test_option2_packs_three_b3_together_at_a_smaller_batch(run_cli):
-    code, out, err = run_cli("submit", ROOT / "plans/option2.yaml", "--dry-run", "--json", "--hardware", "A100-40GB")
-    assert code == 0, err
-    body = json.loads(out)
+def test_option2_packs_three_b3_together_at_a_smaller_batch():
+    body = dry_json("plans/option2.yaml", "A100-40GB")
     assert body["waves"] == 1
     assert all(j["wave"] == 0 and j["device"] == 0 for j in body["jobs"])
     assert all(j["batch_size"] < 256 for j in body["jobs"])
@@ -81,7 +87,32 @@ def test_option2_packs_three_b3_together_at_a_smaller_batch(run_cli):
     assert len(body["changes"]) == 3 and all("lr" in c for c in body["changes"])
     lr = {j["name"]: j["lr"] for j in body["jobs"]}
     b = {j["name"]: j["batch_size"] for j in body["jobs"]}
-    assert lr["effnet_b3_a"] == pytest.approx(1e-3 * b["effnet_b3_a"] / 256)
+    assert lr["effnet_b3_a"] == pytest.approx(1e-3 * (b["effnet_b3_a"] / 256) ** 0.5)  # AdamW: square-root rule
+    assert not any("statistics" in c for c in body["changes"])
+
+
+def test_option1_on_digits_caps_batches_for_statistics_and_says_what_room_is_left(run_cli):
+    """The seeds' batches leave a 958-row fold 32 and 40 optimizer steps over 8 epochs (models at chance on a GPU):
+    the fitter caps both, with the numbers, and says how much of the card is left for more jobs or folds."""
+    code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json", "--hardware", "A100-40GB")
+    assert code == 0, err
+    body = json.loads(out)
+    jobs = {j["name"]: j for j in body["jobs"]}
+    from scheduler.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps
+
+    rows = 958  # digits: 1,437 training rows, 3 folds
+    for name, seed_batch in (("resnet50", 256), ("effnet_b4", 192)):
+        batch = jobs[name]["batch_size"]
+        assert optimizer_steps(rows, seed_batch, 8) < MIN_OPTIMIZER_STEPS <= optimizer_steps(rows, batch, 8)
+        assert optimizer_steps(rows, batch * 2, 8) < MIN_OPTIMIZER_STEPS * 2  # not capped further than needed
+        change = next(c for c in body["changes"] if c.startswith(name))
+        assert f"batch {seed_batch} → {batch}" in change and "958 training rows per fold × 8 epochs" in change
+        assert f"{optimizer_steps(rows, seed_batch, 8)} optimizer steps at batch {seed_batch}" in change
+    dev = body["devices"][0]
+    assert dev["room_mib"] == int(40960 * 0.9) - dev["used_mib"] > 20_000
+    assert any("room for more work" in w and f"{dev['room_mib']:,} MiB" in w for w in body["warnings"])
+    code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--hardware", "A100-40GB")
+    assert "batch lowered for statistics" in " ".join(out.split())
 
 
 def test_whole_device_jobs_are_placed_beside_the_shared_ones(run_cli, tmp_path):

@@ -1,5 +1,8 @@
 """Fitting plans into the band with a made-up estimator: memory = 1000 + 100 MiB per sample."""
 
+import pytest
+
+from scheduler.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps, statistical_cap
 from scheduler.fit import FitJob, fit
 from scheduler.hardware import from_profile
 
@@ -17,8 +20,8 @@ def test_lowers_the_largest_until_all_run_together():
     assert r.placement.waves == 1
     assert sum(r.memory_mib.values()) <= 36864
     assert all(b < 256 for b in r.batches.values())
-    for c in r.changes:
-        assert c.new_lr == 1e-3 * c.new_batch / 256
+    for c in r.changes:  # AdamW (the default): the square-root rule
+        assert c.new_lr == pytest.approx(1e-3 * (c.new_batch / 256) ** 0.5)
     # greedy, largest first: nobody went lower than needed (one more rung on any job would not be needed)
     assert sorted(r.batches.values()) in ([96, 96, 96], [96, 96, 128], [96, 128, 96], [64, 128, 128])
 
@@ -53,3 +56,39 @@ def test_a_job_larger_than_the_card_comes_down_to_fit_it():
     a10 = from_profile("A10-24GB").nodes  # limit 22,118 MiB
     r = fit([FitJob("j", 2, None, 256)], a10, BAND, est)
     assert r.batches["j"] == 192 and r.memory_mib["j"] == 20200
+
+
+def test_sgd_learning_rate_follows_the_batch_linearly():
+    jobs = [FitJob(f"j{i}", 2, None, 256, lr=0.1, optimizer="sgd") for i in range(3)]
+    for c in fit(jobs, A100, BAND, est).changes:
+        assert c.new_lr == pytest.approx(0.1 * c.new_batch / 256)
+
+
+@pytest.mark.parametrize("rows,epochs", [(958, 8), (1198, 8), (20_000, 1), (100, 3), (50_000, 30), (1, 1)])
+def test_statistical_cap_is_the_largest_batch_with_enough_steps(rows, epochs):
+    cap = statistical_cap(rows, epochs)
+    assert cap >= 1
+    if optimizer_steps(rows, 1, epochs) >= MIN_OPTIMIZER_STEPS:
+        assert optimizer_steps(rows, cap, epochs) >= MIN_OPTIMIZER_STEPS
+        assert cap == rows or optimizer_steps(rows, cap + 1, epochs) < MIN_OPTIMIZER_STEPS
+    else:
+        assert cap == 1  # even batch 1 gives too few: the smallest batch
+
+
+def test_a_batch_too_large_for_the_data_comes_down_with_its_reason_and_fixed_ones_are_warned():
+    jobs = [FitJob("big", 2, None, 256, lr=1e-3, train_rows=958, epochs=8),
+            FitJob("fixed", 2, None, 256, fixed=True, train_rows=958, epochs=8)]
+    r = fit(jobs, A100, BAND, est)
+    assert r.batches["big"] == 48  # the largest rung at or under the cap (53)
+    assert r.batches["fixed"] == 256
+    assert fit([FitJob("fine", 2, None, 256, train_rows=100_000, epochs=8)], A100, BAND, est).batches["fine"] == 256
+    change = next(c for c in r.changes if c.job == "big")
+    assert "32 optimizer steps at batch 256, 160 at 48" in change.describe()
+    assert any("fixed" in w and "only 32 optimizer steps" in w for w in r.warnings)
+
+
+def test_auto_batch_takes_the_largest_rung_that_fits_memory_and_statistics():
+    auto = FitJob("auto", 2, None, None, auto_batch=True, train_rows=958, epochs=8)
+    assert fit([auto], A100, BAND, est).batches["auto"] == 48
+    big_data = FitJob("auto", 2, None, None, auto_batch=True, train_rows=100_000, epochs=8)
+    assert fit([big_data], A100, BAND, est).batches["auto"] == 256  # memory's answer: 1000 + 100·256 <= 36,864

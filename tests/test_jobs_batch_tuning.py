@@ -21,10 +21,14 @@ def comp(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def few_steps(monkeypatch):
     monkeypatch.setattr(timm_job, "REHEARSAL_STEPS_PER_EPOCH", 8)
+    monkeypatch.setattr(timm_job, "REHEARSAL_EPOCHS", 1)
 
 
 def spec(batch, **kw):
-    return TimmJob(name="r18", kind="timm", model="resnet18", image_size=224, batch_size=batch, epochs=1, folds=2, **kw)
+    # Memory is the point here, not statistics: 400 planned epochs (the rehearsal runs 1 of them, 8 steps) keep the
+    # statistical cap (at least 150 optimizer steps per fold) above every batch these tests try.
+    kw.setdefault("epochs", 400)
+    return TimmJob(name="r18", kind="timm", model="resnet18", image_size=224, batch_size=batch, folds=2, **kw)
 
 
 def run(comp, tmp_path, batch, share_mib, **kw):
@@ -53,7 +57,8 @@ def test_too_large_halves_until_it_fits_and_finishes_its_folds(comp, tmp_path):
 def test_too_small_grows_while_memory_sits_idle(comp, tmp_path):
     out, changes = run(comp, tmp_path, 8, share_mib=peak(256) * 1.2)
     grows = [c for c in changes if c["action"] == "grow"]
-    assert grows and grows[0]["batch_size"] == 16 and grows[0]["lr_scale"] == 2.0  # 8 → 16 computed
+    assert grows and grows[0]["batch_size"] == 16  # 8 → 16 computed
+    assert grows[0]["lr_scale"] == pytest.approx(2 ** 0.5)  # AdamW: the square-root rule
     assert grows[0]["peak_mib"] / grows[0]["share_mib"] < 0.5
     assert out.throughput["batch_size"] > 8
     assert all(c["batch_size"] <= 512 for c in changes)
@@ -77,7 +82,10 @@ def test_simulated_device_raises_cudas_error():
 def test_real_cuda_oom_halves(comp, tmp_path):
     """On a GPU: a share far too small for batch 512 must halve down and still finish."""
     total = torch.cuda.get_device_properties(0).total_memory / 2**20
+    events = []
     ctx = JobContext("r18", tmp_path, cpus=2, device="cuda", rehearsal=False, gpu_memory_mib=3000,
-                     memory_fraction=3000 / total)
-    out = run_job(spec(512, epochs=1), comp, ctx)
-    assert out.folds and out.throughput["batch_size"] < 512
+                     memory_fraction=3000 / total, report=lambda kind, data: events.append((kind, data)))
+    out = run_job(spec(512, epochs=400, fixed_batch=False).model_copy(update={"epochs": 1}), comp, ctx)
+    assert [f.fold for f in out.folds] == [0, 1] and out.throughput["batch_size"] < 512
+    halves = [d for k, d in events if k == "batch" and d["action"] in ("halve", "halve_eval")]
+    assert halves and all("out of memory" in d["reason"] for d in halves)

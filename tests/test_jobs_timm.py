@@ -25,11 +25,12 @@ def _spec(**kw):
     return TimmJob(**{**base, **kw})
 
 
-def test_timm_rehearsal_returns_folds_keyed_by_id(comp, tmp_path, few_steps):
+def test_timm_rehearsal_returns_folds_keyed_by_id(comp, tmp_path, few_steps, monkeypatch):
+    monkeypatch.setattr(timm_job, "REHEARSAL_EPOCHS", 1)
     events = []
     ctx = JobContext("tiny", tmp_path, cpus=1, device="cpu", rehearsal=True,
                      report=lambda kind, data: events.append((kind, data)))
-    out = run_job(_spec(epochs=1), comp, ctx)
+    out = run_job(_spec(epochs=200), comp, ctx)  # 200 planned epochs: no statistical cap on batch 64 (next test)
 
     assert [f.fold for f in out.folds] == [0, 1]
     ids, pred = out.oof()
@@ -52,6 +53,22 @@ def test_timm_rehearsal_returns_folds_keyed_by_id(comp, tmp_path, few_steps):
     note = " ".join(out.notes)
     assert "224→32" in note and "64→32" in note and "at most 3 optimizer steps" in note
     assert out.throughput["samples_per_s"] > 0 and out.throughput["step_time_s_median"] > 0
+
+
+def test_a_batch_too_large_for_the_data_is_capped_by_the_job_itself(comp, tmp_path, few_steps, monkeypatch):
+    """Without the dry run's fitter (``--trust-plan-memory``, a slot's job spec) the job applies the same rule."""
+    monkeypatch.setattr(timm_job, "REHEARSAL_EPOCHS", 1)
+    events = []
+    ctx = JobContext("tiny", tmp_path, cpus=1, device="cpu", rehearsal=True,
+                     report=lambda kind, data: events.append((kind, data)))
+    out = run_job(_spec(epochs=8, batch_size=256), comp, ctx)
+    caps = [d for k, d in events if k == "batch" and d["action"] == "cap"]
+    assert len(caps) == 1 and caps[0]["previous_batch_size"] == 256 and caps[0]["batch_size"] == 39
+    assert "718 training rows per fold × 8 epochs give 24 optimizer steps at 256, 152 at 39" in caps[0]["reason"]
+    assert caps[0]["lr_scale"] == pytest.approx((39 / 256) ** 0.5)
+    assert out.throughput["batch_size"] == 39 and any("for statistics" in n for n in out.notes)
+    fixed = run_job(_spec(epochs=8, batch_size=256, fixed_batch=True), comp, ctx)
+    assert fixed.throughput["batch_size"] == 256  # fixed_batch: the user's word (the dry run warns)
 
 
 def test_timm_stop_mid_fold_keeps_only_finished_folds(comp, tmp_path, few_steps):

@@ -1,0 +1,82 @@
+"""Images from the competition folder as tensors, and batches whose size may change between steps."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+
+
+class ImageSet(Dataset):
+    """Images from files: any mode → RGB (grayscale repeated on 3 channels), bilinear resize, ImageNet norm."""
+
+    def __init__(self, paths: list[Path], labels: np.ndarray | None, size: int, cache: bool = False):
+        self.paths = list(paths)
+        self.labels = None if labels is None else torch.as_tensor(np.asarray(labels), dtype=torch.long)
+        self.size = size
+        self.cache: dict[int, torch.Tensor] | None = {} if cache else None
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def _load(self, i: int) -> torch.Tensor:
+        from PIL import Image
+
+        with Image.open(self.paths[i]) as im:
+            im = im.convert("RGB").resize((self.size, self.size), Image.BILINEAR)
+            a = np.asarray(im, dtype=np.float32) / 255.0
+        return torch.from_numpy(((a - MEAN) / STD).transpose(2, 0, 1).copy())
+
+    def __getitem__(self, i: int):
+        if self.cache is None:
+            x = self._load(i)
+        else:
+            x = self.cache.get(i)
+            if x is None:
+                x = self.cache[i] = self._load(i)
+        return (x, self.labels[i]) if self.labels is not None else x
+
+
+class ResizableBatchSampler(Sampler[list[int]]):
+    """Shuffled (or ordered) batches whose size is read at every batch: set ``batch_size`` between steps.
+
+    With worker processes the batches already prefetched keep their old size; the next ones take the new size.
+    """
+
+    def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0):
+        self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
+        self.epoch = 0
+
+    def __iter__(self):
+        if self.shuffle:
+            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
+        else:
+            order = list(range(self.n))
+        self.epoch += 1
+        i = 0
+        while i < self.n:
+            size = max(1, int(self.batch_size))
+            yield order[i:i + size]
+            i += size
+
+    def __len__(self) -> int:
+        return math.ceil(self.n / max(1, self.batch_size))
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    num_workers: int
+    pin_memory: bool
+    prefetch_factor: int | None
+
+    def build(self, dataset: Dataset, sampler: ResizableBatchSampler) -> DataLoader:
+        workers = self.num_workers
+        return DataLoader(dataset, batch_sampler=sampler, num_workers=workers, pin_memory=self.pin_memory,
+                          persistent_workers=workers > 0, prefetch_factor=self.prefetch_factor if workers else None)
