@@ -1,5 +1,13 @@
-"""Throughput as a job measures it: samples/s, batches/min, step time (median, p95) and the share of wall time spent
-waiting for the next batch (the input pipeline starving the device), reported every few seconds as a ``sample``."""
+"""Throughput as a job measures it, reported every few seconds as a ``sample``. Two rates, named for what they divide:
+
+- ``train_samples_per_s``: samples over the time spent *inside* training steps (forward, backward, optimizer step):
+  what the device does while it trains. This is gpupack's throughput figure wherever one figure is shown (the live
+  table, ``status``, the gauge ``gpupack_job_samples_per_second``, the report); ``samples_per_s`` is its older name.
+- ``wall_samples_per_s``: the same samples over wall-clock time, which also pays for loading images, validation,
+  precise BN and fold set-up. On an H100, ResNet-50 on digits did 1,400 samples/s in its steps and 350 by the clock.
+
+Also batches/min, step time (median, p95) and the share of wall time spent waiting for the next batch (the input
+pipeline starving the device)."""
 
 from __future__ import annotations
 
@@ -41,8 +49,11 @@ class ThroughputWindow:
         wall = now - self.start
         if not self.steps or wall <= 0:
             return None
+        train = self.samples / sum(self.step_s) if sum(self.step_s) > 0 else None
         figures = {
-            "samples_per_s": self.samples / wall,
+            "train_samples_per_s": train,
+            "wall_samples_per_s": self.samples / wall,
+            "samples_per_s": train,
             "batches_per_min": self.steps * 60.0 / wall,
             "step_time_median_s": statistics.median(self.step_s),
             "step_time_p95_s": p95(self.step_s),

@@ -15,8 +15,12 @@ CLIMB_MIN = 0.05
 DROP_MIN = 0.30
 
 
+WALL_SHARE_LOW = 0.50
+
+
 def advise(kind: str, used_mib: float | None, share_mib: float | None, params: int | None,
-           data_wait_share: float | None, epoch_peaks_mib: list[float]) -> list[str]:
+           data_wait_share: float | None, epoch_peaks_mib: list[float], train_samples_per_s: float | None = None,
+           wall_samples_per_s: float | None = None) -> list[str]:
     out = []
     mem = memory_advice(used_mib, share_mib, params)
     if mem:
@@ -24,6 +28,10 @@ def advise(kind: str, used_mib: float | None, share_mib: float | None, params: i
     if data_wait_share is not None and data_wait_share >= INPUT_BOUND_SHARE:
         out.append(f"input-bound: {data_wait_share:.0%} of the time waits for the next batch; give the job more "
                    "cores (DataLoader workers) or a larger prefetch")
+    if train_samples_per_s and wall_samples_per_s and wall_samples_per_s < WALL_SHARE_LOW * train_samples_per_s:
+        out.append(f"by the clock {wall_samples_per_s:,.0f} samples/s, {wall_samples_per_s / train_samples_per_s:.0%} "
+                   f"of the {train_samples_per_s:,.0f} inside training steps: loading, validation and set-up take "
+                   "the rest (more cores for workers, or fewer validation passes)")
     peaks = [p for p in epoch_peaks_mib if p]
     if len(peaks) >= CLIMB_EPOCHS:
         last = peaks[-CLIMB_EPOCHS:]

@@ -30,6 +30,18 @@ class JobProgress:
     epochs_per_finished_fold: float | None = None  # mean epochs the finished folds ran (early stopping)
     finished: bool = False
     cuttable: bool = True  # False for jobs gpupack cannot resize (a command job: only its deadline applies)
+    provisional: bool = False  # the epoch time comes from the first epoch alone (start-up included)
+
+
+def epoch_seconds(measured: list[float]) -> tuple[float | None, bool]:
+    """(seconds per epoch, provisional): the median of the epochs after the first, or the first alone."""
+    if not measured:
+        return None, False
+    if len(measured) == 1:
+        return measured[0], True
+    later = sorted(measured[1:])
+    mid = len(later) // 2
+    return (later[mid] if len(later) % 2 else (later[mid - 1] + later[mid]) / 2), False
 
 
 @dataclass(frozen=True)
@@ -55,9 +67,11 @@ def remaining_s(p: JobProgress) -> float | None:
     return (current + later_folds * per_fold) * p.seconds_per_epoch
 
 
-def plan_finish(jobs: list[JobProgress], now: float) -> float | None:
-    """When the last measured job should end; None while no job has a measured epoch."""
-    ends = [now + r for r in (remaining_s(p) for p in jobs) if r is not None]
+def plan_finish(jobs: list[JobProgress], now: float, deadline: float | None = None) -> float | None:
+    """When the last measured job should end; None while no job has a measured epoch. With ``deadline``, a
+    provisional estimate counts only when it passes the deadline itself."""
+    ends = [now + r for p in jobs if (r := remaining_s(p)) is not None
+            and not (p.provisional and deadline is not None and now + r <= deadline)]
     return max(ends) if ends else None
 
 
@@ -88,7 +102,7 @@ def _cheapest_cut(p: JobProgress) -> tuple[str, int] | None:
 def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadline: float) -> list[Cut]:
     """The cuts that bring the plan's estimated finish back inside 80 % of the training window (maybe none)."""
     target = window_start + TARGET_SHARE * (deadline - window_start)
-    finish = plan_finish(jobs, now)
+    finish = plan_finish(jobs, now, deadline)
     if finish is None or finish <= target:
         return []
     state = {p.name: p for p in jobs}
@@ -113,7 +127,7 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
             break
         if not made:
             break
-        finish = plan_finish(list(state.values()), now)
+        finish = plan_finish(list(state.values()), now, deadline)
     return cuts
 
 

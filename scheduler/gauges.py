@@ -6,7 +6,8 @@ from __future__ import annotations
 MIB = 1024 * 1024
 
 _SPECS = {
-    "gpupack_job_samples_per_second": "Training samples per second, as the job measures it",
+    "gpupack_job_samples_per_second": "Samples per second inside training steps (train_samples_per_s)",
+    "gpupack_job_wall_samples_per_second": "Samples trained per wall-clock second, loading and validation included",
     "gpupack_job_gpu_memory_bytes": "GPU memory of the job's processes (NVML per process, or the simulated device)",
     "gpupack_job_gpu_memory_share_bytes": "The job's share of its device's memory",
     "gpupack_job_gpu_utilization_ratio": "The job's share of SM time, where the driver gives it",

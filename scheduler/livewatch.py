@@ -50,10 +50,10 @@ def _describe(ev: dict) -> str | None:
         extra = f" ({ev['error']})" if ev.get("error") else (f" ({ev['reason']})" if ev.get("reason") else "")
         return f"{job}: {ev['old']} → {ev['new']}{extra}"
     if kind == "epoch":
-        sps = ev.get("samples_per_s")
+        sps = ev.get("train_samples_per_s", ev.get("samples_per_s"))
         return (f"{job}: fold {ev.get('fold', 0) + 1} epoch {ev.get('epoch')}/{ev.get('epochs')} loss "
                 f"{ev.get('loss', float('nan')):.4f} val {ev.get('val_score', float('nan')):.4f}"
-                + (f" {sps:,.0f} samples/s" if sps else ""))
+                + (f" {sps:,.0f} train samples/s" if sps else ""))
     if kind == "fold":
         return f"{job}: fold {ev.get('fold', 0) + 1} done, score {ev.get('score', float('nan')):.4f}"
     if kind == "note":

@@ -17,6 +17,10 @@ from pathlib import Path
 from scheduler.runstate import RunRecord
 
 
+def _rate(value) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
@@ -29,8 +33,8 @@ def _series(events: list[dict], t0: float):
     for e in events:
         if e["event"] == "telemetry" and e.get("device") is not None and e.get("gpu_memory_mib") is not None:
             memory[e["device"]][e["job"]].append((e["time"] - t0, e["gpu_memory_mib"]))
-        elif e["event"] == "sample" and e.get("samples_per_s") is not None:
-            speed[e["job"]].append((e["time"] - t0, e["samples_per_s"]))
+        elif e["event"] == "sample" and e.get("train_samples_per_s", e.get("samples_per_s")) is not None:
+            speed[e["job"]].append((e["time"] - t0, e.get("train_samples_per_s", e.get("samples_per_s"))))
     return memory, speed
 
 
@@ -78,7 +82,7 @@ def _timeline(memory, speed, band, device_total: dict, spans: dict[str, tuple[fl
         ax.plot(ts, vs, label=j, color=colours.setdefault(j, palette(len(colours) % 10)))
     ax.set_ylabel("samples/s")
     ax.set_xlabel("seconds since the run started")
-    ax.set_title("throughput by job")
+    ax.set_title("throughput by job (train_samples_per_s: samples per second inside training steps)")
     if speed:
         ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
@@ -127,10 +131,13 @@ def build(run_dir: str | Path) -> Path:
         cells = [j["name"], j["kind"], j["state"], str(j["wave"]), "CPU" if j["device"] is None else str(j["device"]),
                  f"{j['gpu_memory_mib']:,}" if j["gpu_memory_mib"] else "—", f"{len(res.get('folds', []))}",
                  "—" if cv is None else f"{cv:.4f}", "—" if weight is None else f"{weight:.2f}",
+                 _rate(res.get("throughput", {}).get("train_samples_per_s")),
+                 _rate(res.get("throughput", {}).get("wall_samples_per_s")),
                  "<br>".join(batch.get(j["name"], [])) or "—", "<br>".join(cuts.get(j["name"], [])) or "—",
                  "<br>".join(advice.get(j["name"], [])) or "—", "<br>".join(res.get("notes", [])) or "—"]
         rows.append("<tr>" + "".join(f"<td>{c if '<br>' in c else html.escape(c)}</td>" for c in cells) + "</tr>")
-    head = ["job", "kind", "state", "wave", "device", "share MiB", "folds", "CV", "weight", "batch changes",
+    head = ["job", "kind", "state", "wave", "device", "share MiB", "folds", "CV", "weight", "train samples/s",
+            "wall samples/s", "batch changes",
             "budget cuts", "advice", "notes"]
     ens_cv = ensemble.get("ensemble_cv")
     held = ensemble.get("held_out_score")

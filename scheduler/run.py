@@ -345,11 +345,12 @@ class Driver:
             spec = self.plan.job(name)
             t = live.timing
             planned_epochs = t.get("epochs") or getattr(spec, "epochs", 1)
+            per_epoch, provisional = budget.epoch_seconds(t.get("epoch_s", []))
             progress.append(budget.JobProgress(
                 name=name, folds=min(spec.folds, live.limits.get("folds", spec.folds)),
                 epochs=min(planned_epochs, live.limits.get("epochs", planned_epochs)),
                 folds_done=t.get("folds_done", 0), epoch_in_fold=t.get("epoch_in_fold", 0),
-                seconds_per_epoch=(sum(t["epoch_s"]) / len(t["epoch_s"])) if t.get("epoch_s") else None,
+                seconds_per_epoch=per_epoch, provisional=provisional,
                 epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
                 cuttable=spec.kind == "timm"))
         for p in progress:

@@ -89,8 +89,8 @@ def run_table(jobs: list[dict], title: str) -> Table:
     time left, score. ``jobs`` are RunRecord.jobs() rows; figures missing show as a dash."""
     colours = {"PENDING": "dim", "RUNNING": "cyan", "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "yellow"}
     t = Table(title=title, title_justify="left")
-    right = ("wave", "memory", "util", "samples/s", "left", "score")
-    for col in ("job", "state", "wave", "device", "memory", "util", "samples/s", "folds", "epoch", "left", "score"):
+    right = ("wave", "memory", "util", "train/s", "left", "score")
+    for col in ("job", "state", "wave", "device", "memory", "util", "train/s", "folds", "epoch", "left", "score"):
         t.add_column(col, justify="right" if col in right else "left", no_wrap=True,
                      min_width=len(col), overflow="ellipsis" if col == "job" else "fold")
     for j in jobs:
@@ -109,7 +109,7 @@ def run_table(jobs: list[dict], title: str) -> Table:
         else:
             memory = "—"
         util = p.get("gpu_utilization")
-        sps = p.get("samples_per_s")
+        sps = p.get("train_samples_per_s", p.get("samples_per_s"))  # samples/s inside training steps
         left = format_duration(p.get("eta_s")) if j["state"] == "RUNNING" and p.get("eta_s") is not None else "—"
         score = j.get("cv_score") if j.get("cv_score") is not None else p.get("val_score", p.get("score"))
         t.add_row(j["name"], f"[{colours.get(j['state'], '')}]{j['state'][:9]}[/]", str(j["wave"]), device, memory,

@@ -94,13 +94,17 @@ class Watcher:
                 "gpu_memory_mib": used, "gpu_memory_simulated": js.simulated, "gpu_share_mib": share,
                 "gpu_share_used": None if (used is None or not share) else used / share,
                 "gpu_utilization": js.gpu_utilization, "cpu_percent": js.cpu_percent, "rss_mib": js.rss_mib,
-                "samples_per_s": rep.get("samples_per_s"), "batches_per_min": rep.get("batches_per_min"),
+                "train_samples_per_s": rep.get("train_samples_per_s", rep.get("samples_per_s")),
+                "wall_samples_per_s": rep.get("wall_samples_per_s"),
+                "samples_per_s": rep.get("train_samples_per_s", rep.get("samples_per_s")),
+                "batches_per_min": rep.get("batches_per_min"),
                 "step_time_median_s": rep.get("step_time_median_s"), "step_time_p95_s": rep.get("step_time_p95_s"),
                 "data_wait_share": rep.get("data_wait_share"), "batch_size": rep.get("batch_size"),
                 "gpu_mem_peak_mib": rep.get("gpu_mem_peak_mib"), "gpu_mem_reserved_mib": rep.get("gpu_mem_reserved_mib"),
             }
             figures["advice"] = advise(self.d.plan.job(js.job).kind, rep.get("gpu_mem_peak_mib") or used, share,
-                                       rep.get("params"), rep.get("data_wait_share"), view.epoch_peaks)
+                                       rep.get("params"), rep.get("data_wait_share"), view.epoch_peaks,
+                                       figures["train_samples_per_s"], figures["wall_samples_per_s"])
             view.last = figures
             self.d.record.event("telemetry", js.job, device=a.device, **figures)
             self.d.live[js.job].progress.update({k: v for k, v in figures.items() if v is not None})
@@ -121,7 +125,8 @@ class Watcher:
             return
         dev = "" if device is None else str(device)
         mib = telemetry.MIB
-        self.gauges.set("gpupack_job_samples_per_second", f["samples_per_s"], plan, job, dev)
+        self.gauges.set("gpupack_job_samples_per_second", f["train_samples_per_s"], plan, job, dev)
+        self.gauges.set("gpupack_job_wall_samples_per_second", f["wall_samples_per_s"], plan, job, dev)
         self.gauges.set("gpupack_job_gpu_memory_bytes", None if f["gpu_memory_mib"] is None else f["gpu_memory_mib"] * mib,
                         plan, job, dev)
         self.gauges.set("gpupack_job_gpu_memory_share_bytes", None if not f["gpu_share_mib"] else f["gpu_share_mib"] * mib,

@@ -67,3 +67,22 @@ def test_deadline_asks_then_kills_one_that_hangs():
 
 def test_grace_fits_inside_the_reserve():
     assert grace_s(60, 0.15) == 4.5 and grace_s(3600, 0.15) == 15.0 and grace_s(10, 0.1) == 2.0
+
+
+def test_the_first_epoch_pays_for_the_start_and_is_left_out_once_a_second_is_measured():
+    from scheduler.budget import epoch_seconds
+
+    assert epoch_seconds([]) == (None, False)
+    assert epoch_seconds([60.0]) == (60.0, True)  # provisional: start-up included
+    assert epoch_seconds([60.0, 4.0, 5.0, 4.5]) == (4.5, False)
+
+
+def test_a_provisional_estimate_cuts_only_past_the_deadline():
+    """EfficientNet-B4 on an H100: its first epoch took 60 s (CUDA, cuDNN autotuning), the later ones 4 s. From the
+    first alone its 3 folds × 8 epochs look like 1,385 s in a 1,530 s window: past 80 %, not past the window."""
+    job = JobProgress("b4", folds=3, epochs=8, epoch_in_fold=1, seconds_per_epoch=60.0, provisional=True)
+    assert decide_cuts([job], now=70, window_start=0, deadline=1530) == []
+    sure = JobProgress("b4", folds=3, epochs=8, epoch_in_fold=1, seconds_per_epoch=60.0)
+    assert decide_cuts([sure], now=70, window_start=0, deadline=1530)  # the same figure, measured twice: cut
+    late = JobProgress("b4", folds=3, epochs=8, epoch_in_fold=1, seconds_per_epoch=90.0, provisional=True)
+    assert decide_cuts([late], now=70, window_start=0, deadline=1530)  # 2,048 s: past the window, cut at once

@@ -55,10 +55,10 @@ def test_too_large_halves_until_it_fits_and_finishes_its_folds(comp, tmp_path):
 
 
 def test_too_small_grows_while_memory_sits_idle(comp, tmp_path):
-    out, changes = run(comp, tmp_path, 8, share_mib=peak(256) * 1.2)
+    out, changes = run(comp, tmp_path, 8, share_mib=peak(256) * 1.2, optimizer="sgd")
     grows = [c for c in changes if c["action"] == "grow"]
     assert grows and grows[0]["batch_size"] == 16  # 8 → 16 computed
-    assert grows[0]["lr_scale"] == pytest.approx(2 ** 0.5)  # AdamW: the square-root rule
+    assert grows[0]["lr_scale"] == 2.0  # SGD: the rate follows the batch (AdamW would keep it)
     assert grows[0]["peak_mib"] / grows[0]["share_mib"] < 0.5
     assert out.throughput["batch_size"] > 8
     assert all(c["batch_size"] <= 512 for c in changes)

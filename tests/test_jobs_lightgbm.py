@@ -15,7 +15,8 @@ def comp(tmp_path_factory):
 
 
 def _spec(**kw):
-    return LightGBMJob(name="lgbm", kind="lightgbm", folds=2, num_boost_round=300, early_stopping_rounds=20, **kw)
+    return LightGBMJob(**{"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 300,
+                          "early_stopping_rounds": 20, **kw})
 
 
 def test_lightgbm_on_digits(comp, tmp_path):
@@ -30,7 +31,23 @@ def test_lightgbm_on_digits(comp, tmp_path):
     assert out.test_mean().shape == (360, 10) and list(out.test_ids) == list(comp.test.id)
     truth = comp.class_index(comp.solution.set_index("id").loc[out.test_ids, "label"])
     assert accuracy(truth, out.test_mean()) > 0.9
-    assert [k for k, _ in events] == ["fold", "fold"] and events[0][1]["fold"] == 0
+    folds = [d for k, d in events if k == "fold"]
+    assert len(folds) == 2 and folds[0]["fold"] == 0
+
+
+def test_lightgbm_reports_its_throughput_as_image_jobs_do(comp, tmp_path, monkeypatch):
+    from jobs import lightgbm_job
+
+    monkeypatch.setattr(lightgbm_job, "SAMPLE_EVERY_S", 0.0)  # a sample after every round
+    events = []
+    out = run_job(_spec(params={"num_leaves": 7}, num_boost_round=30), comp,
+                  JobContext("lgbm", tmp_path, cpus=1, report=lambda kind, data: events.append((kind, data))))
+    t = out.throughput
+    assert t["train_samples_per_s"] > 0 and t["wall_samples_per_s"] > 0 and t["rounds_per_s"] > 0
+    assert t["wall_samples_per_s"] <= t["train_samples_per_s"]  # the clock also pays for predicting
+    assert t["train_samples_per_s"] == pytest.approx(t["rounds_per_s"] * 718.5, rel=0.01)  # rows × rounds per second
+    samples = [d for k, d in events if k == "sample"]
+    assert samples and all(s["train_samples_per_s"] > 0 and s["fold"] in (0, 1) for s in samples)
 
 
 def test_lightgbm_stops_between_folds(comp, tmp_path):

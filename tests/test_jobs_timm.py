@@ -65,7 +65,7 @@ def test_a_batch_too_large_for_the_data_is_capped_by_the_job_itself(comp, tmp_pa
     caps = [d for k, d in events if k == "batch" and d["action"] == "cap"]
     assert len(caps) == 1 and caps[0]["previous_batch_size"] == 256 and caps[0]["batch_size"] == 39
     assert "718 training rows per fold × 8 epochs give 24 optimizer steps at 256, 152 at 39" in caps[0]["reason"]
-    assert caps[0]["lr_scale"] == pytest.approx((39 / 256) ** 0.5)
+    assert caps[0]["lr_scale"] == 1.0  # AdamW keeps its rate
     assert out.throughput["batch_size"] == 39 and any("for statistics" in n for n in out.notes)
     fixed = run_job(_spec(epochs=8, batch_size=256, fixed_batch=True), comp, ctx)
     assert fixed.throughput["batch_size"] == 256  # fixed_batch: the user's word (the dry run warns)

@@ -1,3 +1,4 @@
+import pytest
 """Telemetry against a fake NVML: per-process mapping, missing per-process utilisation, a device that disappears."""
 
 import os
@@ -60,3 +61,20 @@ def test_advice():
     assert any("climbs" in a for a in advise("timm", 9000, 10000, None, None, [8000, 8500, 9000]))
     assert any("dropped suddenly" in a for a in advise("timm", 4000, 10000, 90_000_000, None, [9000, 4000]))
     assert advise("timm", 9000, 10000, None, 0.05, [9000, 9000, 9000]) == []
+    slow_clock = advise("timm", 9000, 10000, None, 0.05, [], train_samples_per_s=1400, wall_samples_per_s=350)
+    assert any("by the clock 350 samples/s, 25% of the 1,400 inside training steps" in a for a in slow_clock)
+    assert advise("timm", 9000, 10000, None, 0.05, [], train_samples_per_s=1400, wall_samples_per_s=1000) == []
+
+
+def test_throughput_window_names_both_rates():
+    from jobs.throughput import ThroughputWindow
+
+    now = [0.0]
+    sent = []
+    w = ThroughputWindow(lambda kind, data: sent.append(data), every_s=1.0, clock=lambda: now[0])
+    for _ in range(4):
+        w.add(32, step_s=0.05, wait_s=0.1)  # 4 steps of 0.05 s in a 2 s window: loading and validation the rest
+    now[0] = 2.0
+    f = w.flush()
+    assert f["train_samples_per_s"] == pytest.approx(128 / 0.2) and f["wall_samples_per_s"] == pytest.approx(64)
+    assert f["samples_per_s"] == f["train_samples_per_s"] and sent == [f]
