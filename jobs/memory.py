@@ -56,9 +56,8 @@ def cap_process_memory(share_mib: int, device: torch.device, cuda=torch.cuda) ->
     index = device.index if device.index is not None else 0
     card_mib = int(cuda.get_device_properties(index).total_memory // 2**20)
     allocator = max(int(share_mib) // 2, int(share_mib) - CONTEXT_ALLOWANCE_MIB)
-    fraction = memory_fraction(allocator, card_mib)
-    cuda.set_per_process_memory_fraction(fraction, index)
-    return Cap(index, card_mib, int(share_mib), allocator, fraction)
+    cuda.set_per_process_memory_fraction(min(1.0, allocator / card_mib), index)
+    return Cap(index, card_mib, int(share_mib), allocator, memory_fraction(allocator, card_mib))
 
 
 class CudaMemory:

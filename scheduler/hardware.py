@@ -8,6 +8,7 @@ its CPU cores and devices. Memory is counted in integer MiB, and card names are 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -267,4 +268,4 @@ def memory_fraction(share_mib: int | float | None, card_mib: int | float | None)
     of the larger card (which would let it take twice its share)."""
     if not share_mib or not card_mib:
         return None
-    return round(min(1.0, float(share_mib) / float(card_mib)), 4)
+    return min(1.0, math.floor(float(share_mib) / float(card_mib) * 1e4 + 1e-6) / 1e4)  # rounded down: a cap
