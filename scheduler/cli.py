@@ -105,6 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     g = _common(verbs.add_parser("gpus", help="the GPUs on this machine, per device: name, memory, used, free"))
     g.set_defaults(func=cmd_gpus)
 
+    doc = verbs.add_parser("doctor", help="check this machine as gpupack will use it: NVML, torch, the memory cap, "
+                                          "OOM recovery, each job kind's first step, the packing gain")
+    doc.add_argument("--json", action="store_true")
+    doc.add_argument("--no-gain", action="store_true", help="skip the packing-gain measurement (about 40 s)")
+    doc.add_argument("--gain-seconds", type=float, default=8.0, metavar="S",
+                     help="timed seconds per packing-gain measurement (default 8)")
+    doc.set_defaults(func=cmd_doctor)
+
     from scheduler.cli_service import add_verbs  # serve, slot …, job … (the service for agents)
 
     add_verbs(verbs)
@@ -349,6 +357,21 @@ def cmd_node_resources(args: argparse.Namespace, console: Console) -> int:
     else:
         print(" ".join(shlex.quote(a) for a in argv))
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
+    from scheduler import doctor
+
+    checks = doctor.run(gain_seconds=args.gain_seconds, skip_gain=args.no_gain)
+    failed = [c for c in checks if c.status == "failed"]
+    if args.json:
+        print(json.dumps({"ok": not failed, "checks": [c.__dict__ for c in checks]}))
+    else:
+        colours = {"ok": "green", "failed": "red", "skipped": "yellow"}
+        for c in checks:
+            console.print(f"[{colours[c.status]}]{c.status:>7}[/]  [bold]{c.name}[/]: {c.detail}")
+        console.print("[red]some checks failed[/]" if failed else "[green]no check failed[/]")
+    return 1 if failed else 0
 
 
 def cmd_gpus(args: argparse.Namespace, console: Console) -> int:

@@ -50,6 +50,14 @@ class DryRun:
             rows.append(row)
         return rows
 
+    def expected_gain(self, names: list[str]) -> dict | None:
+        """The packing gain measured for these models sharing a card (``packgain``), or None for one job."""
+        from scheduler import packgain
+
+        jobs = [(j.model, j.batch_size) for j in (self.plan.job(n) for n in names)
+                if getattr(j, "model", None) and isinstance(getattr(j, "batch_size", None), int)]
+        return packgain.expected(jobs)
+
     def device_rows(self) -> list[dict]:
         """One row per (wave, device) that holds a job, with its load against the band."""
         low, high = self.plan.band
@@ -70,6 +78,7 @@ class DryRun:
                     "jobs": [a.job for a in jobs], "used_mib": load, "share": round(share, 4),
                     "in_band": low <= share <= high + 1e-9,
                     "room_mib": max(0, int(dev.memory_mib * high) - load),  # free under the band's top
+                    "packing_gain": self.expected_gain([a.job for a in jobs]),
                 })
         return rows
 

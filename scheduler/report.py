@@ -17,6 +17,21 @@ from pathlib import Path
 from scheduler.runstate import RunRecord
 
 
+def _expected_gains(run_dir: Path) -> str:
+    """The packing gain the dry run expected per device (placement.json), as a sentence or nothing."""
+    try:
+        rows = json.loads((run_dir / "placement.json").read_text()).get("devices", [])
+    except (OSError, ValueError):
+        return ""
+    parts = [f"wave {r['wave']}, device {r['node']}:{r['device']}: {r['packing_gain']['gain']:.2f}x "
+             f"({html.escape(r['packing_gain']['source'])})" for r in rows
+             if (r.get("packing_gain") or {}).get("gain")]
+    if not parts:
+        return ""
+    return ("<p>Expected packing gain (the work these jobs do together ÷ one after the other): "
+            + "; ".join(parts) + ".</p>")
+
+
 def _rate(value) -> str:
     return "—" if value is None else f"{value:,.0f}"
 
@@ -145,12 +160,14 @@ def build(run_dir: str | Path) -> Path:
                f"{'—' if ens_cv is None else f'{ens_cv:.4f}'}"
                + ("" if held is None else f" · held-out {held:.4f}"))
     mode = "CPU rehearsal (memory simulated)" if info.get("rehearsal") else "GPU"
+    gains = _expected_gains(record.dir)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>gpupack · {html.escape(str(info.get('plan')))}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:4px 6px;vertical-align:top}}th{{background:#f3f3f3}}</style></head><body>
 <h1>{html.escape(str(info.get('plan')))} — {html.escape(str(info.get('status')))}</h1>
 <p>{html.escape(str(info.get('hardware')))}, band {band[0]:.0%}–{band[1]:.0%}, {mode}. {summary}.
 Run folder: <code>{html.escape(str(record.dir))}</code></p>
+{gains}
 <img alt="memory and throughput timeline" src="data:image/png;base64,{picture}" style="max-width:100%">
 <h2>Jobs</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{''.join(rows)}</table>
 </body></html>"""

@@ -24,8 +24,9 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
     )
 
     t = Table(title="GPU memory per device and wave", title_justify="left")
-    for col in ("wave", "device", "jobs", "MiB", "share", "band"):
-        t.add_column(col, justify="right" if col in ("wave", "MiB", "share") else "left")
+    for col in ("wave", "device", "jobs", "MiB", "share", "band", "room", "gain"):
+        t.add_column(col, justify="right" if col in ("wave", "MiB", "share", "room", "gain") else "left")
+    gains = []
     for row in dry.device_rows():
         share = row["share"]
         if not row["jobs"]:
@@ -39,9 +40,16 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
         jobs = ", ".join(
             f"{a.job} ({format_mib(a.gpu_memory_mib)})" for a in placement.jobs_on(row["wave"], _dev(dry, row))
         )
+        g = row.get("packing_gain")
+        if g and g.get("gain"):
+            gains.append(f"wave {row['wave']}, {row['node']}:{row['device']}: {g['gain']:.2f}x from {g['source']}")
         t.add_row(str(row["wave"]), f"{row['node']}:{row['device']}", jobs or "—",
-                  f"{row['used_mib']:,} / {row['memory_mib']:,}", f"{share:.0%}", status)
+                  f"{row['used_mib']:,} / {row['memory_mib']:,}", f"{share:.0%}", status,
+                  format_mib(row["room_mib"]) if row["jobs"] else "—",
+                  "—" if not g or not g.get("gain") else f"{g['gain']:.2f}x")
     console.print(t)
+    for line in gains:
+        console.print(f"[dim]expected packing gain (together ÷ one after the other), {line}[/]")
 
     cpu_jobs = [a for a in placement.assignments if a.device is None]
     if cpu_jobs:
