@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     doc = verbs.add_parser("doctor", help="check this machine as gpupack will use it: NVML, torch, the memory cap, "
                                           "OOM recovery, each job kind's first step, the packing gain")
     doc.add_argument("--json", action="store_true")
-    doc.add_argument("--no-gain", action="store_true", help="skip the packing-gain measurement (about 40 s)")
+    doc.add_argument("--no-gain", action="store_true", help="skip the packing-gain measurement (about 2 minutes on an H100)")
     doc.add_argument("--gain-seconds", type=float, default=8.0, metavar="S",
                      help="timed seconds per packing-gain measurement (default 8)")
     doc.set_defaults(func=cmd_doctor)
