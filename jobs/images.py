@@ -15,7 +15,11 @@ STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
 
 class ImageSet(Dataset):
-    """Images from files: any mode → RGB (grayscale repeated on 3 channels), bilinear resize, ImageNet norm."""
+    """Images from files: any mode → RGB (grayscale repeated on 3 channels), bilinear resize, ImageNet norm.
+
+    With ``cache``, each decoded and resized image is kept as uint8 (3·size² bytes) by the process that loaded it — a
+    loader's persistent worker keeps its own — so later epochs skip PNG/JPEG decoding and resizing, which held
+    ResNet-50's wall-clock rate on an H100 to a quarter of its training-step rate."""
 
     def __init__(self, paths: list[Path], labels: np.ndarray | None, size: int, cache: bool = False):
         self.paths = list(paths)
@@ -26,21 +30,21 @@ class ImageSet(Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def _load(self, i: int) -> torch.Tensor:
+    def _decode(self, i: int) -> np.ndarray:
         from PIL import Image
 
         with Image.open(self.paths[i]) as im:
-            im = im.convert("RGB").resize((self.size, self.size), Image.BILINEAR)
-            a = np.asarray(im, dtype=np.float32) / 255.0
-        return torch.from_numpy(((a - MEAN) / STD).transpose(2, 0, 1).copy())
+            return np.asarray(im.convert("RGB").resize((self.size, self.size), Image.BILINEAR), dtype=np.uint8)
 
     def __getitem__(self, i: int):
         if self.cache is None:
-            x = self._load(i)
+            pixels = self._decode(i)
         else:
-            x = self.cache.get(i)
-            if x is None:
-                x = self.cache[i] = self._load(i)
+            pixels = self.cache.get(i)
+            if pixels is None:
+                pixels = self.cache[i] = self._decode(i)
+        a = pixels.astype(np.float32) / 255.0
+        x = torch.from_numpy(((a - MEAN) / STD).transpose(2, 0, 1).copy())
         return (x, self.labels[i]) if self.labels is not None else x
 
 

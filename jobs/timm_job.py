@@ -43,7 +43,7 @@ REHEARSAL_BATCH_SIZE = 32
 REHEARSAL_EPOCHS = 3
 REHEARSAL_STEPS_PER_EPOCH = 25
 PRECISE_BN_MAX_SAMPLES = 4096  # training images forwarded to recompute BatchNorm statistics
-CACHE_LIMIT_BYTES = 1 << 30  # decoded images kept in RAM when the whole set fits and no worker processes are used
+CACHE_LIMIT_BYTES = 2 << 30  # decoded uint8 images kept in RAM when every loader process's copy fits in this
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,8 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext) -> _Job:
     if spec.compile and not cuda:
         notes.append("torch.compile skipped on the CPU rehearsal")
     n_images = len(comp.train_ids) + len(comp.test)
-    cache = loader.num_workers == 0 and n_images * 3 * scale.image_size ** 2 * 4 < CACHE_LIMIT_BYTES
+    copies = 3 * max(1, loader.num_workers)  # the train, validation and test loaders' processes each keep their own
+    cache = n_images * 3 * scale.image_size ** 2 * copies < CACHE_LIMIT_BYTES
     return _Job(spec=spec, ctx=ctx, scale=scale, metric=get_metric(ctx.metric), device=device, amp_dtype=amp_dtype,
                 loader=loader, train_images=ImageSet(comp.train_images, comp.y, scale.image_size, cache=cache),
                 test_images=ImageSet(comp.test_images, None, scale.image_size, cache=cache), tuner=tuner,
