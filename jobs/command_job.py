@@ -150,14 +150,14 @@ def run(spec: CommandJob, comp: Competition, ctx: JobContext) -> JobOutput:
         out.notes.append(f"no {' or '.join(missing)} in {output_dir}: the command's predictions cannot join the ensemble")
         return out
     try:
-        out.folds = read_outputs(oof_path, test_path, comp, ctx.metric)
+        folds = read_outputs(oof_path, test_path, comp, ctx.metric)
     except (ValueError, KeyError, pd.errors.ParserError) as e:
         if not stopped:
             raise RuntimeError(f"job '{spec.name}': {e}") from None
         out.notes.append(f"outputs unreadable after the stop: {e}")
         return out
-    for f in out.folds:
-        ctx.report("fold", {"fold": f.fold, "score": f.score, "epochs": f.epochs})
+    for f in folds:
+        ctx.fold_finished(out, f)
     out.throughput = {"seconds": round(elapsed, 3)}
     return out
 

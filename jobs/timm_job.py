@@ -310,6 +310,8 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
     rates: list[float] = []
     peaks: list[float] = []
     for k, (tr, va) in enumerate(split_folds(y, spec.folds, ctx.seed)):
+        if ctx.kept_fold(out, k):
+            continue
         if ctx.stop_requested():
             notes.append(f"stopped before fold {k}: {len(out.folds)} of {spec.folds} folds finished")
             break
@@ -362,9 +364,8 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         model.load_state_dict(best_state)
         test_pred = trainer.predict(loader.build(test_images, ResizableBatchSampler(len(test_images), eval_batch,
                                                                                     shuffle=False)))
-        out.folds.append(FoldOutput(fold=k, val_ids=ids[va], val_pred=best_val, test_pred=test_pred,
-                                    score=best_score, epochs=epochs_run, samples_per_s=fold_rate, val_true=y[va]))
-        ctx.report("fold", {"fold": k, "score": best_score, "epochs": epochs_run})
+        ctx.fold_finished(out, FoldOutput(fold=k, val_ids=ids[va], val_pred=best_val, test_pred=test_pred,
+                                          score=best_score, epochs=epochs_run, samples_per_s=fold_rate, val_true=y[va]))
         del model, optimizer, trainer, compiled, train_loader, val_loader
         if cuda:
             torch.cuda.empty_cache()

@@ -77,8 +77,15 @@ class RunRecord:
         return record
 
     def set_run(self, **values: Any) -> None:
-        for k, v in values.items():
-            self.db.execute("INSERT OR REPLACE INTO run VALUES (?, ?)", (k, json.dumps(v, default=jsonable)))
+        """Set run keys, all at once: a reader never sees half of them."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            for k, v in values.items():
+                self.db.execute("INSERT OR REPLACE INTO run VALUES (?, ?)", (k, json.dumps(v, default=jsonable)))
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
 
     def add_job(self, name: str, kind: str, wave: int, node: str, device: int | None, gpu_memory_mib: int, cpus: int):
         self.db.execute(
@@ -96,6 +103,15 @@ class RunRecord:
             raise ValueError(f"job {job}: illegal transition {old.value} -> {new.value}")
         self.db.execute("UPDATE jobs SET state=?, updated=? WHERE name=?", (new.value, time.time(), job))
         self.event("state", job, old=old.value, new=new.value, **fields)
+
+    def requeue(self, job: str, why: str) -> None:
+        """Back to PENDING from any state but SUCCEEDED: the one way out of an end state, for ``submit --resume``."""
+        old = JobState(self.db.execute("SELECT state FROM jobs WHERE name=?", (job,)).fetchone()[0])
+        if old == JobState.SUCCEEDED:
+            raise ValueError(f"job {job}: a job that SUCCEEDED is not run again")
+        if old != JobState.PENDING:
+            self.db.execute("UPDATE jobs SET state=?, updated=? WHERE name=?", (JobState.PENDING.value, time.time(), job))
+            self.event("state", job, old=old.value, new=JobState.PENDING.value, reason=why)
 
     def update_job(self, job: str, **cols: Any) -> None:
         for col, v in cols.items():
