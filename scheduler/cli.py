@@ -292,7 +292,7 @@ def cmd_logs(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
-    from scheduler.resume import settle
+    from scheduler.resume import settle, stop_leftovers
     from scheduler.runstate import RunRecord
 
     record = RunRecord.open_existing(_run_dir(args.run))
@@ -301,12 +301,13 @@ def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
         raise UserError(f"run {record.dir} has no job '{args.job}'; its jobs: {', '.join(sorted(names))}")
     info = settle(record)
     if info.get("driver_lost") and info.get("status") == "interrupted":  # nothing runs: mark it, and say so
+        left = stop_leftovers(record)
         record.set_run(status="cancelled")
-        record.event("cancel", reason="cancel requested; the run's driver was already gone, nothing was running")
+        record.event("cancel", reason="cancel requested; the run's driver was already gone", stopped=left)
         msg = {"run_dir": str(record.dir), "cancel": args.job or "*", "requested": False, "status": "cancelled",
-               "driver_lost": True, "reason": info["reason"]}
-        print(json.dumps(msg) if args.json else f"{info['reason']}\nnothing was running: {record.dir} is marked "
-                                                  "cancelled")
+               "driver_lost": True, "reason": info["reason"], "stopped": left}
+        done = f"stopped the scripts its jobs left running ({', '.join(left)})" if left else "nothing was running"
+        print(json.dumps(msg) if args.json else f"{info['reason']}\n{done}: {record.dir} is marked cancelled")
         return 0
     if info.get("status") != "running":
         raise UserError(f"run {record.dir} is not running (status {info.get('status')})")

@@ -70,16 +70,48 @@ def driver_identity() -> dict:
 def driver_alive(info: dict) -> bool | None:
     """Whether the run's recorded driver process still lives; None when this machine cannot tell (no driver
     recorded, or one on another host)."""
+    return _alive(info.get("driver"))
+
+
+def _alive(d: dict | None) -> bool | None:
+    """Whether the process ``{pid, host, started}`` names still lives (not a later one that reuses its pid)."""
     import psutil
 
-    d = info.get("driver")
-    if not d or d.get("host") != socket.gethostname():
+    if not d or d.get("host") != socket.gethostname() or d.get("started") is None:
         return None
     try:
         p = psutil.Process(d["pid"])
-        return abs(p.create_time() - d["started"]) < 1.0 and p.status() != psutil.STATUS_ZOMBIE  # not a reused pid
+        return abs(p.create_time() - d["started"]) < 1.0 and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def stop_leftovers(record: RunRecord, grace_s: float = 5.0) -> list[str]:
+    """Stop the scripts of ``command`` jobs that outlived their driver (they run in their own process group, so
+    they survive a job process killed by force): SIGTERM to the group, SIGKILL after ``grace_s``. Returns the jobs."""
+    import json
+    import signal
+
+    import psutil
+
+    from jobs.command_job import PID_FILE
+
+    stopped = []
+    for path in sorted((record.dir / "jobs").glob(f"*/{PID_FILE}")):
+        d = json.loads(path.read_text())
+        if _alive(d):
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(d["pid"], sig)
+                    psutil.Process(d["pid"]).wait(grace_s)
+                except (ProcessLookupError, psutil.NoSuchProcess, psutil.TimeoutExpired, PermissionError):
+                    pass
+            stopped.append(path.parent.name)
+            record.event("note", path.parent.name, note=f"stopped its script (pid {d['pid']}), left running by a "
+                                                        "driver that was lost")
+        if d.get("host") == socket.gethostname():  # the process it names is gone now
+            path.unlink()
+    return stopped
 
 
 def last_alive(info: dict) -> float:
@@ -131,6 +163,7 @@ def check_resumable(record: RunRecord) -> dict:
 def reopen(record: RunRecord, dry, training_s: float) -> list[str]:
     """Make a stopped run's folder ready for a new driver: every job that had not SUCCEEDED back to PENDING (at the
     device the new placement gives it), the run "running" again under this process. Returns the jobs to run."""
+    stop_leftovers(record)
     again = []
     for job in record.jobs():
         if job["state"] == JobState.SUCCEEDED.value:

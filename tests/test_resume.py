@@ -85,6 +85,7 @@ def test_a_lost_driver_is_recognised_and_the_run_resumed(ray_cluster, tmp_path, 
     assert code == 0 and info["status"] == "interrupted" and info["driver_lost"] is True
     assert "driver lost" in info["reason"] and "--resume" in info["reason"]
     assert {j["name"]: j["state"] for j in info["jobs"]} == {"quick": "SUCCEEDED", "lgbm": "CANCELLED"}
+    assert not (run_dir / "jobs" / "quick" / "command.pid").exists()  # its script ended: nothing left to stop
     t0 = time.time()
     code, out, err = run_cli("top", run_dir)
     assert code == 0 and time.time() - t0 < 5 and "driver lost" in out
@@ -117,6 +118,26 @@ def test_a_lost_driver_is_recognised_and_the_run_resumed(ray_cluster, tmp_path, 
     assert list(a.columns) == list(b.columns) and a["id"].tolist() == b["id"].tolist()
     assert abs(summary["held_out_score"] - reference["held_out_score"]) <= 0.01
     assert summary["held_out_score"] == _held_out(run_dir, digits_dir) > 0.9
+
+
+def test_cancel_of_a_lost_run_stops_the_scripts_its_jobs_left_running(tmp_path, run_cli):
+    from jobs.command_job import _note_process
+    from scheduler.run import prepare_folder
+
+    run_dir = tmp_path / "run"
+    prepare_folder(_dry([QUICK]), run_dir, None)
+    script = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    try:
+        (run_dir / "jobs" / "quick").mkdir(parents=True)
+        _note_process(run_dir / "jobs" / "quick", script.pid)  # as the command job does while its script runs
+        _lose_the_driver(run_dir)
+        code, out, err = run_cli("cancel", run_dir, "--json")
+        assert code == 0 and json.loads(out)["stopped"] == ["quick"]
+        assert script.wait(10) is not None
+        assert not (run_dir / "jobs" / "quick" / "command.pid").exists()
+    finally:
+        if script.poll() is None:
+            script.kill()
 
 
 def test_resume_refuses_a_run_whose_driver_is_alive(tmp_path, digits_dir):
