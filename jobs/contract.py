@@ -105,7 +105,7 @@ class JobContext:
     report: Callable[[str, dict], None] = _no_report  # ("epoch" | "fold" | "log", {...}) → the run's events
     should_stop: Callable[[], bool] = _never  # True once cancelled or past the deadline
     limits: Callable[[], dict] = _no_limits  # the budget's cuts: {"folds": n, "epochs": m}, read at each fold/epoch
-    kept_folds: dict[int, FoldOutput] = field(default_factory=dict)  # folds finished before: an earlier attempt, a run resumed
+    kept_folds: dict[int, FoldOutput] = field(default_factory=dict)  # finished before: an earlier attempt or run
 
     def fold_limit(self, planned: int) -> int:
         return min(planned, int(self.limits().get("folds", planned)))

@@ -121,7 +121,8 @@ def last_alive(info: dict) -> float:
 
 def settle(record: RunRecord) -> dict:
     """The run's info, after recording a lost driver: a run marked "running" whose driver is gone becomes
-    "interrupted" (reason, ``driver_lost``), its unfinished jobs CANCELLED. Any verb may call it; it writes only then."""
+    "interrupted" (reason, ``driver_lost``), its unfinished jobs CANCELLED. Any verb may call it; it writes only
+    then."""
     info = record.run_info()
     if info.get("status") != "running" or driver_alive(info) is not False:
         return info

@@ -110,7 +110,8 @@ class RunRecord:
         if old == JobState.SUCCEEDED:
             raise ValueError(f"job {job}: a job that SUCCEEDED is not run again")
         if old != JobState.PENDING:
-            self.db.execute("UPDATE jobs SET state=?, updated=? WHERE name=?", (JobState.PENDING.value, time.time(), job))
+            self.db.execute("UPDATE jobs SET state=?, updated=? WHERE name=?",
+                            (JobState.PENDING.value, time.time(), job))
             self.event("state", job, old=old.value, new=JobState.PENDING.value, reason=why)
 
     def update_job(self, job: str, **cols: Any) -> None:

@@ -79,9 +79,9 @@ def test_finished_folds_are_the_source_when_one_job_succeeds(ray_cluster, tmp_pa
 
 
 def test_a_fold_cut_short_is_the_source_when_no_fold_finished(ray_cluster, tmp_path, digits_dir, run_cli):
-    r18 = {"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 32, "batch_size": 32, "epochs": 3,
-           "folds": 2, "resources": {"cpus": 1, "gpu_memory": "4GB"}}
-    plan = _plan(tmp_path, [r18, _command("bad", FAIL=1)])
+    net = {"name": "net", "kind": "timm", "model": "mobilenetv3_small_050", "image_size": 64, "batch_size": 32,
+           "epochs": 3, "folds": 2, "resources": {"cpus": 1, "gpu_memory": "4GB"}}
+    plan = _plan(tmp_path, [net, _command("bad", FAIL=1)])
     run_dir = tmp_path / "run"
 
     def cancel_after_the_first_epoch():  # as `cancel RUN` would, from another shell
@@ -100,7 +100,7 @@ def test_a_fold_cut_short_is_the_source_when_no_fold_finished(ray_cluster, tmp_p
     assert code == 0, err
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["submission_source"] == "partial", summary
-    assert {j["name"]: j["state"] for j in summary["jobs"]} == {"r18": "CANCELLED", "bad": "FAILED"}
+    assert {j["name"]: j["state"] for j in summary["jobs"]} == {"net": "CANCELLED", "bad": "FAILED"}
     assert any("partial model" in n for n in summary["notes"])
     _check_submission(run_dir, digits_dir)
     assert _source_events(run_dir) == ["partial", "partial"]
