@@ -164,6 +164,9 @@ def check_resumable(record: RunRecord) -> dict:
 def reopen(record: RunRecord, dry, training_s: float) -> list[str]:
     """Make a stopped run's folder ready for a new driver: every job that had not SUCCEEDED back to PENDING (at the
     device the new placement gives it), the run "running" again under this process. Returns the jobs to run."""
+    if not record.claim(status="running", driver=driver_identity(), driver_lost=False, reason=None, finished=None,
+                        heartbeat=time.time(), resumes=record.run_info().get("resumes", 0) + 1):
+        raise UserError(f"run {record.dir} was resumed by another driver meanwhile")
     stop_leftovers(record)
     again = []
     for job in record.jobs():
@@ -174,8 +177,6 @@ def reopen(record: RunRecord, dry, training_s: float) -> list[str]:
         record.update_job(job["name"], node=a.node, device=a.device, gpu_memory_mib=a.gpu_memory_mib)
         again.append(job["name"])
     kept = {name: sorted(kept_folds(record.dir / "jobs" / name)) for name in again}
-    record.set_run(status="running", driver=driver_identity(), driver_lost=False, reason=None, finished=None,
-                   heartbeat=time.time(), resumes=record.run_info().get("resumes", 0) + 1)
     record.event("resume", jobs=again, kept_folds=kept, training_left_s=round(training_s, 1))
     return again
 

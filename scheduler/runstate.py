@@ -78,14 +78,27 @@ class RunRecord:
 
     def set_run(self, **values: Any) -> None:
         """Set run keys, all at once: a reader never sees half of them."""
+        self._set_run(values, unless_running=False)
+
+    def claim(self, **values: Any) -> bool:
+        """Set run keys (a new driver's) unless the run is marked running, in one step, so that two drivers never
+        both take a run. False when it is running."""
+        return self._set_run(values, unless_running=True)
+
+    def _set_run(self, values: dict, unless_running: bool) -> bool:
         self.db.execute("BEGIN IMMEDIATE")
         try:
+            status = self.db.execute("SELECT value FROM run WHERE key='status'").fetchone()
+            if unless_running and status is not None and json.loads(status[0]) == "running":
+                self.db.execute("ROLLBACK")
+                return False
             for k, v in values.items():
                 self.db.execute("INSERT OR REPLACE INTO run VALUES (?, ?)", (k, json.dumps(v, default=jsonable)))
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
+        return True
 
     def add_job(self, name: str, kind: str, wave: int, node: str, device: int | None, gpu_memory_mib: int, cpus: int):
         self.db.execute(

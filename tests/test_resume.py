@@ -150,6 +150,18 @@ def test_resume_refuses_a_run_whose_driver_is_alive(tmp_path, digits_dir):
     assert resume.settle(record)["status"] == "running"
 
 
+def test_two_drivers_never_both_resume_a_run(tmp_path):
+    from scheduler.run import prepare_folder
+
+    dry = _dry([QUICK])
+    record = prepare_folder(dry, tmp_path / "run", None)
+    _lose_the_driver(tmp_path / "run")
+    resume.check_resumable(record)  # both see it stopped…
+    assert resume.reopen(record, dry, 60.0) == ["quick"]
+    with pytest.raises(UserError, match="resumed by another driver"):  # …only the first takes it
+        resume.reopen(RunRecord.open_existing(tmp_path / "run"), dry, 60.0)
+
+
 def test_a_resumed_run_with_no_time_left_blends_what_was_saved(tmp_path, digits_dir):
     dry = _dry([QUICK])
     run_dir = tmp_path / "run"
