@@ -1,7 +1,8 @@
 """A run's folder and its record: ``events.jsonl`` (every change, with time) and ``state.sqlite`` (the current state).
 
 The driver is the only writer. ``status``, ``logs``, ``top`` and ``cancel`` read the folder from any process: they do
-not ask the jobs. ``cancel`` writes a request row that the driver picks up on its next poll.
+not ask the jobs. ``cancel`` writes a request row that the driver picks up on its next poll. One exception: a verb
+that finds the run's driver process gone records so (``resume.settle``), since no driver is left to do it.
 """
 
 from __future__ import annotations
