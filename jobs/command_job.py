@@ -54,6 +54,7 @@ log = logging.getLogger("gpupack.job")
 TERM_GRACE_S = 10.0
 POLL_S = 0.2
 LOG_TAIL_LINES = 20
+PID_FILE = "command.pid"
 
 
 def environment(spec: CommandJob, comp: Competition, ctx: JobContext, output_dir: Path) -> dict[str, str]:
@@ -97,6 +98,23 @@ def _terminate(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def _note_process(workdir: Path, pid: int) -> Path:
+    """``command.pid``: the script's process group, while it runs. It runs in its own session, so it outlives a job
+    process killed by force; a resumed or cancelled run stops what this file names (``resume.stop_leftovers``)."""
+    import json
+    import socket
+
+    import psutil
+
+    path = workdir / PID_FILE
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:  # it has already ended
+        started = None
+    path.write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "started": started}))
+    return path
+
+
 def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
     try:
         with open(path, errors="replace") as f:
@@ -125,6 +143,7 @@ def run(spec: CommandJob, comp: Competition, ctx: JobContext) -> JobOutput:
         except OSError as e:
             raise RuntimeError(f"job '{spec.name}': cannot start {spec.command[0]!r}: {e}") from None
         ctx.report("log", {"message": f"started pid {proc.pid}: {' '.join(spec.command)}"})
+        pid_file = _note_process(ctx.workdir, proc.pid)
         try:
             while proc.poll() is None:
                 if ctx.stop_requested():
@@ -134,8 +153,10 @@ def run(spec: CommandJob, comp: Competition, ctx: JobContext) -> JobOutput:
                 time.sleep(POLL_S)
         except BaseException:
             _terminate(proc)
+            pid_file.unlink(missing_ok=True)
             raise
     code = proc.wait()
+    pid_file.unlink(missing_ok=True)
     elapsed = time.time() - t0
     ctx.report("log", {"message": f"exit status {code} after {elapsed:.1f} s", "stopped": stopped})
     if stopped:
@@ -150,14 +171,14 @@ def run(spec: CommandJob, comp: Competition, ctx: JobContext) -> JobOutput:
         out.notes.append(f"no {' or '.join(missing)} in {output_dir}: the command's predictions cannot join the ensemble")
         return out
     try:
-        out.folds = read_outputs(oof_path, test_path, comp, ctx.metric)
+        folds = read_outputs(oof_path, test_path, comp, ctx.metric)
     except (ValueError, KeyError, pd.errors.ParserError) as e:
         if not stopped:
             raise RuntimeError(f"job '{spec.name}': {e}") from None
         out.notes.append(f"outputs unreadable after the stop: {e}")
         return out
-    for f in out.folds:
-        ctx.report("fold", {"fold": f.fold, "score": f.score, "epochs": f.epochs})
+    for f in folds:
+        ctx.fold_finished(out, f)
     out.throughput = {"seconds": round(elapsed, 3)}
     return out
 

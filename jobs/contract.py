@@ -4,7 +4,9 @@ A job returns a :class:`JobOutput`: per finished fold, the out-of-fold predictio
 test predictions, keyed by row id, with the fold's score. It is plain dataclasses and numpy arrays so it pickles
 small through Ray (no tensors, no frames, no checkpoints: those stay in ``JobContext.workdir`` on the job's node).
 A job stopped early returns its finished folds; a fold cut short is dropped, because half-trained predictions
-would mislead the ensemble.
+would mislead the ensemble. Each finished fold is also reported as it finishes, predictions included
+(:meth:`JobContext.fold_finished`), so the driver keeps it at once: a job killed later loses no finished fold, and a
+later attempt or a resumed run gets it back in ``JobContext.kept_folds`` and skips it (:meth:`JobContext.kept_fold`).
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ class JobContext:
     report: Callable[[str, dict], None] = _no_report  # ("epoch" | "fold" | "log", {...}) → the run's events
     should_stop: Callable[[], bool] = _never  # True once cancelled or past the deadline
     limits: Callable[[], dict] = _no_limits  # the budget's cuts: {"folds": n, "epochs": m}, read at each fold/epoch
+    kept_folds: dict[int, FoldOutput] = field(default_factory=dict)  # finished before: an earlier attempt or run
 
     def fold_limit(self, planned: int) -> int:
         return min(planned, int(self.limits().get("folds", planned)))
@@ -125,6 +128,22 @@ class JobContext:
         kw.setdefault("device", "cuda" if cuda else "cpu")
         kw.setdefault("rehearsal", not cuda)
         return cls(name=name, workdir=Path(workdir), **kw)
+
+    def fold_finished(self, out: JobOutput, fold: FoldOutput, **figures) -> None:
+        """Add a finished fold to ``out`` and report it with its predictions, which the driver keeps at once."""
+        out.folds.append(fold)
+        self.report("fold", {"fold": fold.fold, "score": fold.score, "epochs": fold.epochs, **figures,
+                             "output": fold, "classes": list(out.classes), "test_ids": out.test_ids})
+
+    def kept_fold(self, out: JobOutput, k: int) -> bool:
+        """When fold ``k`` was finished before (``kept_folds``), add it to ``out``, report it, and say so: the job then
+        skips it."""
+        fold = self.kept_folds.get(k)
+        if fold is None:
+            return False
+        out.folds.append(fold)
+        self.report("fold", {"fold": k, "score": fold.score, "epochs": fold.epochs, "kept": True})
+        return True
 
     def stop_requested(self) -> bool:
         """``should_stop()``, or the deadline passed even if the runtime has not said so yet."""

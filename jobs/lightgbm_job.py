@@ -88,6 +88,8 @@ def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
     out = JobOutput(job=spec.name, classes=classes, test_ids=comp.test_ids, folds=[], metric=ctx.metric)
     rates, walls, round_rates = [], [], []
     for k, (tr, va) in enumerate(split_folds(y, spec.folds, ctx.seed)):
+        if ctx.kept_fold(out, k):
+            continue
         if ctx.stop_requested():
             out.notes.append(f"stopped before fold {k}: {len(out.folds)} of {spec.folds} folds finished")
             break
@@ -116,9 +118,9 @@ def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
         walls.append(len(tr) * rounds / elapsed if elapsed > 0 else None)
         round_rates.append(rounds / train_s if train_s > 0 else None)
         fold_score = metric.fn(y[va], val_pred)
-        out.folds.append(FoldOutput(fold=k, val_ids=ids[va], val_pred=val_pred, test_pred=test_pred,
-                                    score=fold_score, epochs=best, samples_per_s=rate, val_true=y[va]))
-        ctx.report("fold", {"fold": k, "score": fold_score, "epochs": best, "seconds": round(elapsed, 3)})
+        ctx.fold_finished(out, FoldOutput(fold=k, val_ids=ids[va], val_pred=val_pred, test_pred=test_pred,
+                                          score=fold_score, epochs=best, samples_per_s=rate, val_true=y[va]),
+                          seconds=round(elapsed, 3))
         log.info("%s fold %d: %s %.5f at iteration %d (%.1f s)", spec.name, k, ctx.metric, fold_score, best, elapsed)
     def mean(values):
         values = [v for v in values if v]

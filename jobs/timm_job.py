@@ -164,6 +164,8 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
     out = JobOutput(job=spec.name, classes=list(comp.classes), test_ids=comp.test_ids, folds=[], metric=ctx.metric,
                     notes=notes)
     for k, (tr, va) in enumerate(split_folds(y, spec.folds, ctx.seed)):
+        if ctx.kept_fold(out, k):  # finished before a restart: its saved predictions come back, it is not rerun
+            continue
         if ctx.stop_requested():
             notes.append(f"stopped before fold {k}: {len(out.folds)} of {spec.folds} folds finished")
             break
@@ -185,8 +187,9 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
             break
         fold.trainer.model.load_state_dict(best_state)
         test_pred = job.predict(fold.trainer, job.ordered(job.test_images))
-        out.folds.append(FoldOutput(fold=k, val_ids=ids[va], val_pred=best_val, test_pred=test_pred,
-                                    score=best_score, epochs=epochs_run, samples_per_s=fold_rate, val_true=y[va]))
+        ctx.fold_finished(out, FoldOutput(fold=k, val_ids=ids[va], val_pred=best_val, test_pred=test_pred,
+                                          score=best_score, epochs=epochs_run, samples_per_s=fold_rate,
+                                          val_true=y[va]))
         ctx.report("fold", {"fold": k, "score": best_score, "epochs": epochs_run})
         del fold
         if job.device.type == "cuda":

@@ -26,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     s = _common(verbs.add_parser("submit", help="pack a plan onto the hardware and run it (or --dry-run to only show)"))
-    s.add_argument("plan", help="the plan's YAML file, e.g. plans/option1.yaml")
+    s.add_argument("plan", nargs="?", help="the plan's YAML file, e.g. plans/option1.yaml")
+    s.add_argument("--resume", metavar="RUN", help="go on with a stopped run (its driver killed, interrupted, "
+                                                   "cancelled): run only what had not finished, then blend everything")
     s.add_argument("--dry-run", action="store_true", help="show where every job goes, and why; run nothing")
     s.add_argument("--trust-plan-memory", action="store_true",
                    help="pack the plan's gpu_memory figures as written instead of the estimator's")
@@ -119,16 +121,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _budget_arg(args: argparse.Namespace) -> float | None:
+    try:
+        return parse_duration_s(args.budget) if args.budget else None
+    except ValueError as e:
+        raise UserError(f"--budget: {e}") from None
+
+
+def _resume(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.livewatch import run_with_progress
+    from scheduler.resume import resume_plan
+
+    given = [flag for flag, on in (("a plan file", args.plan), ("--data", args.data), ("--run-dir", args.run_dir),
+                                   ("--hardware", args.hardware), ("--trust-plan-memory", args.trust_plan_memory),
+                                   ("--dry-run", args.dry_run)) if on]
+    if given:
+        raise UserError(f"--resume goes on with the run's own plan, data and hardware; {', '.join(given)} do not "
+                        "apply (--budget, --address, --json and --no-dashboard do)")
+    dry, data, args.training_s = resume_plan(Path(args.resume), _budget_arg(args))
+    return run_with_progress(dry, args, data, console)
+
+
 def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     from scheduler import dryrun, plan as planmod
     from scheduler.views import show_dry_run
 
+    if args.resume:
+        return _resume(args, console)
+    if not args.plan:
+        raise UserError("submit needs a plan file (e.g. plans/option1.yaml), or --resume RUN")
     plan = planmod.load(args.plan)
     if args.budget:
-        try:
-            plan = plan.model_copy(update={"budget": parse_duration_s(args.budget)})
-        except ValueError as e:
-            raise UserError(f"--budget: {e}") from None
+        plan = plan.model_copy(update={"budget": _budget_arg(args)})
     if args.address:  # a cluster: its nodes and devices are what its nodes declared, read back from Ray
         from scheduler import runtime
 
@@ -142,6 +166,10 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
         data = Path(args.plan).parent / plan.data  # a relative data: is relative to the plan file
     else:
         data = None
+    if data is not None:  # a bad folder is one error line, before the dry run's tables
+        from jobs.data import load_competition
+
+        load_competition(data)
     dry = dryrun.prepare(plan, hardware, estimated=not args.trust_plan_memory, train_rows=dryrun.train_rows(data))
     if args.dry_run:
         if args.json:
@@ -164,25 +192,30 @@ def _run_dir(run: str | None) -> Path:
 
 
 def cmd_status(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.resume import settle
     from scheduler.runstate import RunRecord
     from scheduler.views import run_table
 
     record = RunRecord.open_existing(_run_dir(args.run))
-    info, jobs = record.run_info(), record.jobs()
+    info = settle(record)
+    jobs = record.jobs()
     if args.json:
         print(json.dumps({"run_dir": str(record.dir), **info, "jobs": jobs}))
     else:
         console.print(run_table(jobs, f"{record.dir}  ({info.get('status', '?')})"))
+        if info.get("driver_lost"):
+            console.print(f"[bold red]{info['reason']}[/]")
     return 0
 
 
 def cmd_ensemble(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.resume import settle
     from scheduler.runstate import RunRecord
     from scheduler.submit import write_submission
     from scheduler.views import show_summary
 
     record = RunRecord.open_existing(_run_dir(args.run))
-    info = record.run_info()
+    info = settle(record)
     if info.get("status") == "running":
         raise UserError(f"run {record.dir} is still running; re-blend it once it has finished")
     method = args.method or info.get("ensemble_method", "hill_climb")
@@ -207,6 +240,7 @@ def cmd_top(args: argparse.Namespace, console: Console) -> int:
 
     from rich.live import Live
 
+    from scheduler.resume import settle
     from scheduler.runstate import RunRecord
     from scheduler.units import format_duration
     from scheduler.views import run_table
@@ -214,7 +248,7 @@ def cmd_top(args: argparse.Namespace, console: Console) -> int:
     record = RunRecord.open_existing(_run_dir(args.run))
 
     def table():
-        info = record.run_info()
+        info = settle(record)
         now = info.get("finished") or time.time()
         elapsed = format_duration(now - info.get("started", now))
         left = format_duration(max(0.0, info["deadline"] - now)) if info.get("deadline") else "—"
@@ -225,18 +259,21 @@ def cmd_top(args: argparse.Namespace, console: Console) -> int:
     t, status = table()
     if args.once or status != "running":
         console.print(t)
-        return 0
-    with Live(t, console=console, refresh_per_second=4) as live:
-        while status == "running":
-            time.sleep(args.interval)
-            t, status = table()
-            live.update(t)
+    else:
+        with Live(t, console=console, refresh_per_second=4) as live:
+            while status == "running":
+                time.sleep(args.interval)
+                t, status = table()
+                live.update(t)
+    if record.run_info().get("driver_lost"):
+        console.print(f"[bold red]{record.run_info()['reason']}[/]")
     return 0
 
 
 def cmd_logs(args: argparse.Namespace, console: Console) -> int:
     import time
 
+    from scheduler.resume import settle
     from scheduler.runstate import RunRecord
 
     record = RunRecord.open_existing(_run_dir(args.run))
@@ -257,20 +294,31 @@ def cmd_logs(args: argparse.Namespace, console: Console) -> int:
         if not args.follow:
             return 0
         state = next(j["state"] for j in record.jobs() if j["name"] == args.job)
-        if state in ("SUCCEEDED", "FAILED", "CANCELLED") or record.run_info().get("status") != "running":
+        if state in ("SUCCEEDED", "FAILED", "CANCELLED") or settle(record).get("status") != "running":
             return 0
         time.sleep(0.5)
 
 
 def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.resume import settle, stop_leftovers
     from scheduler.runstate import RunRecord
 
     record = RunRecord.open_existing(_run_dir(args.run))
     names = {j["name"] for j in record.jobs()}
     if args.job and args.job not in names:
         raise UserError(f"run {record.dir} has no job '{args.job}'; its jobs: {', '.join(sorted(names))}")
-    if record.run_info().get("status") != "running":
-        raise UserError(f"run {record.dir} is not running (status {record.run_info().get('status')})")
+    info = settle(record)
+    if info.get("driver_lost") and info.get("status") == "interrupted":  # nothing runs: mark it, and say so
+        left = stop_leftovers(record)
+        record.set_run(status="cancelled")
+        record.event("cancel", reason="cancel requested; the run's driver was already gone", stopped=left)
+        msg = {"run_dir": str(record.dir), "cancel": args.job or "*", "requested": False, "status": "cancelled",
+               "driver_lost": True, "reason": info["reason"], "stopped": left}
+        done = f"stopped the scripts its jobs left running ({', '.join(left)})" if left else "nothing was running"
+        print(json.dumps(msg) if args.json else f"{info['reason']}\n{done}: {record.dir} is marked cancelled")
+        return 0
+    if info.get("status") != "running":
+        raise UserError(f"run {record.dir} is not running (status {info.get('status')})")
     record.request_cancel(args.job)
     msg = {"run_dir": str(record.dir), "cancel": args.job or "*", "requested": True}
     print(json.dumps(msg) if args.json else f"cancel requested for {args.job or 'every job'} in {record.dir}")

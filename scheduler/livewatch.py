@@ -55,7 +55,12 @@ def _describe(ev: dict) -> str | None:
                 f"{ev.get('loss', float('nan')):.4f} val {ev.get('val_score', float('nan')):.4f}"
                 + (f" {sps:,.0f} train samples/s" if sps else ""))
     if kind == "fold":
-        return f"{job}: fold {ev.get('fold', 0) + 1} done, score {ev.get('score', float('nan')):.4f}"
+        kept = " (kept from before)" if ev.get("kept") else ""
+        return f"{job}: fold {ev.get('fold', 0) + 1} done{kept}, score {ev.get('score', float('nan')):.4f}"
+    if kind == "resume":
+        kept = ", ".join(f"{j} {len(f)}" for j, f in ev.get("kept_folds", {}).items() if f) or "none"
+        return (f"resumed: running {', '.join(ev.get('jobs', [])) or 'nothing'} again (folds kept: {kept}); "
+                f"{format_duration(ev.get('training_left_s', 0))} of training left")
     if kind == "note":
         return f"{job or 'run'}: note: {ev.get('note')}"
     if kind == "launch" and ev.get("attempt", 1) > 1:
@@ -66,9 +71,13 @@ def _describe(ev: dict) -> str | None:
 def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console) -> int:
     err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 120)
     shown = err if args.json else console
-    run_dir = default_run_dir(dry.plan.name, args.run_dir)
+    resuming = bool(getattr(args, "resume", None))
+    run_dir = Path(args.resume) if resuming else default_run_dir(dry.plan.name, args.run_dir)
     opts = RunOptions(run_dir=run_dir, data_dir=data_dir, address=args.address, dashboard=not args.no_dashboard,
-                      plan_file=Path(args.plan))
+                      plan_file=None if resuming else Path(args.plan), resume=resuming,
+                      training_s=getattr(args, "training_s", None),
+                      asked={"hardware_arg": args.hardware, "trust_plan_memory": args.trust_plan_memory,
+                             "address_arg": args.address})
     if not args.json:
         show_dry_run(dry, console)
     live: Live | None = None
@@ -89,6 +98,8 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
             live.start()
 
     lines = _Lines(shown)
+    if resuming and (run_dir / "events.jsonl").is_file():  # what the stopped run printed is not printed again
+        lines.offset = (run_dir / "events.jsonl").stat().st_size
 
     def on_update(driver: Driver) -> None:
         if live is not None:
@@ -101,7 +112,7 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
         summary = submit(dry, opts, on_update, on_start)
-        status = 0
+        status = 1 if summary["status"] == "failed" else 0
     except KeyboardInterrupt as e:
         summary = e.args[0] if e.args and isinstance(e.args[0], dict) else None
         status = 130
@@ -115,7 +126,10 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
         print(json.dumps(summary))
     else:
         show_summary(summary, console)
-        if status:
+        if status == 130:
             console.print("[yellow]interrupted: finished folds were kept and blended into the submission above[/]")
+        elif status:
+            console.print("[bold red]every job failed:[/] the submission above is a fallback; `python -m scheduler "
+                          f"logs {summary['run_dir']} JOB` shows why each failed")
     sys.stdout.flush()
     return status

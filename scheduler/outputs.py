@@ -75,3 +75,20 @@ def from_output(out: JobOutput) -> Predictions | None:
         return None
     ids, pred = out.oof()
     return Predictions(out.job, ids, pred, np.asarray(out.test_ids), out.test_mean(), list(out.classes))
+
+
+def load_partial(folder: Path) -> tuple[float, Predictions] | None:
+    """A job's fold cut short (its best epoch's test predictions) and that epoch's validation score: what
+    ``write_submission`` falls back on when no job finished a fold."""
+    path, result_path = folder / "partial_test.csv", folder / "result.json"
+    if not path.is_file() or not result_path.is_file():
+        return None
+    result = json.loads(result_path.read_text())
+    if not result.get("partial"):
+        return None
+    test = pd.read_csv(path)
+    cols = [c for c in test.columns if c != "id"]
+    empty = np.zeros((0, len(cols)))
+    return result["partial"]["score"], Predictions(result.get("job", folder.name), np.array([]), empty,
+                                                   test["id"].to_numpy(), test[cols].to_numpy(),
+                                                   result.get("classes") or cols)

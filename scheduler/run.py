@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import ray
 
-from scheduler import budget, elastic, outputs, runtime
+from scheduler import budget, elastic, outputs, resume, runtime
 from scheduler.hardware import Device, memory_fraction
 from scheduler.dryrun import DryRun
 from scheduler.runstate import JobState, RunRecord
@@ -31,6 +31,9 @@ class RunOptions:
     dashboard: bool = True
     poll_s: float = 0.5
     plan_file: Path | None = None
+    resume: bool = False  # go on with a stopped run in run_dir: only the jobs that had not SUCCEEDED run
+    training_s: float | None = None  # the training window; None: the plan's budget less its reserve
+    asked: dict = field(default_factory=dict)  # how the run was asked for (hardware_arg, …), kept for --resume
 
 
 @dataclass
@@ -52,10 +55,7 @@ class _Live:
 
 def ensure_data(data_dir: Path | None, run_dir: Path) -> tuple[Path, str | None]:
     """The competition folder to use, and the name of the built-in one when it is that."""
-    if data_dir is not None:
-        from jobs.data import load_competition
-
-        load_competition(data_dir)  # a bad folder is the user's error, found before anything starts
+    if data_dir is not None:  # submit() has checked it before making the run folder
         return Path(data_dir).resolve(), None
     from jobs.data import DIGITS, write_digits
 
@@ -78,7 +78,11 @@ class Driver:
         self.live: dict[str, _Live] = {j.name: _Live(j.name) for j in self.plan.jobs}
         self.state: dict[str, JobState] = {j.name: JobState.PENDING for j in self.plan.jobs}
         self.started_at = time.time()
-        self.deadline = self.started_at + self.plan.budget * (1 - self.plan.reserve_for_inference)
+        window_s = self.plan.budget * (1 - self.plan.reserve_for_inference)
+        self.deadline = self.started_at + (window_s if opts.training_s is None else opts.training_s)
+        for row in record.jobs():  # a resumed run: what SUCCEEDED before is done
+            if row["state"] == JobState.SUCCEEDED.value and row["name"] in self.state:
+                self.state[row["name"]] = JobState.SUCCEEDED
         self.grace_s = budget.grace_s(self.plan.budget, self.plan.reserve_for_inference)
         self.cuda = False
         self.data_dir: Path | None = None
@@ -90,6 +94,7 @@ class Driver:
         self.devices = list(dry.placement.devices)
         self._known_devices: set | None = None
         self._last_rebalance = 0.0
+        self._last_beat = 0.0
 
     # --- launching ------------------------------------------------------------------------------------------
 
@@ -108,6 +113,7 @@ class Driver:
             # of the plan's card; the job's process recomputes it against the card really there
             "memory_fraction": memory_fraction(a.gpu_memory_mib, device.memory_mib) if device else None,
             "builtin": self.builtin,
+            "kept_folds": resume.kept_folds(self.record.dir / "jobs" / name),  # an earlier attempt's, or run's
         }
 
     def _launch(self, name: str, count_attempt: bool = True) -> None:
@@ -147,6 +153,9 @@ class Driver:
             if kind == "log":
                 self._log(name, ev.get("line", ""))
                 continue
+            if kind == "fold" and "output" in ev:  # kept before it is logged: a reader that sees it may rely on it
+                resume.keep_fold(self.record.dir / "jobs" / name, ev.pop("output"), ev.pop("classes"),
+                                 ev.pop("test_ids"), self.plan.metric)
             self.record.event(kind, name, **{k: v for k, v in ev.items() if k != "time"}, job_time=ev.get("time"))
             self._time(live, kind, ev)
             if self.watcher is not None:
@@ -365,12 +374,27 @@ class Driver:
 
     # --- the loop -------------------------------------------------------------------------------------------
 
+    def _beat(self) -> None:
+        """The driver's sign of life, for a later reader to tell when it stopped (resume.settle)."""
+        now = time.time()
+        if now - self._last_beat >= resume.HEARTBEAT_S:
+            self._last_beat = now
+            self.record.set_run(heartbeat=now)
+
     def run(self) -> None:
         self.cuda = _has_cuda()
         self.data_dir, self.builtin = ensure_data(self.opts.data_dir, self.record.dir)
-        self.record.set_run(rehearsal=not self.cuda, data_dir=str(self.data_dir), deadline=self.deadline)
+        self.record.set_run(rehearsal=not self.cuda, data_dir=str(self.data_dir), deadline=self.deadline,
+                            builtin=self.builtin)
         self.record.event("run_start", plan=self.plan.name, rehearsal=not self.cuda, budget_s=self.plan.budget,
-                          training_deadline_s=round(self.deadline - self.started_at, 1))
+                          training_deadline_s=round(self.deadline - self.started_at, 1), resumed=self.opts.resume)
+        if all(s.terminal for s in self.state.values()):
+            return  # a resumed run whose jobs had all SUCCEEDED: nothing to start
+        if self._past_deadline():  # a resumed run whose window was spent: blend what was saved
+            for name, s in self.state.items():
+                if not s.terminal:
+                    self._set(name, JobState.CANCELLED, reason="no training time left in the budget")
+            return
         self.cluster = runtime.start(self.dry.hardware, self.plan.band[1], self.opts.address, self.opts.dashboard)
         self.record.set_run(dashboard=self.cluster.dashboard_url, ray_address=self.cluster.address)
         from scheduler.watch import Watcher
@@ -379,7 +403,8 @@ class Driver:
         self.on_start(self)
         try:
             for a in sorted(self.dry.placement.assignments, key=lambda a: a.wave):
-                self._launch(a.job)
+                if not self.state[a.job].terminal:
+                    self._launch(a.job)
             while not all(s.terminal for s in self.state.values()):
                 self._poll_events()
                 results = {l.result: l for l in self.live.values() if l.result is not None}
@@ -393,6 +418,7 @@ class Driver:
                 self._enforce()
                 self._rebalance()
                 self.watcher.tick()
+                self._beat()
                 self.on_update(self)
         except KeyboardInterrupt:
             self.interrupted = True
@@ -446,7 +472,7 @@ def new_run_dir(base: Path, plan_name: str) -> Path:
     return path
 
 
-def prepare_folder(dry: DryRun, run_dir: Path, plan_file: Path | None) -> RunRecord:
+def prepare_folder(dry: DryRun, run_dir: Path, plan_file: Path | None, asked: dict | None = None) -> RunRecord:
     import json
 
     record = RunRecord(run_dir)
@@ -455,7 +481,8 @@ def prepare_folder(dry: DryRun, run_dir: Path, plan_file: Path | None) -> RunRec
     (run_dir / "placement.json").write_text(json.dumps(dry.to_json(), indent=2))
     record.set_run(plan=dry.plan.name, started=time.time(), status="running", band=list(dry.plan.band),
                    budget_s=dry.plan.budget, hardware=dry.hardware.profile, metric=dry.plan.metric,
-                   ensemble_method=dry.plan.ensemble.method)
+                   ensemble_method=dry.plan.ensemble.method, driver=resume.driver_identity(), **(asked or {}))
     for a in dry.placement.assignments:
         record.add_job(a.job, dry.plan.job(a.job).kind, a.wave, a.node, a.device, a.gpu_memory_mib, a.cpus)
+        resume.forget_folds(run_dir / "jobs" / a.job)
     return record

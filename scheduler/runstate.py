@@ -1,7 +1,8 @@
 """A run's folder and its record: ``events.jsonl`` (every change, with time) and ``state.sqlite`` (the current state).
 
 The driver is the only writer. ``status``, ``logs``, ``top`` and ``cancel`` read the folder from any process: they do
-not ask the jobs. ``cancel`` writes a request row that the driver picks up on its next poll.
+not ask the jobs. ``cancel`` writes a request row that the driver picks up on its next poll. One exception: a verb
+that finds the run's driver process gone records so (``resume.settle``), since no driver is left to do it.
 """
 
 from __future__ import annotations
@@ -77,8 +78,28 @@ class RunRecord:
         return record
 
     def set_run(self, **values: Any) -> None:
-        for k, v in values.items():
-            self.db.execute("INSERT OR REPLACE INTO run VALUES (?, ?)", (k, json.dumps(v, default=jsonable)))
+        """Set run keys, all at once: a reader never sees half of them."""
+        self._set_run(values, unless_running=False)
+
+    def claim(self, **values: Any) -> bool:
+        """Set run keys (a new driver's) unless the run is marked running, in one step, so that two drivers never
+        both take a run. False when it is running."""
+        return self._set_run(values, unless_running=True)
+
+    def _set_run(self, values: dict, unless_running: bool) -> bool:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            status = self.db.execute("SELECT value FROM run WHERE key='status'").fetchone()
+            if unless_running and status is not None and json.loads(status[0]) == "running":
+                self.db.execute("ROLLBACK")
+                return False
+            for k, v in values.items():
+                self.db.execute("INSERT OR REPLACE INTO run VALUES (?, ?)", (k, json.dumps(v, default=jsonable)))
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+        return True
 
     def add_job(self, name: str, kind: str, wave: int, node: str, device: int | None, gpu_memory_mib: int, cpus: int):
         self.db.execute(
@@ -96,6 +117,16 @@ class RunRecord:
             raise ValueError(f"job {job}: illegal transition {old.value} -> {new.value}")
         self.db.execute("UPDATE jobs SET state=?, updated=? WHERE name=?", (new.value, time.time(), job))
         self.event("state", job, old=old.value, new=new.value, **fields)
+
+    def requeue(self, job: str, why: str) -> None:
+        """Back to PENDING from any state but SUCCEEDED: the one way out of an end state, for ``submit --resume``."""
+        old = JobState(self.db.execute("SELECT state FROM jobs WHERE name=?", (job,)).fetchone()[0])
+        if old == JobState.SUCCEEDED:
+            raise ValueError(f"job {job}: a job that SUCCEEDED is not run again")
+        if old != JobState.PENDING:
+            self.db.execute("UPDATE jobs SET state=?, updated=? WHERE name=?",
+                            (JobState.PENDING.value, time.time(), job))
+            self.event("state", job, old=old.value, new=JobState.PENDING.value, reason=why)
 
     def update_job(self, job: str, **cols: Any) -> None:
         for col, v in cols.items():

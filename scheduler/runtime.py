@@ -219,6 +219,7 @@ class _JobActor:
                 gpu_memory_mib=settings.get("gpu_memory_mib"),
                 memory_fraction=job_memory_fraction(settings, cuda),
                 report=self._report, should_stop=self._should_stop, limits=lambda: dict(self._limits),
+                kept_folds=settings.get("kept_folds") or {},
             )
             Path(workdir).mkdir(parents=True, exist_ok=True)
             self._report("log", {"line": f"{self.job}: {'CUDA' if cuda else 'CPU rehearsal'}, {threads} thread(s), "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -10,30 +11,52 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from scheduler import ensemble, outputs
+from scheduler import ensemble, outputs, resume
 from scheduler.dryrun import DryRun
 from scheduler.run import Driver, RunOptions, new_run_dir, prepare_folder
-from scheduler.runstate import RunRecord
+from scheduler.errors import UserError
+from scheduler.runstate import JobState, RunRecord
 
 
 def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None]) -> dict:
-    """Run ``dry``'s placement to a submission. Always writes one, even after Ctrl-C (then re-raises)."""
-    record = prepare_folder(dry, opts.run_dir, opts.plan_file)
+    """Run ``dry``'s placement to a submission. Always writes one, even after Ctrl-C (then re-raises), and always
+    leaves the run with an end status (finished, failed, interrupted, crashed), never "running"."""
+    if opts.data_dir is not None:
+        from jobs.data import load_competition
+
+        load_competition(opts.data_dir)  # a bad folder is the user's error: found before any run folder exists
+    if opts.resume:
+        record = RunRecord.open_existing(opts.run_dir)
+        info = resume.check_resumable(record)
+        if opts.training_s is None:  # the rule: what the training window had left when the driver stopped
+            window_s = dry.plan.budget * (1 - dry.plan.reserve_for_inference)
+            opts = dataclasses.replace(opts, training_s=resume.training_left_s(info, window_s))
+        resume.reopen(record, dry, opts.training_s)
+    else:
+        record = prepare_folder(dry, opts.run_dir, opts.plan_file, opts.asked)
     driver = Driver(dry, opts, record, on_update, on_start)
     interrupted, crash = False, None
     try:
         driver.run()
     except KeyboardInterrupt:
         interrupted = True
+    except UserError:  # e.g. a cluster without the resources the placement needs: nothing ran
+        record.set_run(status="error", finished=time.time())
+        raise
     except Exception as e:  # the program's fault: keep its traceback, but first save what the jobs finished
         crash = e
-    status = "interrupted" if interrupted else ("crashed" if crash else "finished")
+    status = "interrupted" if interrupted else ("crashed" if crash else _end_status(record))
     if crash is not None and "data_dir" not in record.run_info():
         record.set_run(status=status, finished=time.time())
         raise crash  # it failed before there was anything to blend
-    summary = write_submission(record, dry.plan.ensemble.method, dry.plan.metric)
+    try:
+        summary = write_submission(record, dry.plan.ensemble.method, dry.plan.metric)
+    except BaseException:
+        record.set_run(status="crashed", finished=time.time())
+        raise
     record.set_run(status=status, finished=time.time())
-    record.event("run_end", status=status, ensemble_cv=summary["ensemble_cv"])
+    record.event("run_end", status=status, ensemble_cv=summary["ensemble_cv"],
+                 submission_source=summary["submission_source"])
     summary["status"] = status
     try:
         from scheduler.report import build
@@ -49,23 +72,40 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
     return summary
 
 
+def _end_status(record: RunRecord) -> str:
+    """"failed" when every job failed (the submission is then a fallback), else "finished"."""
+    states = [j["state"] for j in record.jobs()]
+    return "failed" if states and all(s == JobState.FAILED.value for s in states) else "finished"
+
+
+SOURCES = {
+    "folds": "the jobs' finished folds, blended",
+    "partial": "a partial model (a fold cut short, at its best epoch): NO JOB FINISHED A FOLD",
+    "prior": "the class frequencies of train.csv, not a model: NO JOB FINISHED A FOLD",
+}
+
+
 def write_submission(record: RunRecord, method: str, metric: str) -> dict:
-    """Blend what the run's jobs saved and write ``submission.csv``; with nothing finished, the class prior."""
+    """Blend what the run's jobs saved and write ``submission.csv``, from the best there is: finished folds, else the
+    best partial model, else the class prior. ``submission_source`` says which ("folds", "partial", "prior")."""
     from jobs.data import load_competition
 
     info = record.run_info()
     comp = load_competition(Path(info["data_dir"]))
-    preds = [p for p in (outputs.load(d) for d in sorted((record.dir / "jobs").glob("*"))) if p is not None]
+    folders = sorted((record.dir / "jobs").glob("*"))
+    preds = [p for p in (outputs.load(d) for d in folders) if p is not None]
     truth = pd.Series(comp.y, index=comp.train_ids)
     test_ids = comp.test_ids
     notes: list[str] = []
     if preds:
+        source = "folds"
         blend = ensemble.blend(preds, truth, test_ids, metric, method)
         test_pred, classes, notes = blend.test_pred, blend.classes, list(blend.notes)
         ens_cv, weights, job_scores = blend.oof_score, blend.weights, blend.job_scores
-    elif partials := [p for p in (outputs.load_partial(d) for d in sorted((record.dir / "jobs").glob("*"))) if p]:
+    elif partials := [p for p in (outputs.load_partial(d) for d in folders) if p]:
         from scheduler.metrics import get as get_metric
 
+        source = "partial"
         m = get_metric(metric)
         score, best = partials[0]
         for s, p in partials[1:]:
@@ -76,6 +116,7 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
         notes.append(f"NO JOB FINISHED A FOLD: this submission comes from {best.job}'s partial model (a fold cut short "
                      f"by the budget, {metric} {score:.4f} on its validation rows), not from a cross-validated job")
     else:
+        source = "prior"
         test_pred = ensemble.class_prior(comp.train[comp.target_col], comp.classes, len(test_ids))
         classes, ens_cv, weights, job_scores = comp.classes, None, {}, {}
         notes.append("NO JOB FINISHED A FOLD: this submission is the class frequencies of train.csv, not a model")
@@ -86,7 +127,7 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
     for note in notes:
         record.event("note", note=note)
     record.event("ensemble", method=method, metric=metric, weights=weights, ensemble_cv=ens_cv, job_scores=job_scores,
-                 held_out_score=held_out)
+                 held_out_score=held_out, submission_source=source)
     jobs = []
     for row in record.jobs():
         res_path = record.dir / "jobs" / row["name"] / "result.json"
@@ -95,7 +136,8 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
                      "device": row["device"], "cv_score": res.get("cv_score"), "folds": len(res.get("folds", [])),
                      "weight": weights.get(row["name"], 0.0), "notes": res.get("notes", [])})
     return {"run_dir": str(record.dir), "submission": str(path), "jobs": jobs, "ensemble_cv": ens_cv,
-            "ensemble_method": method, "metric": metric, "held_out_score": held_out, "notes": notes}
+            "ensemble_method": method, "metric": metric, "held_out_score": held_out, "notes": notes,
+            "submission_source": source, "submission_source_text": SOURCES[source]}
 
 
 def _held_out_score(comp, frame: pd.DataFrame, metric: str) -> float | None:

@@ -141,6 +141,10 @@ def show_summary(summary: dict, console: Console) -> None:
     if summary.get("held_out_score") is not None:
         console.print(f"held-out {summary['metric']} of submission.csv on the competition's test labels: "
                       f"[bold]{summary['held_out_score']:.4f}[/]")
+    source = summary.get("submission_source")
+    if source:
+        style = "bold" if source == "folds" else "bold red"
+        console.print(f"[{style}]submission source: {source}[/] — {summary.get('submission_source_text', '')}")
     console.print(f"submission: {summary['submission']}")
     if summary.get("report"):
         console.print(f"report: {summary['report']}")
