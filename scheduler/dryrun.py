@@ -22,6 +22,7 @@ class DryRun:
     estimated: dict[str, int] = field(default_factory=dict)  # the estimator's figures at the packed batch, MiB
     changes: list[str] = field(default_factory=list)  # batch and learning-rate changes made to fit the band
     whole: dict[str, tuple[str, list[int]]] = field(default_factory=dict)  # multi-GPU jobs: node, device indices
+    data: dict | None = None  # the competition, checked: rows, the submission's form and why (datasource.inspect)
 
     def job_rows(self) -> list[dict]:
         rows = []
@@ -82,6 +83,7 @@ class DryRun:
             "devices": self.device_rows(),
             "changes": list(self.changes),
             "warnings": list(self.warnings),
+            **({"data": self.data} if self.data is not None else {}),
         }
 
 

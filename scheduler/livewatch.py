@@ -63,12 +63,12 @@ def _describe(ev: dict) -> str | None:
     return None
 
 
-def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console) -> int:
+def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console, builtin: str | None = None) -> int:
     err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 120)
     shown = err if args.json else console
     run_dir = default_run_dir(dry.plan.name, args.run_dir)
     opts = RunOptions(run_dir=run_dir, data_dir=data_dir, address=args.address, dashboard=not args.no_dashboard,
-                      plan_file=Path(args.plan))
+                      plan_file=Path(args.plan), builtin=builtin)
     if not args.json:
         show_dry_run(dry, console)
     live: Live | None = None

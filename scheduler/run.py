@@ -26,11 +26,12 @@ from scheduler.runstate import JobState, RunRecord
 @dataclass
 class RunOptions:
     run_dir: Path
-    data_dir: Path | None = None  # None: the built-in digits competition, written into the run folder
+    data_dir: Path | None = None  # None: a built-in competition (``builtin``), written into the run folder
     address: str | None = None
     dashboard: bool = True
     poll_s: float = 0.5
     plan_file: Path | None = None
+    builtin: str | None = None  # the shelf's competition to write when there is no data_dir (default digits)
 
 
 @dataclass
@@ -50,18 +51,21 @@ class _Live:
     limits: dict = field(default_factory=dict)  # cuts made by the budget
 
 
-def ensure_data(data_dir: Path | None, run_dir: Path) -> tuple[Path, str | None]:
+def ensure_data(data_dir: Path | None, run_dir: Path, builtin: str | None = None,
+                metric: str | None = None) -> tuple[Path, str | None]:
     """The competition folder to use, and the name of the built-in one when it is that."""
     if data_dir is not None:
         from jobs.data import load_competition
 
-        load_competition(data_dir)  # a bad folder is the user's error, found before anything starts
+        load_competition(data_dir, metric)  # a bad folder is the user's error, found before anything starts
         return Path(data_dir).resolve(), None
-    from jobs.data import DIGITS, write_digits
+    from jobs import shelf
+    from jobs.data import DIGITS
 
+    name = builtin or DIGITS
     path = run_dir / "data"
-    write_digits(path)
-    return path.resolve(), DIGITS
+    shelf.write(name, path)
+    return path.resolve(), name
 
 
 def rehearsal_threads(cpus: int, wave_cpus: int) -> int:
@@ -365,7 +369,7 @@ class Driver:
 
     def run(self) -> None:
         self.cuda = _has_cuda()
-        self.data_dir, self.builtin = ensure_data(self.opts.data_dir, self.record.dir)
+        self.data_dir, self.builtin = ensure_data(self.opts.data_dir, self.record.dir, self.opts.builtin, self.plan.metric)
         self.record.set_run(rehearsal=not self.cuda, data_dir=str(self.data_dir), deadline=self.deadline)
         self.record.event("run_start", plan=self.plan.name, rehearsal=not self.cuda, budget_s=self.plan.budget,
                           training_deadline_s=round(self.deadline - self.started_at, 1))

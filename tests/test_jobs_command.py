@@ -73,7 +73,7 @@ def test_command_job_reads_its_folds(comp, tmp_path):
     assert [f.fold for f in out.folds] == [0, 1]
     ids, pred = out.oof()
     assert sorted(ids) == sorted(comp.train.id) and pred.shape == (1437, 10)
-    assert ids.dtype == comp.train.id.dtype
+    assert ids.dtype == comp.train_ids.dtype
     assert list(out.test_ids) == list(comp.test.id)
     assert out.test_mean().shape == (360, 10)
     assert out.cv_score() > 0.8 and all(f.score > 0.8 for f in out.folds)
