@@ -111,7 +111,7 @@ class Competition:
         if form is None or sol is None or self.id_col not in sol.columns or \
                 any(c not in sol.columns for c in form.target_cols):
             return None
-        sub = submission.set_index(submission.columns[0])
+        sub = submission.set_index(submission[submission.columns[0]].astype(str))  # ids as text, as read here
         sol = sol.set_index(self.id_col)
         common = sub.index.intersection(sol.index)
         if not len(common):

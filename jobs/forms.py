@@ -202,6 +202,10 @@ def _class_columns(columns: list, labels: pd.Series, path: Path) -> tuple[list, 
     by_str = {str(v): v for v in pd.unique(labels).tolist()}
     names = set(map(str, columns))
     missing = [c for c in by_str if c not in names]
+    if len(missing) == len(by_str):
+        raise CompetitionError(f"{path.parent / 'sample_submission.csv'}: cannot match its columns {columns[:8]} to "
+                               f"train.csv: they are neither columns of train.csv (several targets) nor the labels of "
+                               f"its target '{labels.name}' ({examples(missing)})")
     if missing:
         raise CompetitionError(f"{path}: {len(missing)} labels of '{labels.name}' have no column in "
                                f"sample_submission.csv ({examples(missing)}); its columns: {columns[:20]}")

@@ -117,6 +117,7 @@ def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
                                     score=fold_score, epochs=best, samples_per_s=rate, val_true=y[va]))
         ctx.report("fold", {"fold": k, "score": fold_score, "epochs": best, "seconds": round(elapsed, 3)})
         log.info("%s fold %d: %s %.5f at iteration %d (%.1f s)", spec.name, k, ctx.metric, fold_score, best, elapsed)
-    out.throughput = {"samples_per_s": float(np.mean(rates)) if rates else None, "num_threads": base["num_threads"],
+    threads = {**base, **spec.params}["num_threads"]
+    out.throughput = {"samples_per_s": float(np.mean(rates)) if rates else None, "num_threads": threads,
                       "unit": "row-iterations per second"}
     return out

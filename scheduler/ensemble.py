@@ -145,7 +145,8 @@ def align_columns(preds: list[Predictions], columns: list) -> tuple[list[Predict
 
 def blend(preds: list[Predictions], truth: pd.Series, test_ids: np.ndarray, metric_name: str,
           method: str = "hill_climb") -> Blend:
-    """Blend ``preds`` by ``method`` on OOF rows; ``truth`` maps each train id to its class index."""
+    """Blend ``preds`` by ``method`` on OOF rows; ``truth`` maps each train id to what the metric compares with:
+    its class index, its value (regression), or its row of several targets (a DataFrame)."""
     if method not in METHODS:
         raise ValueError(f"unknown ensemble method {method!r}; allowed: {', '.join(METHODS)}")
     if not preds:
