@@ -61,9 +61,9 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
     console.print(j)
     if dry.data is not None:
         d = dry.data
-        console.print(f"[bold]data[/] {d['source']}: {d['train_rows']:,} train rows, {d['test_rows']:,} test rows, "
+        console.print(f"[bold]data:[/] {d['source']}: {d['train_rows']:,} train rows, {d['test_rows']:,} test rows, "
                       f"{d['features']} numeric features{', images' if d['images'] else ''}; metric {d['metric']}")
-        console.print(f"[bold]submission[/] {d['submission']}")
+        console.print(f"[bold]submission:[/] {d['submission']}")
     for w in dry.warnings:
         console.print(f"[yellow]warning:[/] {w}")
 
