@@ -23,7 +23,8 @@ Output goes to ``<workdir>/command.log``.
 **The two CSV files** (in ``GPUPACK_OUTPUT_DIR``):
 
 - ``oof.csv``: one row per validation row of each finished fold; columns ``id``, ``fold``, then one probability
-  column per class, named by the class label as it appears in train.csv (``0,1,…,9`` for digits).
+  column per class, named by the class label as it appears in train.csv (``0,1,…,9`` for digits); for a number
+  (rmse, mae) one column named as the target; for several targets one column per target.
 - ``test.csv``: the test predictions of each finished fold; columns ``id``, ``fold``, then the same class columns.
   Every test id appears once per fold. A single prediction shared by all folds may be written once with fold ``-1``.
 
@@ -194,7 +195,7 @@ def _class_columns(frame: pd.DataFrame, classes: list, path: Path) -> list[str]:
 
 def read_outputs(oof_path: Path, test_path: Path, comp: Competition, metric: str) -> list[FoldOutput]:
     """The two CSV files → one FoldOutput per fold, rows keyed by id and columns in ``comp.classes`` order."""
-    oof, test = pd.read_csv(oof_path), pd.read_csv(test_path)
+    oof, test = pd.read_csv(oof_path, dtype={"id": str}), pd.read_csv(test_path, dtype={"id": str})
     for path, frame in ((oof_path, oof), (test_path, test)):
         for col in ("id", "fold"):
             if col not in frame.columns:
@@ -202,7 +203,8 @@ def read_outputs(oof_path: Path, test_path: Path, comp: Competition, metric: str
     oof_cols = _class_columns(oof, comp.classes, oof_path)
     test_cols = _class_columns(test, comp.classes, test_path)
     key = comp.id_col
-    y_by_id = pd.Series(comp.y, index=comp.train[key].astype(str))
+    y_by_id = comp.truth()  # class indices, values, or several targets' columns, by id
+    y_by_id.index = y_by_id.index.astype(str)
     test_ids = pd.Index(comp.test[key].astype(str))
     score = get_metric(metric).fn
     folds = []

@@ -1,32 +1,30 @@
 """The competition folder (Kaggle / MLE-bench layout) and the built-in one made from scikit-learn's digits.
 
 A folder holds ``train.csv``, ``test.csv`` and ``sample_submission.csv``; image competitions add ``train/`` and
-``test/`` folders of ``<id>.<ext>`` files, or a column of paths. What the jobs need is read from the files themselves:
-
-- the id column is the first column of ``sample_submission.csv``;
-- with two columns there, the second is the target (labels) and the classes are the sorted labels of ``train.csv``;
-- with one column per class there, the classes are those columns (in that order) and the target is the one column
-  of ``train.csv`` that ``test.csv`` lacks.
+``test/`` folders of ``<id>.<ext>`` files (or ``train_images/`` and ``test_images/``, or one ``images/``), or a column
+of paths. What the jobs predict and how the submission is written (its *form*) is read from the files and the
+plan's metric by :mod:`jobs.forms`: the id column is the first column of ``sample_submission.csv``, whatever its name,
+and ids are read as text, so ``007`` stays ``007``. The folder is checked as it is read: test ids against the sample
+(missing, extra, duplicated), the target column and its classes, the images.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from scheduler.errors import UserError
+from jobs.forms import CompetitionError, Form, check_ids, examples, recognise
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+IMAGE_FOLDERS = (("train", "test"), ("train_images", "test_images"), ("images", "images"))
 DIGITS = "digits"  # the built-in competition's name
 DIGITS_SPLIT_SEED = 0
 DIGITS_TEST_SIZE = 0.2
 
-
-class CompetitionError(UserError, ValueError):
-    """A competition folder that does not follow the layout: names the file and what is missing."""
+__all__ = ["Competition", "CompetitionError", "load_competition", "split_folds", "write_digits", "DIGITS"]
 
 
 @dataclass
@@ -37,15 +35,23 @@ class Competition:
     sample_submission: pd.DataFrame
     id_col: str
     target_col: str
-    classes: list
+    classes: list  # the prediction columns, in order: class labels, or the target (regression), or the targets
     feature_cols: list[str]
     train_images: list[Path] | None = None  # aligned with the rows of ``train``
     test_images: list[Path] | None = None  # aligned with the rows of ``test``
-    solution: pd.DataFrame | None = None  # the test labels, when the folder has a solution.csv (built-in digits)
+    solution: pd.DataFrame | None = None  # the test labels, when the folder has a solution.csv (the built-in ones)
+    form: Form | None = None
+    metric: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def has_images(self) -> bool:
         return self.train_images is not None and self.test_images is not None
+
+    @property
+    def task(self) -> str:
+        """``classification``, ``regression`` or ``targets`` (several target columns)."""
+        return self.form.task if self.form is not None else "classification"
 
     @property
     def train_ids(self) -> np.ndarray:
@@ -65,10 +71,60 @@ class Competition:
             raise CompetitionError(f"{self.root / 'train.csv'}: label {e.args[0]!r} is not one of the classes "
                                    f"{self.classes[:20]}") from None
 
+    def targets_of(self, frame: pd.DataFrame) -> np.ndarray:
+        """What the metric compares predictions with, for the rows of ``frame`` (train.csv or solution.csv):
+        class indices, values (regression), or a (rows, targets) matrix."""
+        if self.task == "regression":
+            return frame[self.target_col].to_numpy(dtype=np.float64)
+        if self.task == "targets":
+            return frame[list(self.classes)].to_numpy(dtype=np.float64)
+        return self.class_index(frame[self.target_col])
+
     @property
     def y(self) -> np.ndarray:
-        """The train rows' class indices."""
-        return self.class_index(self.train[self.target_col])
+        """The train rows' targets as the metric sees them: class indices, values, or a matrix of targets."""
+        return self.targets_of(self.train)
+
+    def truth(self) -> pd.Series | pd.DataFrame:
+        """``y`` keyed by train id: what the ensemble scores every job and blend against."""
+        y = self.y
+        if y.ndim == 2:
+            return pd.DataFrame(y, index=self.train_ids, columns=list(self.classes))
+        return pd.Series(y, index=self.train_ids)
+
+    def prior(self, n_rows: int) -> np.ndarray:
+        """Every row's prediction when no model finished: class frequencies, or the mean of each target."""
+        y = self.y
+        if self.task == "classification":
+            mean = np.bincount(y, minlength=len(self.classes)) / max(1, len(y))
+        else:
+            mean = y.reshape(len(y), -1).mean(axis=0)
+        return np.tile(mean, (n_rows, 1))
+
+    def held_out(self, submission: pd.DataFrame, metric: str | None = None) -> float | None:
+        """``submission``'s score on the test rows' targets, when the folder has them (``solution.csv``: every
+        built-in competition does); the metric sees exactly what the submission holds."""
+        from scheduler.metrics import get as get_metric
+
+        form = self.form
+        sol = self.solution
+        if form is None or sol is None or self.id_col not in sol.columns or \
+                any(c not in sol.columns for c in form.target_cols):
+            return None
+        sub = submission.set_index(submission[submission.columns[0]].astype(str))  # ids as text, as read here
+        sol = sol.set_index(self.id_col)
+        common = sub.index.intersection(sol.index)
+        if not len(common):
+            return None
+        y = self.targets_of(sol.loc[common])
+        written = list(form.written)
+        if form.kind == "label":
+            pred = np.eye(len(self.classes))[self.class_index(sub.loc[common, written[0]])]
+        elif form.kind in ("probability", "value"):  # one column: P(classes[1]), or the number
+            pred = sub.loc[common, written[0]].to_numpy(dtype=np.float64)
+        else:  # class_columns, targets: the written columns are the prediction columns, in order
+            pred = sub.loc[common, written].to_numpy(dtype=np.float64)
+        return float(get_metric(metric or self.metric or "accuracy").fn(y, pred))
 
 
 # --- the built-in competition -------------------------------------------------------------------------------------
@@ -114,79 +170,61 @@ def write_digits(dir: Path) -> Path:
 # --- reading any competition folder -------------------------------------------------------------------------------
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
+def _read_csv(path: Path, id_col: str | None = None) -> pd.DataFrame:
+    """A CSV file with its id column (``id_col``, or the first) read as text."""
     if not path.is_file():
         raise CompetitionError(f"{path}: missing (a competition folder needs train.csv, test.csv and "
                                f"sample_submission.csv)")
     try:
-        frame = pd.read_csv(path)
+        header = pd.read_csv(path, nrows=0).columns
+        key = id_col if id_col in header else (header[0] if id_col is None and len(header) else None)
+        frame = pd.read_csv(path, dtype={key: str} if key is not None else None)
     except Exception as e:  # a person's broken file: one line, no traceback
-        raise CompetitionError(f"{path}: cannot be read as CSV: {e}") from None
+        raise CompetitionError(f"{path}: cannot be read as CSV: {str(e).strip().splitlines()[-1]}") from None
     if frame.shape[1] == 0:
         raise CompetitionError(f"{path}: has no columns")
     return frame
 
 
-def load_competition(dir: Path | str) -> Competition:
+def load_competition(dir: Path | str, metric: str | None = None) -> Competition:
+    """Read and check a competition folder for ``metric`` (the plan's; None reads the sample alone).
+
+    Every fault a person can make in the folder is a :class:`CompetitionError` naming the file, with counts.
+    """
     root = Path(dir)
     if not root.is_dir():
         raise CompetitionError(f"{root}: no such competition folder")
-    train = _read_csv(root / "train.csv")
-    test = _read_csv(root / "test.csv")
     sample = _read_csv(root / "sample_submission.csv")
-
     id_col = str(sample.columns[0])
-    for name, frame in (("train.csv", train), ("test.csv", test)):
-        if id_col not in frame.columns:
-            raise CompetitionError(f"{root / name}: no id column '{id_col}' (the first column of "
-                                   f"sample_submission.csv); columns are {list(frame.columns)[:20]}")
-
-    if sample.shape[1] < 2:
-        raise CompetitionError(f"{root / 'sample_submission.csv'}: needs the id column and at least one target column")
-    if sample.shape[1] == 2:
-        target_col = str(sample.columns[1])
-        if target_col not in train.columns:
-            raise CompetitionError(f"{root / 'train.csv'}: no target column '{target_col}' (the second column of "
-                                   f"sample_submission.csv)")
-        classes = sorted(pd.unique(train[target_col].dropna()).tolist())
-    else:
-        only_train = [c for c in train.columns if c not in test.columns]
-        if len(only_train) != 1:
-            raise CompetitionError(
-                f"{root / 'train.csv'}: sample_submission.csv has one column per class, so train.csv should have "
-                f"exactly one column that test.csv lacks (the target); found {only_train or 'none'}")
-        target_col = str(only_train[0])
-        classes = _class_columns(list(sample.columns[1:]), train[target_col], root)
-    if train[target_col].isna().any():
-        raise CompetitionError(f"{root / 'train.csv'}: target column '{target_col}' has empty values")
-
+    train = _read_csv(root / "train.csv", id_col)
+    test = _read_csv(root / "test.csv", id_col)
+    form = recognise(train, test, sample, metric, root)
+    warnings = list(form.warnings) + check_ids(train, test, sample, id_col, root)
     train_images, test_images = _image_paths(root, train, test, id_col)
+    targets = set(form.target_cols)
     features = [c for c in train.columns
-                if c not in (id_col, target_col) and c in test.columns and pd.api.types.is_numeric_dtype(train[c])]
+                if c != id_col and c not in targets and c in test.columns and pd.api.types.is_numeric_dtype(train[c])]
     solution_path = root / "solution.csv"
-    solution = pd.read_csv(solution_path) if solution_path.is_file() else None
+    solution = _read_csv(solution_path, id_col) if solution_path.is_file() else None
     return Competition(root=root, train=train, test=test, sample_submission=sample, id_col=id_col,
-                       target_col=target_col, classes=classes, feature_cols=features,
-                       train_images=train_images, test_images=test_images, solution=solution)
-
-
-def _class_columns(columns: list, labels: pd.Series, root: Path) -> list:
-    """The class columns of the submission, as values of the train labels when they match (``"3"`` → ``3``)."""
-    by_str = {str(v): v for v in pd.unique(labels).tolist()}
-    missing = [c for c in by_str if c not in set(map(str, columns))]
-    if missing:
-        raise CompetitionError(f"{root / 'train.csv'}: labels {missing[:10]} have no column in "
-                               f"sample_submission.csv (columns: {columns[:20]})")
-    return [by_str.get(str(c), c) for c in columns]
+                       target_col=form.target_cols[0], classes=list(form.columns), feature_cols=features,
+                       train_images=train_images, test_images=test_images, solution=solution, form=form,
+                       metric=metric, warnings=warnings)
 
 
 def _image_paths(root: Path, train: pd.DataFrame, test: pd.DataFrame, id_col: str):
     col = _path_column(train)
     if col is not None and col in test.columns:
         return _from_column(root, train, col, "train"), _from_column(root, test, col, "test")
-    if (root / "train").is_dir() and (root / "test").is_dir():
-        return _from_folder(root / "train", train[id_col]), _from_folder(root / "test", test[id_col])
+    for tr, te in IMAGE_FOLDERS:
+        if (root / tr).is_dir() and (root / te).is_dir() and (tr != te or _any_image(root / tr)):
+            return (_from_folder(root / tr, train[id_col], root / "train.csv"),
+                    _from_folder(root / te, test[id_col], root / "test.csv"))
     return None, None
+
+
+def _any_image(folder: Path) -> bool:
+    return any(p.suffix.lower() in IMAGE_EXTS for p in folder.iterdir())
 
 
 def _path_column(frame: pd.DataFrame) -> str | None:
@@ -199,24 +237,34 @@ def _path_column(frame: pd.DataFrame) -> str | None:
 
 
 def _from_column(root: Path, frame: pd.DataFrame, col: str, sub: str) -> list[Path]:
-    paths = []
+    paths, missing = [], []
     for value in frame[col].astype(str):
         p = Path(value)
-        candidates = [p] if p.is_absolute() else [root / p, root / sub / p]
+        candidates = [p] if p.is_absolute() else [root / p, root / sub / p, root / f"{sub}_images" / p,
+                                                  root / "images" / p]
         found = next((c for c in candidates if c.is_file()), None)
         if found is None:
-            raise CompetitionError(f"{root / (sub + '.csv')}: column '{col}' names {value}, which is not a file")
+            missing.append(value)
         paths.append(found)
+    if missing:
+        raise CompetitionError(f"{root / (sub + '.csv')}: {len(missing)} of {len(frame)} paths in column '{col}' "
+                               f"are not files ({examples(missing)})")
     return paths
 
 
-def _from_folder(folder: Path, ids: pd.Series) -> list[Path]:
+def _from_folder(folder: Path, ids: pd.Series, csv: Path) -> list[Path]:
     by_stem = {p.stem: p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTS}
-    paths = []
+    by_name = {p.name: p for p in by_stem.values()}  # ids that are file names already (MLE-bench: "abc.jpg")
+    paths, missing = [], []
     for i in ids.astype(str):
-        if i not in by_stem:
-            raise CompetitionError(f"{folder}: no image for id {i} (expected {folder / i}.png or another image type)")
-        paths.append(by_stem[i])
+        found = by_stem.get(i) or by_name.get(i)
+        if found is None:
+            missing.append(i)
+        paths.append(found)
+    if missing:
+        one = f"no image for id {missing[0]}" if len(missing) == 1 else f"no image for {len(missing)} of {len(ids)} ids"
+        raise CompetitionError(f"{folder}: {one} of {csv.name} ({examples(missing)}; expected "
+                               f"{folder / missing[0]}.png or another image type)")
     return paths
 
 

@@ -32,8 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="show where every job goes, and why; run nothing")
     s.add_argument("--trust-plan-memory", action="store_true",
                    help="pack the plan's gpu_memory figures as written instead of the estimator's")
-    s.add_argument("--data", metavar="DIR", help="the competition folder (Kaggle layout); default: the plan's data:, "
-                                                "else the built-in digits competition")
+    s.add_argument("--data", metavar="DIR|NAME", help="the competition folder (Kaggle layout), or a built-in one "
+                                                     "(digits, breast_cancer, wine, diabetes, iris); default: the "
+                                                     "plan's data:, else the built-in digits competition")
     s.add_argument("--run-dir", metavar="DIR", help="where the run's folder goes (default runs/<plan>-<time>)")
     s.add_argument("--address", metavar="auto|HOST:PORT", help="join this Ray cluster instead of starting one")
     s.add_argument("--budget", metavar="DURATION", help="the run's time budget (90s, 30m, 1h30m); overrides the plan")
@@ -89,9 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--json", action="store_true")
     ca.set_defaults(func=cmd_cancel)
 
-    da = verbs.add_parser("data", help="write a built-in competition: data digits DIR")
-    da.add_argument("name", choices=["digits"])
+    from jobs.shelf import NAMES
+
+    da = verbs.add_parser("data", help="write a built-in competition in the Kaggle layout: data NAME DIR")
+    da.add_argument("name", choices=NAMES, help=f"one of the shelf: {', '.join(NAMES)}")
     da.add_argument("dir")
+    da.add_argument("--json", action="store_true")
     da.set_defaults(func=cmd_data)
 
     nr = verbs.add_parser("node-resources",
@@ -139,11 +143,11 @@ def _resume(args: argparse.Namespace, console: Console) -> int:
         raise UserError(f"--resume goes on with the run's own plan, data and hardware; {', '.join(given)} do not "
                         "apply (--budget, --address, --json and --no-dashboard do)")
     dry, data, args.training_s = resume_plan(Path(args.resume), _budget_arg(args))
-    return run_with_progress(dry, args, data, console)
+    return run_with_progress(dry, args, data.dir, console, builtin=data.builtin)
 
 
 def cmd_submit(args: argparse.Namespace, console: Console) -> int:
-    from scheduler import dryrun, plan as planmod
+    from scheduler import datasource, dryrun, plan as planmod
     from scheduler.views import show_dry_run
 
     if args.resume:
@@ -151,6 +155,8 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     if not args.plan:
         raise UserError("submit needs a plan file (e.g. plans/option1.yaml), or --resume RUN")
     plan = planmod.load(args.plan)
+    data = datasource.choose(args.data, plan, Path(args.plan))
+    plan = datasource.with_metric(plan, data)
     if args.budget:
         plan = plan.model_copy(update={"budget": _budget_arg(args)})
     if args.address:  # a cluster: its nodes and devices are what its nodes declared, read back from Ray
@@ -160,17 +166,10 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
         hardware = runtime.cluster_hardware()
     else:
         hardware = dryrun.resolve_hardware(plan, args.hardware)
-    if args.data:
-        data = Path(args.data)
-    elif plan.data:
-        data = Path(args.plan).parent / plan.data  # a relative data: is relative to the plan file
-    else:
-        data = None
-    if data is not None:  # a bad folder is one error line, before the dry run's tables
-        from jobs.data import load_competition
-
-        load_competition(data)
-    dry = dryrun.prepare(plan, hardware, estimated=not args.trust_plan_memory, train_rows=dryrun.train_rows(data))
+    info = datasource.inspect(data, plan)  # the folder checked, and the submission's form, before any run
+    dry = dryrun.prepare(plan, hardware, estimated=not args.trust_plan_memory, train_rows=info["train_rows"])
+    dry.data = info
+    dry.warnings += [f"data: {w}" for w in info["warnings"]]
     if args.dry_run:
         if args.json:
             print(json.dumps(dry.to_json()))
@@ -179,7 +178,7 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
         return 0
     from scheduler.livewatch import run_with_progress
 
-    return run_with_progress(dry, args, data, console)
+    return run_with_progress(dry, args, data.dir, console, builtin=data.builtin)
 
 
 def _run_dir(run: str | None) -> Path:
@@ -366,10 +365,23 @@ def cmd_estimate(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_data(args: argparse.Namespace, console: Console) -> int:
-    from jobs.data import write_digits
+    from jobs import shelf
+    from jobs.data import load_competition
 
-    path = write_digits(Path(args.dir))
-    console.print(f"wrote the built-in '{args.name}' competition to {path}")
+    builtin = shelf.get(args.name)
+    path = shelf.write(args.name, Path(args.dir))
+    comp = load_competition(path, builtin.metric)
+    body = {"name": args.name, "dir": str(path), "metric": builtin.metric, "task": builtin.task,
+            "train_rows": len(comp.train), "test_rows": len(comp.test), "features": len(comp.feature_cols),
+            "images": comp.has_images, "form": comp.form.to_json(), "solution": str(path / "solution.csv")}
+    if args.json:
+        print(json.dumps(body))
+        return 0
+    console.print(f"wrote the built-in '{args.name}' competition to {path}: {builtin.about}, {builtin.task}; "
+                  f"{len(comp.train):,} train rows, {len(comp.test):,} test rows; metric {builtin.metric}")
+    console.print(f"submission: {comp.form.describe()}")
+    console.print(f"the test rows' targets are in {path / 'solution.csv'} (the jobs never read it; a run scores "
+                  f"its submission against it)")
     return 0
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from scheduler import hardware as hw
 from scheduler.errors import UserError
@@ -24,6 +23,7 @@ class DryRun:
     estimated: dict[str, int] = field(default_factory=dict)  # the estimator's figures at the packed batch, MiB
     changes: list[str] = field(default_factory=list)  # batch and learning-rate changes made to fit the band
     whole: dict[str, tuple[str, list[int]]] = field(default_factory=dict)  # multi-GPU jobs: node, device indices
+    data: dict | None = None  # the competition, checked: rows, the submission's form and why (datasource.inspect)
 
     def job_rows(self) -> list[dict]:
         rows = []
@@ -94,6 +94,7 @@ class DryRun:
             "devices": self.device_rows(),
             "changes": list(self.changes),
             "warnings": list(self.warnings),
+            **({"data": self.data} if self.data is not None else {}),
         }
 
 
@@ -101,23 +102,6 @@ def resolve_hardware(plan: Plan, override: str | None = None) -> hw.Hardware:
     """The plan's hardware, or ``override`` (``--hardware``) in its place; counts in the plan still apply."""
     spec = plan.hardware
     return hw.resolve(override or spec.profile, gpus_per_node=spec.gpus_per_node, nodes=spec.nodes, cpus=spec.cpus)
-
-
-def train_rows(data_dir: Path | None) -> int | None:
-    """Rows in the competition's train.csv (the built-in digits when ``data_dir`` is None); None if unreadable.
-
-    The fitter needs them to keep each fold's optimizer steps up (statistics as well as memory)."""
-    if data_dir is None:
-        from jobs.data import DIGITS_TEST_SIZE
-        from sklearn.datasets import load_digits
-
-        n = len(load_digits().target)
-        return n - math.ceil(DIGITS_TEST_SIZE * n)  # train_test_split's arithmetic
-    try:
-        with open(Path(data_dir) / "train.csv", "rb") as f:
-            return max(0, sum(1 for _ in f) - 1)
-    except OSError:
-        return None
 
 
 def fold_train_rows(rows: int | None, folds: int) -> int | None:

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from scheduler.metrics import get as get_metric
+from scheduler.metrics import REGRESSION, get as get_metric
 
 METHODS = ("mean", "weighted", "rank", "hill_climb", "stack")
+RANK_ONLY = frozenset({"auc"})  # metrics that read only the order of the predictions
 
 
 @dataclass
@@ -96,11 +97,19 @@ def _hill_climb(arrays: list[np.ndarray], y: np.ndarray, metric, rounds: int = 5
     return counts / counts.sum()
 
 
-def _stack(arrays: list[np.ndarray], y: np.ndarray, tests: list[np.ndarray], seed: int = 0):
-    """A regularised logistic regression on the jobs' OOF probabilities, its own OOF from a 5-fold CV."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+def _stack(arrays: list[np.ndarray], y: np.ndarray, tests: list[np.ndarray], regression: bool, seed: int = 0):
+    """A second model on the jobs' OOF predictions, its own OOF from a 5-fold CV: a regularised logistic regression
+    on the probabilities, or for numbers a linear regression with non-negative weights."""
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+    from sklearn.model_selection import KFold, StratifiedKFold, cross_val_predict
 
+    if regression:
+        x, xt = np.hstack(arrays), np.hstack([np.nan_to_num(t, nan=float(np.nanmean(t))) for t in tests])
+        if len(y) < 10:
+            return None, None
+        model = LinearRegression(positive=True)
+        oof = cross_val_predict(model, x, y, cv=KFold(5, shuffle=True, random_state=seed))
+        return oof.reshape(-1, 1), model.fit(x, y).predict(xt).reshape(-1, 1)
     x, xt = np.hstack(arrays), np.hstack([np.nan_to_num(t, nan=1.0 / t.shape[1]) for t in tests])
     model = LogisticRegression(C=1.0, max_iter=2000)
     folds = min(5, int(np.bincount(y.astype(int)).min())) if len(y) else 0
@@ -116,14 +125,34 @@ def _stack(arrays: list[np.ndarray], y: np.ndarray, tests: list[np.ndarray], see
     return full_oof, proba
 
 
+def align_columns(preds: list[Predictions], columns: list) -> tuple[list[Predictions], list[str]]:
+    """Each job's prediction columns put in ``columns``' order (matched by name, as ``"3"`` and ``3`` are one
+    class), so that every job is scored on the values the metric reads; a job whose columns do not match is left out
+    with a note."""
+    want = [str(c) for c in columns]
+    kept, notes = [], []
+    for p in preds:
+        have = {str(c): i for i, c in enumerate(p.classes)}
+        if set(have) != set(want) or len(have) != p.oof_pred.shape[1]:
+            notes.append(f"{p.job} predicted the columns {[str(c) for c in p.classes][:8]}, not the competition's "
+                         f"{want[:8]}: left out of the blend")
+            continue
+        order = [have[c] for c in want]
+        kept.append(Predictions(p.job, p.oof_ids, p.oof_pred[:, order], p.test_ids, p.test_pred[:, order],
+                                list(columns)))
+    return kept, notes
+
+
 def blend(preds: list[Predictions], truth: pd.Series, test_ids: np.ndarray, metric_name: str,
           method: str = "hill_climb") -> Blend:
-    """Blend ``preds`` by ``method`` on OOF rows; ``truth`` maps each train id to its class index."""
+    """Blend ``preds`` by ``method`` on OOF rows; ``truth`` maps each train id to what the metric compares with:
+    its class index, its value (regression), or its row of several targets (a DataFrame)."""
     if method not in METHODS:
         raise ValueError(f"unknown ensemble method {method!r}; allowed: {', '.join(METHODS)}")
     if not preds:
         raise ValueError("nothing to blend: no job finished a fold")
     metric = get_metric(metric_name)
+    regression = metric_name in REGRESSION
     ids, y, arrays = _aligned(preds, truth)
     tests = [_test_matrix(p, test_ids) for p in preds]
     names = [p.job for p in preds]
@@ -145,15 +174,22 @@ def blend(preds: list[Predictions], truth: pd.Series, test_ids: np.ndarray, metr
         w = np.maximum(w, 1e-12) / np.maximum(w, 1e-12).sum()
     elif method == "rank":
         w = np.ones(len(preds)) / len(preds)
-        oof_blend = _combine([_ranks(a) for a in arrays], w)
-        test_blend = _combine([_ranks(np.nan_to_num(t)) for t in tests], w)
+        if metric_name in RANK_ONLY:
+            oof_blend = _combine([_ranks(a) for a in arrays], w)
+            test_blend = _combine([_ranks(np.nan_to_num(t)) for t in tests], w)
+        else:
+            notes.append(f"rank averaging suits metrics that only rank (auc); {metric_name} scores the values "
+                         f"themselves: a plain mean instead")
     elif method == "hill_climb":
         w = _hill_climb(arrays, y, metric)
     else:  # stack
         w = np.ones(len(preds)) / len(preds)
-        oof_blend, test_blend = _stack(arrays, y, tests)
-        if oof_blend is None:
-            notes.append("too few rows per class to cross-validate a stacker: a plain mean instead")
+        if y.ndim == 2:
+            notes.append("no stacker for several targets: a plain mean instead")
+        else:
+            oof_blend, test_blend = _stack(arrays, y, tests, regression)
+            if oof_blend is None:
+                notes.append("too few rows to cross-validate a stacker: a plain mean instead")
     if oof_blend is None:
         oof_blend, test_blend = _combine(arrays, w), _combine(tests, w)
     score = float(metric.fn(y, oof_blend))
@@ -174,28 +210,37 @@ def class_prior(labels: pd.Series, classes: list, n_rows: int) -> np.ndarray:
     return np.tile(freq, (n_rows, 1))
 
 
-def submission_frame(sample: pd.DataFrame, test_ids: np.ndarray, test_pred: np.ndarray, classes: list) -> pd.DataFrame:
-    """The submission in ``sample``'s columns and row order: one label column, or one probability column per class."""
+def submission_frame(sample: pd.DataFrame, test_ids: np.ndarray, test_pred: np.ndarray, classes: list,
+                     form=None) -> pd.DataFrame:
+    """The submission in ``sample``'s columns and row order, written as ``form`` says (``jobs.forms.Form``: its
+    ``kind``, ``positive`` and ``hard``); without a form, one label column, a number, or a column per class."""
     id_col = sample.columns[0]
     pred = pd.DataFrame(test_pred, index=test_ids).reindex(sample[id_col].to_numpy())
     if pred.isna().any().any():
         prior = np.nanmean(test_pred, axis=0) if len(test_pred) else np.full(len(classes), 1.0 / len(classes))
         pred = pred.fillna(pd.Series(np.nan_to_num(prior), index=pred.columns))
+    values = pred.to_numpy()
     out = pd.DataFrame({id_col: sample[id_col].to_numpy()})
     value_cols = list(sample.columns[1:])
-    if len(value_cols) == 1 and len(classes) > 1:
-        out[value_cols[0]] = np.asarray(classes, dtype=object)[pred.to_numpy().argmax(axis=1)]
+    kind = form.kind if form is not None else (
+        "class_columns" if len(value_cols) > 1 else ("label" if len(classes) > 1 else "value"))
+    by_name = {str(c): i for i, c in enumerate(classes)}
+    if kind == "label":
+        col = value_cols[0]
+        out[col] = np.asarray(classes, dtype=object)[values.argmax(axis=1)]
         try:
-            out[value_cols[0]] = out[value_cols[0]].astype(sample[value_cols[0]].dtype)
+            out[col] = out[col].astype(sample[col].dtype)
         except (TypeError, ValueError):
             pass
-    elif len(value_cols) == 1:
-        out[value_cols[0]] = pred.to_numpy()[:, 0]
-    else:
-        by_name = {str(c): i for i, c in enumerate(classes)}
+    elif kind == "probability":
+        out[value_cols[0]] = np.clip(values[:, by_name[str(form.positive)]], 0.0, 1.0)
+    elif kind == "value":
+        out[value_cols[0]] = values[:, 0]
+    else:  # class_columns, targets
         missing = [c for c in value_cols if str(c) not in by_name]
         if missing:
-            raise ValueError(f"sample_submission.csv has columns {missing} that are not classes the jobs predicted")
+            raise ValueError(f"sample_submission.csv has columns {missing} that the jobs did not predict")
         for c in value_cols:
-            out[c] = pred.to_numpy()[:, by_name[str(c)]]
+            column = values[:, by_name[str(c)]]
+            out[c] = np.rint(np.clip(column, 0, 1)).astype(np.int64) if getattr(form, "hard", False) else column
     return out

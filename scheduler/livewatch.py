@@ -68,7 +68,7 @@ def _describe(ev: dict) -> str | None:
     return None
 
 
-def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console) -> int:
+def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console, builtin: str | None = None) -> int:
     err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 120)
     shown = err if args.json else console
     resuming = bool(getattr(args, "resume", None))
@@ -77,7 +77,7 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
                       plan_file=None if resuming else Path(args.plan), resume=resuming,
                       training_s=getattr(args, "training_s", None),
                       asked={"hardware_arg": args.hardware, "trust_plan_memory": args.trust_plan_memory,
-                             "address_arg": args.address})
+                             "address_arg": args.address}, builtin=builtin)
     if not args.json:
         show_dry_run(dry, console)
     live: Live | None = None

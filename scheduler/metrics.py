@@ -10,11 +10,16 @@ Inputs, for every metric:
   (ordinal targets); an ``(n, 1)`` matrix is the predicted value itself.
 
 Hard decisions (accuracy, f1_macro, qwk) take the argmax of the probabilities.
+
+Several targets (MLE-bench's multi-column submissions): ``y_true`` is an ``(n, t)`` matrix and ``y_pred`` the
+``(n, t)`` predictions, one column per target (a 0/1 target's probability of 1, or a number); the score is the mean
+of the metric over the columns (the mean column-wise AUC, the MCRMSE, …).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -112,16 +117,27 @@ def mae(y_true, y_pred) -> float:
     return float(np.mean(np.abs(np.asarray(y_true, dtype=np.float64).ravel() - _values(y_pred))))
 
 
+def _columnwise(fn: Callable[[np.ndarray, np.ndarray], float], y_true, y_pred) -> float:
+    """``fn``, or with several targets (a 2-D ``y_true``) the mean of ``fn`` over their columns."""
+    y = np.asarray(y_true)
+    if y.ndim != 2:
+        return fn(y_true, y_pred)
+    p = np.asarray(y_pred, dtype=np.float64).reshape(len(y), -1)
+    if p.shape[1] != y.shape[1]:
+        raise ValueError(f"{y.shape[1]} targets but {p.shape[1]} prediction columns")
+    return float(np.mean([fn(y[:, j], p[:, j]) for j in range(y.shape[1])]))
+
+
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("accuracy", accuracy, True),
-        Metric("log_loss", log_loss, False),
-        Metric("auc", auc, True),
-        Metric("f1_macro", f1_macro, True),
-        Metric("qwk", qwk, True),
-        Metric("rmse", rmse, False),
-        Metric("mae", mae, False),
+        Metric("accuracy", partial(_columnwise, accuracy), True),
+        Metric("log_loss", partial(_columnwise, log_loss), False),
+        Metric("auc", partial(_columnwise, auc), True),
+        Metric("f1_macro", partial(_columnwise, f1_macro), True),
+        Metric("qwk", partial(_columnwise, qwk), True),
+        Metric("rmse", partial(_columnwise, rmse), False),
+        Metric("mae", partial(_columnwise, mae), False),
     )
 }
 

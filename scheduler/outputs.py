@@ -59,8 +59,8 @@ def load(folder: Path) -> Predictions | None:
     if not (folder / "oof.csv").is_file() or not (folder / "test.csv").is_file():
         return None
     result = json.loads((folder / "result.json").read_text()) if (folder / "result.json").is_file() else {}
-    oof = pd.read_csv(folder / "oof.csv")
-    test = pd.read_csv(folder / "test.csv")
+    oof = pd.read_csv(folder / "oof.csv", dtype={"id": str})  # ids are text, as the competition's are
+    test = pd.read_csv(folder / "test.csv", dtype={"id": str})
     class_cols = [c for c in oof.columns if c not in ("id", "fold")]
     classes = result.get("classes") or class_cols
     mean_test = test.groupby("id", sort=False)[class_cols].mean()

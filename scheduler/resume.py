@@ -199,8 +199,11 @@ def resume_plan(run_dir: Path, budget_s: float | None):
         hardware = runtime.cluster_hardware()
     else:
         hardware = dryrun.resolve_hardware(plan, info.get("hardware_arg"))
-    data = None if info.get("builtin") else Path(info["data_dir"])
-    dry = dryrun.prepare(plan, hardware, estimated=not info.get("trust_plan_memory", False),
-                         train_rows=dryrun.train_rows(data))  # the same statistics cap as the first run
+    from scheduler import datasource
+
+    choice = datasource.DataChoice(None if info.get("builtin") else Path(info["data_dir"]), info.get("builtin"))
+    plan = datasource.with_metric(plan, choice)
+    rows = datasource.inspect(choice, plan)["train_rows"]  # the same statistics cap as the first run
+    dry = dryrun.prepare(plan, hardware, estimated=not info.get("trust_plan_memory", False), train_rows=rows)
     training_s = plan.budget * (1 - plan.reserve_for_inference) if budget_s else None
-    return dry, data, training_s
+    return dry, choice, training_s

@@ -26,7 +26,7 @@ from scheduler.runstate import JobState, RunRecord
 @dataclass
 class RunOptions:
     run_dir: Path
-    data_dir: Path | None = None  # None: the built-in digits competition, written into the run folder
+    data_dir: Path | None = None  # None: a built-in competition (``builtin``), written into the run folder
     address: str | None = None
     dashboard: bool = True
     poll_s: float = 0.5
@@ -34,6 +34,7 @@ class RunOptions:
     resume: bool = False  # go on with a stopped run in run_dir: only the jobs that had not SUCCEEDED run
     training_s: float | None = None  # the training window; None: the plan's budget less its reserve
     asked: dict = field(default_factory=dict)  # how the run was asked for (hardware_arg, …), kept for --resume
+    builtin: str | None = None  # the shelf's competition to write when there is no data_dir (default digits)
 
 
 @dataclass
@@ -53,15 +54,18 @@ class _Live:
     limits: dict = field(default_factory=dict)  # cuts made by the budget
 
 
-def ensure_data(data_dir: Path | None, run_dir: Path) -> tuple[Path, str | None]:
+def ensure_data(data_dir: Path | None, run_dir: Path, builtin: str | None = None,
+                metric: str | None = None) -> tuple[Path, str | None]:
     """The competition folder to use, and the name of the built-in one when it is that."""
     if data_dir is not None:  # submit() has checked it before making the run folder
         return Path(data_dir).resolve(), None
-    from jobs.data import DIGITS, write_digits
+    from jobs import shelf
+    from jobs.data import DIGITS
 
+    name = builtin or DIGITS
     path = run_dir / "data"
-    write_digits(path)
-    return path.resolve(), DIGITS
+    shelf.write(name, path)
+    return path.resolve(), name
 
 
 def rehearsal_threads(cpus: int, wave_cpus: int) -> int:
@@ -383,7 +387,7 @@ class Driver:
 
     def run(self) -> None:
         self.cuda = _has_cuda()
-        self.data_dir, self.builtin = ensure_data(self.opts.data_dir, self.record.dir)
+        self.data_dir, self.builtin = ensure_data(self.opts.data_dir, self.record.dir, self.opts.builtin, self.plan.metric)
         self.record.set_run(rehearsal=not self.cuda, data_dir=str(self.data_dir), deadline=self.deadline,
                             builtin=self.builtin)
         self.record.event("run_start", plan=self.plan.name, rehearsal=not self.cuda, budget_s=self.plan.budget,

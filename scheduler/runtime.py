@@ -193,7 +193,8 @@ class _JobActor:
     def run(self, spec: Any, data_dir: str, workdir: str, settings: dict) -> Any:
         from jobs import run_job
         from jobs.contract import JobContext
-        from jobs.data import DIGITS, load_competition, write_digits
+        from jobs import shelf
+        from jobs.data import load_competition
 
         self._deadline = settings.get("deadline")
         threads = int(settings["threads"])
@@ -206,8 +207,8 @@ class _JobActor:
             cuda = torch.cuda.is_available()
         else:
             cuda = nvml_sees_gpu()
-        if settings.get("builtin") == DIGITS and not Path(data_dir, "train.csv").is_file():
-            write_digits(Path(data_dir))  # a node of a cluster that has not got the built-in competition yet
+        if settings.get("builtin") and not Path(data_dir, "train.csv").is_file():
+            shelf.write(settings["builtin"], Path(data_dir))  # a node of a cluster without the built-in one yet
         handler = _BufferHandler(self._report)
         logger = logging.getLogger("gpupack.job")
         logger.addHandler(handler)
@@ -224,7 +225,7 @@ class _JobActor:
             Path(workdir).mkdir(parents=True, exist_ok=True)
             self._report("log", {"line": f"{self.job}: {'CUDA' if cuda else 'CPU rehearsal'}, {threads} thread(s), "
                                          f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}"})
-            return run_job(spec, load_competition(Path(data_dir)), ctx)
+            return run_job(spec, load_competition(Path(data_dir), settings["metric"]), ctx)
         except BaseException:
             self._report("log", {"line": traceback.format_exc()})
             raise

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import pandas as pd
 
 from scheduler import ensemble, outputs, resume
+from scheduler.errors import UserError
 from scheduler.dryrun import DryRun
 from scheduler.run import Driver, RunOptions, new_run_dir, prepare_folder
 from scheduler.errors import UserError
@@ -91,12 +91,15 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
     from jobs.data import load_competition
 
     info = record.run_info()
-    comp = load_competition(Path(info["data_dir"]))
+    comp = load_competition(Path(info["data_dir"]), metric)
     folders = sorted((record.dir / "jobs").glob("*"))
-    preds = [p for p in (outputs.load(d) for d in folders) if p is not None]
-    truth = pd.Series(comp.y, index=comp.train_ids)
+    saved = [p for p in (outputs.load(d) for d in folders) if p is not None]
+    preds, notes = ensemble.align_columns(saved, comp.classes)
+    if saved and not preds:
+        raise UserError(f"run {record.dir}: its jobs predicted {saved[0].classes[:8]}, but the metric {metric} on "
+                        f"this competition needs {comp.classes[:8]} ({comp.form.describe()})")
+    truth = comp.truth()  # what the metric compares with: class indices, values, or several targets
     test_ids = comp.test_ids
-    notes: list[str] = []
     if preds:
         source = "folds"
         blend = ensemble.blend(preds, truth, test_ids, metric, method)
@@ -117,17 +120,18 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
                      f"by the budget, {metric} {score:.4f} on its validation rows), not from a cross-validated job")
     else:
         source = "prior"
-        test_pred = ensemble.class_prior(comp.train[comp.target_col], comp.classes, len(test_ids))
+        test_pred = comp.prior(len(test_ids))
         classes, ens_cv, weights, job_scores = comp.classes, None, {}, {}
-        notes.append("NO JOB FINISHED A FOLD: this submission is the class frequencies of train.csv, not a model")
-    frame = ensemble.submission_frame(comp.sample_submission, test_ids, test_pred, classes)
+        what = "class frequencies" if comp.task == "classification" else "target means"
+        notes.append(f"NO JOB FINISHED A FOLD: this submission is the {what} of train.csv, not a model")
+    frame = ensemble.submission_frame(comp.sample_submission, test_ids, test_pred, classes, comp.form)
     path = record.dir / "submission.csv"
     frame.to_csv(path, index=False)
-    held_out = _held_out_score(comp, frame, metric)
+    held_out = comp.held_out(frame, metric)
     for note in notes:
         record.event("note", note=note)
     record.event("ensemble", method=method, metric=metric, weights=weights, ensemble_cv=ens_cv, job_scores=job_scores,
-                 held_out_score=held_out, submission_source=source)
+                 held_out_score=held_out, submission_source=source, form=comp.form.kind)
     jobs = []
     for row in record.jobs():
         res_path = record.dir / "jobs" / row["name"] / "result.json"
@@ -138,16 +142,6 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
     return {"run_dir": str(record.dir), "submission": str(path), "jobs": jobs, "ensemble_cv": ens_cv,
             "ensemble_method": method, "metric": metric, "held_out_score": held_out, "notes": notes,
             "submission_source": source, "submission_source_text": SOURCES[source]}
-
-
-def _held_out_score(comp, frame: pd.DataFrame, metric: str) -> float | None:
-    """The submission's accuracy on the test labels, when the folder has them (the built-in digits does)."""
-    if comp.solution is None or metric != "accuracy" or frame.shape[1] != 2:
-        return None
-    sol = comp.solution.set_index(comp.solution.columns[0])
-    pred = frame.set_index(frame.columns[0])[frame.columns[1]]
-    common = pred.index.intersection(sol.index)
-    return float(np.mean(pred.loc[common].astype(str).to_numpy() == sol.loc[common].iloc[:, 0].astype(str).to_numpy()))
 
 
 def default_run_dir(plan_name: str, run_dir: str | None) -> Path:

@@ -67,6 +67,11 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
         where = f"{row['node']}:{row['device']}" if row["device"] is not None else f"{row['node']} (CPU)"
         j.add_row(row["name"], row["kind"], str(row["wave"]), where, str(row.get("batch_size", "—")), row["reason"])
     console.print(j)
+    if dry.data is not None:
+        d = dry.data
+        console.print(f"[bold]data:[/] {d['source']}: {d['train_rows']:,} train rows, {d['test_rows']:,} test rows, "
+                      f"{d['features']} numeric features{', images' if d['images'] else ''}; metric {d['metric']}")
+        console.print(f"[bold]submission:[/] {d['submission']}")
     for w in dry.warnings:
         console.print(f"[yellow]warning:[/] {w}")
 

@@ -49,6 +49,8 @@ def ray_cluster():
     from scheduler import hardware, runtime
 
     hw = hardware.from_profile("A100-40GB", gpus_per_node=TEST_GPUS, cpus=TEST_CPUS)
+    if ray.is_initialized():  # left by a module that failed before it could clean up: do not fail this one too
+        ray.shutdown()
     ray.init(address="local", num_cpus=TEST_CPUS, num_gpus=TEST_GPUS, resources=runtime.device_resources(hw, 0.90),
              include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
     yield ray

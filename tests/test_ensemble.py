@@ -105,3 +105,41 @@ def test_hill_climb_starts_from_the_best_job_and_adds_only_what_helps():
     # a alone scores .75; a+b averaged also scores .75 (see test_mean): no strict gain, so b is never added
     assert r.weights == {"a": 1.0, "b": 0.0} and r.oof_score == pytest.approx(0.75)
     np.testing.assert_allclose(r.test_pred, A.test_pred)
+
+
+def _numbers(name, oof, test):
+    return Predictions(name, np.arange(len(oof)), np.array(oof, float).reshape(-1, 1), np.array([100, 101]),
+                       np.array(test, float).reshape(-1, 1), ["target"])
+
+
+def test_regression_blends_numbers_and_the_stacker_is_a_linear_blend():
+    rng = np.random.default_rng(1)
+    y = rng.normal(150, 50, 60)
+    truth = pd.Series(y, index=np.arange(60))
+    good = _numbers("good", y + rng.normal(0, 10, 60), [120, 180])
+    poor = _numbers("poor", y + rng.normal(0, 40, 60), [100, 200])
+    r = blend([good, poor], truth, np.array([100, 101]), "rmse", "mean")
+    # the scores are RMSEs of the values themselves: about 10 and 40
+    assert 7 < r.job_scores["good"] < 13 and 30 < r.job_scores["poor"] < 50
+    s = blend([good, poor], truth, np.array([100, 101]), "rmse", "stack")
+    assert s.oof_score <= r.job_scores["good"] and s.test_pred.shape == (2, 1)
+    assert 100 < s.test_pred[0, 0] < 140  # mostly the good job's 120
+
+
+def test_rank_averaging_is_for_ranking_metrics_only():
+    rng = np.random.default_rng(2)
+    y = rng.normal(0, 1, 40)
+    a, b = (_numbers(n, y + rng.normal(0, s, 40), [1.0, 2.0]) for n, s in (("a", .1), ("b", .2)))
+    r = blend([a, b], pd.Series(y, index=np.arange(40)), np.array([100, 101]), "rmse", "rank")
+    assert any("plain mean instead" in n for n in r.notes)
+    assert r.test_pred[:, 0].tolist() == pytest.approx([1.0, 2.0])  # numbers, not ranks in [0, 1]
+
+
+def test_columns_are_matched_by_name_and_a_job_of_other_columns_is_left_out():
+    from scheduler.ensemble import align_columns
+
+    swapped = Predictions("s", A.oof_ids, A.oof_pred[:, ::-1], A.test_ids, A.test_pred[:, ::-1], ["1", "0"])
+    other = Predictions("o", A.oof_ids, A.oof_pred, A.test_ids, A.test_pred, ["x", "y"])
+    kept, notes = align_columns([swapped, other], [0, 1])
+    assert [p.job for p in kept] == ["s"] and "o predicted the columns ['x', 'y']" in notes[0]
+    np.testing.assert_allclose(kept[0].oof_pred, A.oof_pred)

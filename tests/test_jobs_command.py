@@ -73,7 +73,7 @@ def test_command_job_reads_its_folds(comp, tmp_path):
     assert [f.fold for f in out.folds] == [0, 1]
     ids, pred = out.oof()
     assert sorted(ids) == sorted(comp.train.id) and pred.shape == (1437, 10)
-    assert ids.dtype == comp.train.id.dtype
+    assert ids.dtype == comp.train_ids.dtype
     assert list(out.test_ids) == list(comp.test.id)
     assert out.test_mean().shape == (360, 10)
     assert out.cv_score() > 0.8 and all(f.score > 0.8 for f in out.folds)
@@ -156,3 +156,24 @@ def test_a_stopped_command_keeps_the_folds_it_wrote(comp, tmp_path):
     ctx = JobContext("cmd", tmp_path / "w", should_stop=lambda: "done" in (tmp_path / "w" / "command.log").read_text())
     out = run_job(_spec([sys.executable, script]), comp, ctx)
     assert [f.fold for f in out.folds] == [0, 1] and any("stopped" in n for n in out.notes)
+
+
+def test_a_command_job_predicts_numbers_for_a_regression(tmp_path):
+    from jobs import shelf
+
+    comp = load_competition(shelf.write("diabetes", tmp_path / "diabetes"), "rmse")
+    script = _script(tmp_path, """\
+        import os
+        from pathlib import Path
+        import pandas as pd
+        data, out = Path(os.environ["GPUPACK_DATA_DIR"]), Path(os.environ["GPUPACK_OUTPUT_DIR"])
+        train, test = pd.read_csv(data / "train.csv"), pd.read_csv(data / "test.csv")
+        oof = pd.DataFrame({"id": train["id"], "fold": train["id"] % 2, "target": train["target"].mean()})
+        tst = pd.concat([pd.DataFrame({"id": test["id"], "fold": k, "target": 150.0}) for k in (0, 1)])
+        oof.to_csv(out / "oof.csv", index=False)
+        tst.to_csv(out / "test.csv", index=False)
+        """)
+    out = run_job(_spec([sys.executable, script]), comp, JobContext("cmd", tmp_path / "work", metric="rmse"))
+    assert out.classes == ["target"] and out.test_mean().shape == (111, 1)
+    y = comp.train["target"].to_numpy()
+    assert out.cv_score() == pytest.approx(np.sqrt(np.mean((y - y.mean()) ** 2)))  # the spread of the target

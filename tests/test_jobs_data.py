@@ -137,3 +137,115 @@ def test_split_folds_stratified_and_disjoint():
         assert (np.bincount(y[va], minlength=3) == 2).all()
     (tr, va), = split_folds(y, 1, seed=1)
     assert len(va) == 6 and not set(tr) & set(va)
+
+
+# --- the folder is checked before anything trains: one `error:` line per fault, with counts, exit status 2 ----------
+
+
+LGBM_PLAN = """name: p
+hardware: A100-40GB
+jobs:
+  - {name: lgbm, kind: lightgbm}
+"""
+
+
+@pytest.fixture
+def broken(tmp_path, digits_dir):
+    """A copy of the digits folder (CSV files only) to break, and a function that dry-runs a plan on it."""
+    import shutil
+
+    folder = tmp_path / "comp"
+    folder.mkdir()
+    for name in ("train.csv", "test.csv", "sample_submission.csv"):
+        shutil.copy(digits_dir / name, folder / name)
+    plan = tmp_path / "p.yaml"
+    plan.write_text(LGBM_PLAN)
+
+    def dry_run(run_cli, plan_text=None):
+        if plan_text:
+            plan.write_text(plan_text)
+        code, out, err = run_cli("submit", plan, "--data", folder, "--dry-run")
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, (code, err)
+        return err.removeprefix("error: ").strip()
+
+    return folder, dry_run
+
+
+def _edit(path, fn):
+    frame = pd.read_csv(path, dtype={"id": str})
+    fn(frame).to_csv(path, index=False)
+
+
+def test_test_ids_that_do_not_match_the_sample(broken, run_cli):
+    folder, dry_run = broken
+    _edit(folder / "test.csv", lambda f: f.assign(id=[str(int(i) + 5000) for i in f["id"]]))
+    err = dry_run(run_cli)
+    first = pd.read_csv(folder / "sample_submission.csv")["id"].tolist()[:3]
+    assert f"{folder / 'test.csv'}: 360 ids of sample_submission.csv are missing from test.csv " \
+           f"(e.g. {', '.join(map(str, first))})" in err
+    assert "360 ids are not in sample_submission.csv" in err
+
+
+def test_half_the_test_rows_missing(broken, run_cli):
+    folder, dry_run = broken
+    _edit(folder / "test.csv", lambda f: f.iloc[::2])
+    assert "180 ids of sample_submission.csv are missing from test.csv" in dry_run(run_cli)
+
+
+def test_test_ids_the_sample_lacks(broken, run_cli):
+    folder, dry_run = broken
+    _edit(folder / "sample_submission.csv", lambda f: f.iloc[10:])
+    assert f"{folder / 'test.csv'}: 10 ids are not in sample_submission.csv" in dry_run(run_cli)
+
+
+def test_duplicated_ids(broken, run_cli):
+    folder, dry_run = broken
+    _edit(folder / "test.csv", lambda f: pd.concat([f, f.iloc[:4]]))
+    assert f"{folder / 'test.csv'}: 4 ids appear more than once in 'id'" in dry_run(run_cli)
+
+
+def test_a_label_column_with_empty_values(broken, run_cli):
+    folder, dry_run = broken
+    _edit(folder / "train.csv", lambda f: f.assign(label=f["label"].where(f.index % 100 != 0)))
+    assert f"{folder / 'train.csv'}: target column 'label' has 15 empty values" in dry_run(run_cli)
+
+
+def test_classes_without_a_column(broken, run_cli):
+    folder, dry_run = broken
+    _edit(folder / "sample_submission.csv",
+          lambda f: pd.DataFrame({"id": f["id"], **{str(c): 0.1 for c in range(8)}}))  # no column for 8 and 9
+    assert "2 labels of 'label' have no column in sample_submission.csv (e.g. 8, 9)" in dry_run(run_cli)
+
+
+def test_missing_images_are_counted(tmp_path, run_cli):
+    folder = write_digits(tmp_path / "comp")
+    for i in (3, 17, 42):
+        (folder / "test" / f"{pd.read_csv(folder / 'test.csv')['id'][i]}.png").unlink()
+    plan = tmp_path / "p.yaml"
+    plan.write_text(LGBM_PLAN)
+    code, out, err = run_cli("submit", plan, "--data", folder, "--dry-run")
+    assert code == 2 and f"{folder / 'test'}: no image for 3 of 360 ids of test.csv" in err
+
+
+def test_an_image_job_on_a_folder_without_images(broken, run_cli):
+    folder, dry_run = broken
+    err = dry_run(run_cli, LGBM_PLAN + "  - {name: r, kind: timm, model: resnet18, resources: {gpu_memory: 4GB}}\n")
+    assert err.startswith("job 'r' (timm) needs images") and "train/ and test/ folders" in err
+
+
+def test_image_folders_of_mle_bench(tmp_path):
+    # train_images/ and test_images/ named by id; or one images/ folder whose file names are the ids themselves
+    for sub, names in (("train_images", ["a", "b"]), ("test_images", ["c"])):
+        (tmp_path / sub).mkdir()
+        for n in names:
+            Image.fromarray(np.zeros((4, 4), np.uint8)).save(tmp_path / sub / f"{n}.jpg")
+    _frames(tmp_path, {"image_id": ["a", "b"], "label": [0, 1]}, {"image_id": ["c"]}, {"image_id": ["c"], "label": [0]})
+    comp = load_competition(tmp_path)
+    assert [p.parent.name for p in comp.train_images + comp.test_images] == ["train_images"] * 2 + ["test_images"]
+    other = tmp_path / "other"
+    (other / "images").mkdir(parents=True)
+    for n in ("1.png", "2.png", "3.png"):
+        Image.fromarray(np.zeros((4, 4), np.uint8)).save(other / "images" / n)
+    _frames(other, {"name": ["1.png", "2.png"], "label": [0, 1]}, {"name": ["3.png"]}, {"name": ["3.png"], "label": [0]})
+    comp = load_competition(other)
+    assert comp.id_col == "name" and comp.test_images == [other / "images" / "3.png"]
