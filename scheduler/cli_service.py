@@ -1,10 +1,13 @@
 """The service's verbs: ``serve`` runs it; ``slot`` and ``job`` talk to a running one. Every answer is printed as
-JSON (indented; one line with ``--json``) so that agents can read it."""
+JSON (indented; one line with ``--json``) so that agents can read it. Whatever goes wrong between the CLI and the
+service (it is not running, it refused, a number cannot be sent) is one ``error:`` line and exit status 2."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
 import sys
 import time
@@ -39,7 +42,7 @@ def add_verbs(subparsers) -> None:
     rq.add_argument("--wait", action="store_true", help="wait (renewing) until the request is granted")
     rq.set_defaults(func=cmd_slot_request)
     ls = _client_flags(sv_verbs.add_parser("list", help="your slots"))
-    ls.set_defaults(func=lambda a, c: _print(a, _client(a).list_slots()))
+    ls.set_defaults(func=lambda a, c: _print(a, _call(_client(a).list_slots)))
     for name, helptext in (("release", "free a slot now (its jobs are stopped)"), ("renew", "heartbeat a slot"),
                            ("show", "one slot")):
         p = _client_flags(sv_verbs.add_parser(name, help=helptext))
@@ -66,6 +69,30 @@ def add_verbs(subparsers) -> None:
     cn = _client_flags(jv.add_parser("cancel", help="stop the job (SIGTERM, SIGKILL 10 s later)"))
     cn.add_argument("job_id")
     cn.set_defaults(func=lambda a, c: _print(a, _call(_client(a).cancel_job, a.job_id)))
+    for verbs in (sv_verbs, jv):
+        for p in verbs.choices.values():
+            p.set_defaults(func=_reaching(p.get_default("func")))
+
+
+def _reaching(fn):
+    """A verb that talks to the service, with every failure on the way turned into the person's error (start the
+    service, fix the URL or token): one line, exit status 2, no traceback."""
+
+    @functools.wraps(fn)
+    def run(args, console):
+        import httpx
+
+        from scheduler.client import ServiceError
+
+        try:
+            return fn(args, console)
+        except ServiceError as e:
+            raise UserError(f"{e.error} (HTTP {e.status})" if e.status else e.error) from None
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as e:
+            raise UserError(f"the gpupack service at {args.url or os.environ.get('GPUPACK_URL') or 'the default URL'}"
+                            f" stopped answering ({type(e).__name__}: {e})") from None
+
+    return run
 
 
 def _client_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -92,9 +119,16 @@ def _request_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def _client(args):
+    import httpx
+
     from scheduler.client import Client
 
-    return Client(url=args.url, token=args.token, state_dir=args.state)
+    if args.token is not None and not (args.token.isascii() and args.token.isprintable()):
+        raise UserError("--token: a token is printable ASCII (as `serve --new-token` prints it)")
+    try:
+        return Client(url=args.url, token=args.token, state_dir=args.state)
+    except (httpx.InvalidURL, ValueError, UnicodeError) as e:
+        raise UserError(f"--url / --token: {e}") from None
 
 
 def _call(fn, *a, **kw):
@@ -116,8 +150,16 @@ def _request_body(args) -> dict:
 
     if not args.gpu_memory and not args.model:
         raise UserError("give --gpu-memory SIZE (e.g. 12GB), or --model with --image-size and --batch-size")
-    if args.model and not args.batch_size:
+    if args.model and args.batch_size is None:
         raise UserError("--model needs --batch-size (and --image-size, default 224)")
+    if not (math.isfinite(args.minutes) and 0 < args.minutes <= 24 * 60):
+        raise UserError(f"--minutes: a number of minutes in (0, 1440], got {args.minutes}")
+    if args.cpus < 0:
+        raise UserError(f"--cpus: a number of cores, 0 or more, got {args.cpus}")
+    if args.model and args.batch_size < 1:
+        raise UserError(f"--batch-size: a positive integer, got {args.batch_size}")
+    if args.model and args.image_size < 1:
+        raise UserError(f"--image-size: a positive integer (pixels), got {args.image_size}")
     try:
         hb = parse_duration_s(args.heartbeat) if args.heartbeat else args.minutes * 60
     except ValueError as e:
@@ -177,15 +219,12 @@ def cmd_job_submit(args, console) -> int:
 
 def cmd_job_logs(args, console) -> int:
     client = _client(args)
+    if args.tail < 0:
+        raise UserError(f"--tail: a number of lines, 0 or more, got {args.tail}")
     if args.follow and not args.json:
-        from scheduler.client import ServiceError
-
-        try:
-            for text in client.follow_logs(args.job_id, tail=args.tail):
-                sys.stdout.write(text)
-                sys.stdout.flush()
-        except ServiceError as e:
-            raise UserError(f"{e.error} (HTTP {e.status})") from None
+        for text in client.follow_logs(args.job_id, tail=args.tail):
+            sys.stdout.write(text)
+            sys.stdout.flush()
         return 0
     return _print(args, _call(client.job_logs, args.job_id, tail=args.tail))
 
