@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from scheduler.service import ADMIN, Identity, Service, ServiceError, Unauthorized, _names
-from scheduler.service_input import MAX_BODY, parse_body, query_int, render
+from scheduler.service import ADMIN, Identity, Service, ServiceError, Unauthorized
+from scheduler.service_input import MAX_BODY, names, parse_body, query_int, render
 
 PUBLIC = {"/api/health"}
 
@@ -195,7 +195,7 @@ def build_app(service: Service, host: str = "127.0.0.1") -> BearerAuth:
         b = await _body(request)
         allowed = {"slot_id", "argv", "entrypoint", "cwd", "env"}
         if set(b) - allowed:
-            raise ServiceError(f"unknown field(s) {', '.join(sorted(set(b) - allowed))}; allowed: {', '.join(sorted(allowed))}")
+            raise ServiceError(f"unknown field(s) {names(set(b) - allowed)}; allowed: {', '.join(sorted(allowed))}")
         if "entrypoint" in b and "argv" not in b:
             raise ServiceError("entrypoint: shell strings are not run; send argv, a list of strings")
         if not isinstance(b.get("slot_id"), str):
@@ -293,7 +293,7 @@ class _Tools(MCPServer):
         allowed = set((tool.parameters or {}).get("properties", {}))
         unknown = set(arguments or {}) - allowed
         if unknown:
-            raise ToolError(_tool_error(f"unknown argument(s) {_names(unknown)}; allowed: "
+            raise ToolError(_tool_error(f"unknown argument(s) {names(unknown)}; allowed: "
                                         f"{', '.join(sorted(allowed)) or 'none'}", 400))
         try:
             return await super().call_tool(name, arguments, context)

@@ -41,7 +41,7 @@ from scheduler.ledger import (  # noqa: F401  (place_online, estimate_starts, sh
     estimate_starts, place_online, shadow,
 )
 from scheduler.service_input import (  # noqa: F401  (the errors are part of this module's interface)
-    Conflict, Forbidden, NotFound, ServiceError, TooLarge, Unauthorized, dump, number, show, text,
+    Conflict, Forbidden, NotFound, ServiceError, TooLarge, Unauthorized, dump, names, number, show, text,
 )
 from scheduler.service_procs import (
     _WRAPPER, Orphans, _gpu_mib_of, _last_metrics, _local_node, _nvml_readings, group_members, private_dir,
@@ -177,7 +177,7 @@ class Service:
         self.slots: dict[str, Slot] = {}  # live ones: queued and granted
         self.by_request: dict[tuple[str, str], str] = {}
         self.jobs: dict[str, Job] = {}  # live ones: PENDING and RUNNING
-        self._procs: dict[str, Any] = {}  # job id → Popen, psutil.Process, or the pids of an orphaned group
+        self._procs: dict[str, Any] = {}  # job id → Popen, psutil.Process (after a restart), or Orphans
         self._kill_at: dict[str, float] = {}
         self._lingering: dict[int, tuple[str, float]] = {}  # process group → (job id, SIGKILL time) after a job ended
         self._ps: dict[str, Any] = {}
@@ -288,7 +288,7 @@ class Service:
                    "priority", "label", "client_request_id", "heartbeat_s"}
         unknown = set(req) - allowed
         if unknown:
-            raise ServiceError(f"unknown field(s) {_names(unknown)}; allowed: {', '.join(sorted(allowed))}")
+            raise ServiceError(f"unknown field(s) {names(unknown)}; allowed: {', '.join(sorted(allowed))}")
         max_limit = max(self.limits.values())
         estimate = None
         if req.get("gpu_memory_mib") is not None:
@@ -340,9 +340,10 @@ class Service:
         except UserError as e:
             raise ServiceError(str(e)) from None
         except Exception as e:  # noqa: BLE001  (the estimator runs the model: anything can stop it)
-            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ServiceError(f"cannot estimate the memory of '{model}' at {image_size} px, batch {batch_size}: "
-                               f"{why[:300]}; give gpu_memory instead") from None
+            why = " ".join(line.strip() for line in str(e).splitlines()) or type(e).__name__
+            why = why if len(why) <= 300 else why[:299] + "…"
+            raise ServiceError(f"cannot estimate the memory of '{model}' at {image_size} px, batch {batch_size} "
+                               f"({why}); give gpu_memory instead") from None
 
     def request_slot(self, req: dict, who: Identity = ADMIN) -> dict:
         """Grant a lease now, or queue the request. A retry with the same ``client_request_id`` gets the same slot.
@@ -1027,12 +1028,6 @@ def _open_db(folder: Path, **kw) -> sqlite3.Connection:
                     if (d / name).is_file():
                         private_file(d / name)
     return db
-
-
-def _names(keys) -> str:
-    """Unknown field names for an error message: as sent when they are plain names, else escaped."""
-    shown = sorted(k if isinstance(k, str) and k.isascii() and k.isidentifier() else show(k, 30) for k in keys)
-    return ", ".join(shown[:10]) + (f" and {len(shown) - 10} more" if len(shown) > 10 else "")
 
 
 def _is_id(ident) -> bool:

@@ -58,6 +58,12 @@ def show(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def names(keys) -> str:
+    """Field names for an error message (unknown ones, say): as sent when they are plain names, else escaped."""
+    shown = sorted(k if isinstance(k, str) and k.isascii() and k.isidentifier() else show(k, 30) for k in keys)
+    return ", ".join(shown[:10]) + (f" and {len(shown) - 10} more" if len(shown) > 10 else "")
+
+
 def text(name: str, value: Any, max_chars: int, controls: bool = False, empty: bool = True) -> str:
     """``value`` as stored text, or ServiceError naming ``name``: a string of at most ``max_chars`` characters,
     without NUL or lone surrogates, and (unless ``controls``) without control characters."""
@@ -114,8 +120,8 @@ def parse_body(raw: bytes) -> Any:
         value = json.loads(body, parse_constant=_reject_constant)
     except RecursionError:
         raise ServiceError(f"the body is nested too deeply (at most {MAX_DEPTH} levels)") from None
-    except ValueError as e:
-        raise ServiceError(f"the body must be JSON ({show(str(e), 80)})") from None
+    except ValueError as e:  # the decoder's messages hold positions, not the body's text
+        raise ServiceError(f"the body must be JSON: {str(e)[:120]}") from None
     check_json(value)
     return value
 
