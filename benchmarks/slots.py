@@ -39,15 +39,12 @@ ALONE_HARDWARE = ("A100-40GB", 1, 16)
 
 
 def serve(port: int, state: str, profile: str, gpus: int, cpus: int) -> None:
-    import uvicorn
-
-    from scheduler import hardware
-    from scheduler.api import build_app
+    from scheduler import api, hardware
     from scheduler.service import FixedBackend, Service
 
     hw = hardware.from_profile(profile, gpus_per_node=gpus, cpus=cpus)
     svc = Service(hw, state, backend=FixedBackend())
-    uvicorn.run(build_app(svc), host="127.0.0.1", port=port, log_level="error", backlog=2048)
+    api.serve(svc, port=port, log_level="error", backlog=2048)
 
 
 class _Conn:

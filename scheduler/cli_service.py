@@ -42,7 +42,7 @@ def add_verbs(subparsers) -> None:
     rq.add_argument("--wait", action="store_true", help="wait (renewing) until the request is granted")
     rq.set_defaults(func=cmd_slot_request)
     ls = _client_flags(sv_verbs.add_parser("list", help="your slots"))
-    ls.set_defaults(func=lambda a, c: _print(a, _call(_client(a).list_slots)))
+    ls.set_defaults(func=lambda a, c: _print(a, _client(a).list_slots()))
     for name, helptext in (("release", "free a slot now (its jobs are stopped)"), ("renew", "heartbeat a slot"),
                            ("show", "one slot")):
         p = _client_flags(sv_verbs.add_parser(name, help=helptext))
@@ -60,7 +60,7 @@ def add_verbs(subparsers) -> None:
     sb.set_defaults(func=cmd_job_submit)
     st = _client_flags(jv.add_parser("status", help="state, figures and advice"))
     st.add_argument("job_id")
-    st.set_defaults(func=lambda a, c: _print(a, _call(_client(a).job_status, a.job_id)))
+    st.set_defaults(func=lambda a, c: _print(a, _client(a).job_status(a.job_id)))
     lg = _client_flags(jv.add_parser("logs", help="the job's output"))
     lg.add_argument("job_id")
     lg.add_argument("--tail", type=int, default=100)
@@ -68,7 +68,7 @@ def add_verbs(subparsers) -> None:
     lg.set_defaults(func=cmd_job_logs)
     cn = _client_flags(jv.add_parser("cancel", help="stop the job (SIGTERM, SIGKILL 10 s later)"))
     cn.add_argument("job_id")
-    cn.set_defaults(func=lambda a, c: _print(a, _call(_client(a).cancel_job, a.job_id)))
+    cn.set_defaults(func=lambda a, c: _print(a, _client(a).cancel_job(a.job_id)))
     for verbs in (sv_verbs, jv):
         for p in verbs.choices.values():
             p.set_defaults(func=_reaching(p.get_default("func")))
@@ -131,15 +131,6 @@ def _client(args):
         raise UserError(f"--url / --token: {e}") from None
 
 
-def _call(fn, *a, **kw):
-    from scheduler.client import ServiceError
-
-    try:
-        return fn(*a, **kw)
-    except ServiceError as e:
-        raise UserError(f"{e.error} (HTTP {e.status})" if e.status else e.error) from None
-
-
 def _print(args, data) -> int:
     print(json.dumps(data) if getattr(args, "json", False) else json.dumps(data, indent=2))
     return 0
@@ -174,13 +165,13 @@ def _request_body(args) -> dict:
 def _wait_granted(client, slot: dict) -> dict:
     while slot["state"] == "queued":
         time.sleep(min(5.0, max(1.0, slot.get("heartbeat_s", 60) / 4)))
-        slot = _call(client.renew, slot["slot_id"])
+        slot = client.renew(slot["slot_id"])
     return slot
 
 
 def cmd_slot_request(args, console) -> int:
     client = _client(args)
-    slot = _call(client.request_slot, **_request_body(args))
+    slot = client.request_slot(**_request_body(args))
     if args.wait:
         slot = _wait_granted(client, slot)
     return _print(args, slot)
@@ -189,7 +180,7 @@ def cmd_slot_request(args, console) -> int:
 def cmd_slot_one(args, console) -> int:
     c = _client(args)
     fn = {"release": c.release, "renew": c.renew, "show": c.get_slot}[args.action]
-    return _print(args, _call(fn, args.slot_id))
+    return _print(args, fn(args.slot_id))
 
 
 def cmd_job_submit(args, console) -> int:
@@ -208,12 +199,12 @@ def cmd_job_submit(args, console) -> int:
     answer = {}
     slot_id = args.slot
     if not slot_id and (args.gpu_memory or args.model):
-        slot = _call(client.request_slot, **_request_body(args))
+        slot = client.request_slot(**_request_body(args))
         slot_id, answer["slot"] = slot["slot_id"], slot
     slot_id = slot_id or os.environ.get("GPUPACK_SLOT")
     if not slot_id:
         raise UserError("no slot: pass --slot ID, set GPUPACK_SLOT, or give --gpu-memory to request one")
-    answer["job"] = _call(client.submit_job, slot_id, argv, cwd=args.cwd or os.getcwd(), env=env or None)
+    answer["job"] = client.submit_job(slot_id, argv, cwd=args.cwd or os.getcwd(), env=env or None)
     return _print(args, answer if "slot" in answer else answer["job"])
 
 
@@ -226,7 +217,7 @@ def cmd_job_logs(args, console) -> int:
             sys.stdout.write(text)
             sys.stdout.flush()
         return 0
-    return _print(args, _call(client.job_logs, args.job_id, tail=args.tail))
+    return _print(args, client.job_logs(args.job_id, tail=args.tail))
 
 
 def cmd_serve(args, console) -> int:
@@ -249,10 +240,8 @@ def cmd_serve(args, console) -> int:
         heartbeat = parse_duration_s(args.heartbeat_timeout)
     except ValueError as e:
         raise UserError(f"--heartbeat-timeout: {e}") from None
-    import uvicorn
-
     from scheduler import hardware
-    from scheduler.api import build_app
+    from scheduler.api import serve
     from scheduler.service import FixedBackend, RayBackend, Service
 
     hw = hardware.resolve(args.hardware, gpus_per_node=args.gpus_per_node, cpus=args.cpus)
@@ -265,7 +254,7 @@ def cmd_serve(args, console) -> int:
                   "hint": "in another shell: python -m scheduler slot request --gpu-memory 12GB --cpus 2 --minutes 20"})
     sys.stdout.flush()
     try:
-        uvicorn.run(build_app(service, host=args.host), host=args.host, port=args.port, log_level="warning")
+        serve(service, host=args.host, port=args.port)
     finally:
         service.close()
         if not args.no_ray:
