@@ -23,21 +23,29 @@ log = logging.getLogger("gpupack.service")
 
 
 def place_online(request_mib: int, request_cpus: int, free_by_device: dict[str, int],
-                 free_cpus_by_node: dict[str, int], workload=(), limits: dict[str, int] | None = None) -> str | None:
+                 free_cpus_by_node: dict[str, int], workload=(), limits: dict[str, int] | None = None,
+                 cache=None) -> str | None:
     """The device (``node:index``) for a request, or None when it fits nowhere now.
 
     With the workload seen so far and the devices' limits: FGD (``scheduler.placement_online.fgd``), which places
     where the cluster's expected fragmentation grows least — on the Alibaba trace it beats best fit on every seed
-    (``benchmarks/alibaba_trace.py``). Without them: best fit, the least memory left, ties to the lower index."""
+    (``benchmarks/alibaba_trace.py``); ``cache``, a ``FragmentationCache`` for that workload, only speeds it up.
+    Without them: best fit, the least memory left, ties to the lower index. Where one device alone can take the
+    request, that device is the answer of both, found without weighing anything."""
     if workload and limits:
         from scheduler.placement_online import fgd
+
+        fits = [k for k, free in free_by_device.items()
+                if free >= request_mib and free_cpus_by_node.get(k.rpartition(":")[0], 0) >= request_cpus]
+        if len(fits) <= 1:
+            return fits[0] if fits else None
 
         nodes = sorted({k.rpartition(":")[0] for k in limits})
         keys = [sorted((k for k in limits if k.rpartition(":")[0] == n), key=lambda k: int(k.rpartition(":")[2]))
                 for n in nodes]
         choice = fgd(request_mib, request_cpus, [[max(0, free_by_device.get(k, 0)) for k in ks] for ks in keys],
                      [free_cpus_by_node.get(n, 0) for n in nodes], workload,
-                     capacity=[[limits[k] for k in ks] for ks in keys])
+                     capacity=[[limits[k] for k in ks] for ks in keys], cache=cache)
         return None if choice is None or choice[1] is None else keys[choice[0]][choice[1]]
     best: tuple[int, str, int, str] | None = None
     for key, free in free_by_device.items():

@@ -164,6 +164,8 @@ class Service:
         self.node_cpus = {n.name: n.cpus for n in hardware.nodes if n.devices}
         self._recent: collections.deque = collections.deque(maxlen=RECENT_REQUESTS)  # (MiB, cpus) of new requests
         self._appended, self._workload_at, self._workload_cache = 0, 0, None
+        self._shapes: dict[tuple[int, int], Any] = {}  # (MiB, cpus) → its Shape, made once
+        self._frag = None  # FGD's memo of node fragmentation, for the current workload
         self.backend = backend or FixedBackend()
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.aging_s = aging_s
@@ -507,13 +509,19 @@ class Service:
     def _workload(self):
         """The shapes of recent requests, as FGD's typical requests; recomputed every 25 new requests (a
         distribution moves slowly, and the request path must stay fast)."""
-        from scheduler.placement_online import Shape, workload_of
+        from scheduler.placement_online import FragmentationCache, Shape, workload_of
 
         if self._workload_cache is not None and self._appended - self._workload_at < 25:
             return self._workload_cache
         self._workload_at = self._appended
-        shapes = (Shape(max(1, round(mib / SHAPE_MIB)) * SHAPE_MIB, 1, cpus) for mib, cpus in self._recent)
+        shapes = []
+        for key in self._recent:
+            shape = self._shapes.get(key)
+            if shape is None:
+                shape = self._shapes[key] = Shape(max(1, round(key[0] / SHAPE_MIB)) * SHAPE_MIB, 1, key[1])
+            shapes.append(shape)
         self._workload_cache = workload_of(shapes, coverage=0.95)
+        self._frag = FragmentationCache(self._workload_cache)
         return self._workload_cache
 
     def _free(self) -> tuple[dict[str, int], dict[str, int]]:
@@ -566,10 +574,18 @@ class Service:
         cores = max(cpus.values())
         workload = None
         for s in queue:
+            fits = s.gpu_memory_mib <= room and s.cpus <= cores  # if not, it fits nowhere: no need to ask FGD
+            if head is not None:
+                if not fits:
+                    continue
+                if hs is None:
+                    hs = self._head_shadow(head, now, free, cpus)
+                if hs[0] is None:
+                    break  # the head cannot be placed even when everything ends: keep the order strict
             dev = None
-            if s.gpu_memory_mib <= room and s.cpus <= cores:  # else it fits nowhere: no need to ask FGD
+            if fits:
                 workload = self._workload() if workload is None else workload
-                dev = place_online(s.gpu_memory_mib, s.cpus, free, cpus, workload, self.limits)
+                dev = place_online(s.gpu_memory_mib, s.cpus, free, cpus, workload, self.limits, self._frag)
             if head is None:
                 if dev is not None:
                     self._take(s, dev, now, free, cpus)
@@ -579,8 +595,6 @@ class Service:
                 continue
             if dev is None:
                 continue
-            if hs is None:
-                hs = self._head_shadow(head, now, free, cpus)
             t, sfree, scpus = hs
             end = now + s.minutes * 60
             if t is not None and end > t:
@@ -591,8 +605,6 @@ class Service:
                 if place_online(head.gpu_memory_mib, head.cpus, sfree, scpus) is None:
                     continue  # it would delay the head
                 hs = (t, sfree, scpus)
-            elif t is None:
-                continue  # the head cannot be placed even when everything ends: keep the order strict
             self._take(s, dev, now, free, cpus)
             room, cores = max(free.values()), max(cpus.values())
 

@@ -264,6 +264,23 @@ def test_deciding_a_request_alone_leaves_nothing_a_full_pass_would_start(tmp_pat
     s.close()
 
 
+def test_place_online_answers_as_fgd_when_it_skips_weighing_a_single_choice():
+    import random
+
+    from scheduler.placement_online import Shape, fgd, workload_of
+
+    rnd = random.Random(0)
+    keys = [f"local:{i}" for i in range(3)]
+    limits = dict.fromkeys(keys, LIMIT)
+    workload = workload_of([Shape(rnd.randint(1, 24) * 1024, 1, rnd.randint(0, 3)) for _ in range(60)])
+    for _ in range(400):
+        free = {k: rnd.choice([0, 700, rnd.randint(0, LIMIT)]) for k in keys}
+        mib, cpus, node_cpus = rnd.randint(1, LIMIT // 2), rnd.randint(0, 4), rnd.randint(0, 8)
+        want = fgd(mib, cpus, [[free[k] for k in keys]], [node_cpus], workload, capacity=[[LIMIT] * 3])
+        want = None if want is None or want[1] is None else keys[want[1]]
+        assert service_module.place_online(mib, cpus, free, {"local": node_cpus}, workload, limits) == want
+
+
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
