@@ -1,6 +1,10 @@
 """HTTP for the service: a JSON REST API shaped like Ray Jobs' (``/api/slots``, ``/api/jobs``, ``/api/gpus``) and the
 MCP tools over streamable HTTP at ``/mcp``, on one Starlette app behind one bearer-token check. Parsing and
-translating only: every decision is :class:`scheduler.service.Service`'s."""
+translating only: every decision is :class:`scheduler.service.Service`'s.
+
+Every answer is JSON, faults included: 401 without a known token, 404 for an unknown path, 405 for a known path
+with another method (with ``Allow``), 413 for a body over ``MAX_BODY`` (however it is sent), 400 for anything else
+the service refuses (``scheduler.service_input`` checks strings, nesting and numbers before anything is decided)."""
 
 from __future__ import annotations
 
@@ -11,19 +15,28 @@ import json
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
+from starlette.routing import Route
 
 from scheduler.service import ADMIN, Identity, Service, ServiceError, Unauthorized
+from scheduler.service_input import MAX_BODY, names, parse_body, query_int, render
 
 PUBLIC = {"/api/health"}
-MAX_BODY = 1 << 20
+
+
+class _JSON(JSONResponse):
+    """JSON that always renders (see :func:`scheduler.service_input.render`)."""
+
+    def render(self, content: Any) -> bytes:
+        return render(content)
 
 
 def _bearer(raw: str | None) -> str | None:
@@ -50,10 +63,51 @@ class BearerAuth:
         try:
             ident = self.service.identify(_bearer(raw))
         except Unauthorized as e:
-            resp = JSONResponse({"error": str(e)}, 401, headers={"WWW-Authenticate": 'Bearer realm="gpupack"'})
+            resp = _JSON({"error": str(e)}, 401, headers={"WWW-Authenticate": 'Bearer realm="gpupack"'})
             return await resp(scope, receive, send)
         scope.setdefault("state", {})["identity"] = ident
         await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """Reads the whole request body before anything else does, at most ``limit`` bytes: past it the answer is a
+    JSON 413, whether ``Content-Length`` says so or the stream does. The body is then handed on as read."""
+
+    def __init__(self, app, limit: int = MAX_BODY):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for k, v in scope["headers"]:
+            if k == b"content-length" and v.isdigit() and int(v) > self.limit:
+                return await self._too_large(int(v), scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                return await self._too_large(None, scope, receive, send)
+            if not message.get("more_body"):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, length, scope, receive, send):
+        size = f"{length} bytes" if length is not None else "over that"
+        await _JSON({"error": f"the body is {size}; at most {self.limit} bytes"}, 413,
+                    headers={"Connection": "close"})(scope, receive, send)
 
 
 def _answer(fn):
@@ -64,22 +118,34 @@ def _answer(fn):
         try:
             result = await fn(request)
         except ServiceError as e:
-            return JSONResponse({"error": str(e)}, e.status)
-        return result if isinstance(result, Response) else JSONResponse(result)
+            return _JSON({"error": str(e)}, e.status)
+        return result if isinstance(result, Response) else _JSON(result)
 
     return wrapped
 
 
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    """Starlette's own refusals (no route, a route without this method), as JSON."""
+    if exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        error = f"{request.method} is not allowed on {request.url.path}; allowed: {allowed}"
+    elif exc.status_code == 404:
+        error = f"no such path: {request.url.path} (the API is under /api, MCP at /mcp)"
+    else:
+        error = str(exc.detail)
+    return _JSON({"error": error}, exc.status_code, headers=exc.headers)
+
+
+async def _crash(request: Request, exc: Exception) -> Response:
+    """A fault of the program, not of the request: still JSON, and its traceback goes to the log."""
+    return _JSON({"error": f"internal error ({type(exc).__name__}); see the service's log"}, 500)
+
+
 async def _body(request: Request) -> dict:
     raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise ServiceError("request body too large")
     if not raw:
         return {}
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        raise ServiceError("the body must be JSON") from None
+    data = parse_body(raw)
     if not isinstance(data, dict):
         raise ServiceError("the body must be a JSON object")
     return data
@@ -90,13 +156,21 @@ def _who(request: Request) -> Identity:
 
 
 def _int_param(request: Request, name: str, default: int | None) -> int | None:
-    v = request.query_params.get(name)
-    if v is None or v == "":
-        return default
-    try:
-        return int(v)
-    except ValueError:
-        raise ServiceError(f"{name}: an integer") from None
+    return query_int(name, request.query_params.get(name), default)
+
+
+def serve(service: Service, host: str = "127.0.0.1", port: int = 8780, log_level: str = "warning", **uvicorn_kw):
+    """Serve the app with uvicorn until stopped. What was built before the first request (the imports, the app, the
+    service's state) is frozen out of the garbage collector's sight first: a full collection of it takes 40-80 ms,
+    which every request in flight would wait for."""
+    import gc
+
+    import uvicorn
+
+    app = build_app(service, host=host)
+    gc.collect()
+    gc.freeze()
+    uvicorn.run(app, host=host, port=port, log_level=log_level, **uvicorn_kw)
 
 
 def build_app(service: Service, host: str = "127.0.0.1") -> BearerAuth:
@@ -135,7 +209,7 @@ def build_app(service: Service, host: str = "127.0.0.1") -> BearerAuth:
         b = await _body(request)
         allowed = {"slot_id", "argv", "entrypoint", "cwd", "env"}
         if set(b) - allowed:
-            raise ServiceError(f"unknown field(s) {', '.join(sorted(set(b) - allowed))}; allowed: {', '.join(sorted(allowed))}")
+            raise ServiceError(f"unknown field(s) {names(set(b) - allowed)}; allowed: {', '.join(sorted(allowed))}")
         if "entrypoint" in b and "argv" not in b:
             raise ServiceError("entrypoint: shell strings are not run; send argv, a list of strings")
         if not isinstance(b.get("slot_id"), str):
@@ -185,7 +259,7 @@ def build_app(service: Service, host: str = "127.0.0.1") -> BearerAuth:
     security = None if host in ("127.0.0.1", "localhost", "::1") else TransportSecuritySettings(
         enable_dns_rebinding_protection=False)
     mcp_app = mcp.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
-                                      host=host, transport_security=security)
+                                      host=host, transport_security=security, max_request_body_size=MAX_BODY)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -205,22 +279,56 @@ def build_app(service: Service, host: str = "127.0.0.1") -> BearerAuth:
         Route("/api/jobs/{job_id}/stop", stop_job, methods=["POST"]),
         Route("/api/gpus", gpus, methods=["GET"]),
         Route("/api/tokens", tokens, methods=["POST"]),
-        Mount("/", app=mcp_app),
+        Route("/mcp", mcp_app),  # any method: the MCP transport answers for itself
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_error, Exception: _crash})
     app.state.service = service
     app.state.mcp = mcp
-    return BearerAuth(app, service)
+    return BearerAuth(BodyLimit(app), service)
 
 
 # --- MCP ----------------------------------------------------------------------------------------------------------
+
+
+def _tool_error(error: str, status: int) -> str:
+    return json.dumps({"error": error, "status": status})
+
+
+class _Tools(MCPServer):
+    """The SDK's server, holding MCP to the REST API's rules: an unknown argument is refused (not ignored), and every
+    refusal, a badly typed argument included, is a tool error whose text is the REST API's JSON
+    (``{"error": …, "status": …}``)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None):
+        tool = self._tool_manager.get_tool(name)
+        if tool is None:
+            raise ToolError(_tool_error(f"no tool {name!a}", 404))
+        allowed = set((tool.parameters or {}).get("properties", {}))
+        unknown = set(arguments or {}) - allowed
+        if unknown:
+            raise ToolError(_tool_error(f"unknown argument(s) {names(unknown)}; allowed: "
+                                        f"{', '.join(sorted(allowed)) or 'none'}", 400))
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
+        except ToolError as e:
+            cause = e.__cause__
+            if isinstance(cause, ValidationError):
+                why = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'arguments'}: {err['msg']}"
+                                for err in cause.errors()[:5])
+                raise ToolError(_tool_error(why, 400)) from None
+            if isinstance(cause, ToolError):  # ours: already the JSON
+                raise ToolError(str(cause)) from None
+            raise
 
 
 def build_mcp(service: Service, default: Identity = ADMIN):
     """The MCP tools. Over HTTP the caller is whoever the bearer token names; an in-process client (tests, an
     embedding program) carries no headers and acts as ``default``."""
     s = service
-    mcp = MCPServer("gpupack", log_level="WARNING", instructions=(
+    mcp = _Tools("gpupack", log_level="WARNING", instructions=(
         "Ask for a GPU slot (memory, cores, minutes) with request_slot, renew it before renew_by with renew_slot, "
         "run a command in it with submit_job, poll job_status (figures and advice) and job_logs, and release_slot "
         "when done. Every answer is JSON."))
@@ -231,11 +339,12 @@ def build_mcp(service: Service, default: Identity = ADMIN):
             return default
         return s.identify(_bearer(headers.get("authorization")))
 
-    async def call(fn, *args, **kw) -> dict:
+    async def call(ctx: Context, fn, *args) -> dict:
+        """``fn(*args, identity)`` off the event loop; a refusal is a tool error holding the REST API's JSON."""
         try:
-            return await run_in_threadpool(fn, *args, **kw)
+            return await run_in_threadpool(fn, *args, who(ctx))
         except ServiceError as e:
-            raise ToolError(json.dumps({"error": str(e), "status": e.status})) from None
+            raise ToolError(_tool_error(str(e), e.status)) from None
 
     read = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
     grant = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
@@ -253,49 +362,49 @@ def build_mcp(service: Service, default: Identity = ADMIN):
         req = {k: v for k, v in dict(gpu_memory=gpu_memory, cpus=cpus, minutes=minutes, priority=priority,
                                      label=label, model=model, image_size=image_size, batch_size=batch_size,
                                      client_request_id=client_request_id).items() if v is not None}
-        return await call(s.request_slot, req, who(ctx))
+        return await call(ctx, s.request_slot, req)
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
     async def renew_slot(ctx: Context, slot_id: str) -> dict[str, Any]:
         """Heartbeat: keep the slot (granted or queued). A slot not renewed within heartbeat_s is reclaimed."""
-        return await call(s.renew, slot_id, who(ctx))
+        return await call(ctx, s.renew, slot_id)
 
     @mcp.tool(annotations=destroy)
     async def release_slot(ctx: Context, slot_id: str) -> dict[str, Any]:
         """Free the slot at once; jobs running in it are stopped."""
-        return await call(s.release, slot_id, who(ctx))
+        return await call(ctx, s.release, slot_id)
 
     @mcp.tool(annotations=read)
     async def list_slots(ctx: Context) -> dict[str, Any]:
         """Your slots, granted and queued."""
-        return await call(s.list_slots, who(ctx))
+        return await call(ctx, s.list_slots)
 
     @mcp.tool(annotations=grant)
     async def submit_job(ctx: Context, slot_id: str, argv: list[str], cwd: str | None = None,
                          env: dict[str, str] | None = None) -> dict[str, Any]:
         """Run a command (argv list, never a shell string) in the slot, with its GPU and memory share in the
         environment. Returns the job at once; poll job_status and job_logs."""
-        return await call(s.submit_job, slot_id, argv, cwd, env, who(ctx))
+        return await call(ctx, s.submit_job, slot_id, argv, cwd, env)
 
     @mcp.tool(annotations=read)
     async def job_status(ctx: Context, job_id: str) -> dict[str, Any]:
         """The job's state, exit code, runtime, GPU memory, CPU, RSS, throughput, and advice on its batch size."""
-        return await call(s.job_status, job_id, who(ctx))
+        return await call(ctx, s.job_status, job_id)
 
     @mcp.tool(annotations=read)
     async def job_logs(ctx: Context, job_id: str, tail: int = 100, offset: int | None = None) -> dict[str, Any]:
         """The last `tail` lines of the job's output, or the output from byte `offset` (pass back the returned
         offset to follow)."""
-        return await call(s.job_logs, job_id, tail, offset, who(ctx))
+        return await call(ctx, s.job_logs, job_id, tail, offset)
 
     @mcp.tool(annotations=destroy)
     async def cancel_job(ctx: Context, job_id: str) -> dict[str, Any]:
         """Stop the job (SIGTERM to its process group, SIGKILL 10 s later)."""
-        return await call(s.cancel_job, job_id, who(ctx))
+        return await call(ctx, s.cancel_job, job_id)
 
     @mcp.tool(annotations=read)
     async def gpu_status(ctx: Context) -> dict[str, Any]:
         """Every device: memory limit, granted, used by others, free; the queue length; free cores per node."""
-        return await call(s.gpu_status, who(ctx))
+        return await call(ctx, s.gpu_status)
 
     return mcp

@@ -1,10 +1,13 @@
 """The service's verbs: ``serve`` runs it; ``slot`` and ``job`` talk to a running one. Every answer is printed as
-JSON (indented; one line with ``--json``) so that agents can read it."""
+JSON (indented; one line with ``--json``) so that agents can read it. Whatever goes wrong between the CLI and the
+service (it is not running, it refused, a number cannot be sent) is one ``error:`` line and exit status 2."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
 import sys
 import time
@@ -57,7 +60,7 @@ def add_verbs(subparsers) -> None:
     sb.set_defaults(func=cmd_job_submit)
     st = _client_flags(jv.add_parser("status", help="state, figures and advice"))
     st.add_argument("job_id")
-    st.set_defaults(func=lambda a, c: _print(a, _call(_client(a).job_status, a.job_id)))
+    st.set_defaults(func=lambda a, c: _print(a, _client(a).job_status(a.job_id)))
     lg = _client_flags(jv.add_parser("logs", help="the job's output"))
     lg.add_argument("job_id")
     lg.add_argument("--tail", type=int, default=100)
@@ -65,7 +68,31 @@ def add_verbs(subparsers) -> None:
     lg.set_defaults(func=cmd_job_logs)
     cn = _client_flags(jv.add_parser("cancel", help="stop the job (SIGTERM, SIGKILL 10 s later)"))
     cn.add_argument("job_id")
-    cn.set_defaults(func=lambda a, c: _print(a, _call(_client(a).cancel_job, a.job_id)))
+    cn.set_defaults(func=lambda a, c: _print(a, _client(a).cancel_job(a.job_id)))
+    for verbs in (sv_verbs, jv):
+        for p in verbs.choices.values():
+            p.set_defaults(func=_reaching(p.get_default("func")))
+
+
+def _reaching(fn):
+    """A verb that talks to the service, with every failure on the way turned into the person's error (start the
+    service, fix the URL or token): one line, exit status 2, no traceback."""
+
+    @functools.wraps(fn)
+    def run(args, console):
+        import httpx
+
+        from scheduler.client import ServiceError
+
+        try:
+            return fn(args, console)
+        except ServiceError as e:
+            raise UserError(f"{e.error} (HTTP {e.status})" if e.status else e.error) from None
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as e:
+            raise UserError(f"the gpupack service at {args.url or os.environ.get('GPUPACK_URL') or 'the default URL'}"
+                            f" stopped answering ({type(e).__name__}: {e})") from None
+
+    return run
 
 
 def _client_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -92,18 +119,16 @@ def _request_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def _client(args):
+    import httpx
+
     from scheduler.client import Client
 
-    return Client(url=args.url, token=args.token, state_dir=args.state)
-
-
-def _call(fn, *a, **kw):
-    from scheduler.client import ServiceError
-
+    if args.token is not None and not (args.token.isascii() and args.token.isprintable()):
+        raise UserError("--token: a token is printable ASCII (as `serve --new-token` prints it)")
     try:
-        return fn(*a, **kw)
-    except ServiceError as e:
-        raise UserError(f"{e.error} (HTTP {e.status})" if e.status else e.error) from None
+        return Client(url=args.url, token=args.token, state_dir=args.state)
+    except (httpx.InvalidURL, ValueError, UnicodeError) as e:
+        raise UserError(f"--url / --token: {e}") from None
 
 
 def _print(args, data) -> int:
@@ -116,8 +141,16 @@ def _request_body(args) -> dict:
 
     if not args.gpu_memory and not args.model:
         raise UserError("give --gpu-memory SIZE (e.g. 12GB), or --model with --image-size and --batch-size")
-    if args.model and not args.batch_size:
+    if args.model and args.batch_size is None:
         raise UserError("--model needs --batch-size (and --image-size, default 224)")
+    if not (math.isfinite(args.minutes) and 0 < args.minutes <= 24 * 60):
+        raise UserError(f"--minutes: a number of minutes in (0, 1440], got {args.minutes}")
+    if args.cpus < 0:
+        raise UserError(f"--cpus: a number of cores, 0 or more, got {args.cpus}")
+    if args.model and args.batch_size < 1:
+        raise UserError(f"--batch-size: a positive integer, got {args.batch_size}")
+    if args.model and args.image_size < 1:
+        raise UserError(f"--image-size: a positive integer (pixels), got {args.image_size}")
     try:
         hb = parse_duration_s(args.heartbeat) if args.heartbeat else args.minutes * 60
     except ValueError as e:
@@ -132,13 +165,13 @@ def _request_body(args) -> dict:
 def _wait_granted(client, slot: dict) -> dict:
     while slot["state"] == "queued":
         time.sleep(min(5.0, max(1.0, slot.get("heartbeat_s", 60) / 4)))
-        slot = _call(client.renew, slot["slot_id"])
+        slot = client.renew(slot["slot_id"])
     return slot
 
 
 def cmd_slot_request(args, console) -> int:
     client = _client(args)
-    slot = _call(client.request_slot, **_request_body(args))
+    slot = client.request_slot(**_request_body(args))
     if args.wait:
         slot = _wait_granted(client, slot)
     return _print(args, slot)
@@ -147,7 +180,7 @@ def cmd_slot_request(args, console) -> int:
 def cmd_slot_one(args, console) -> int:
     c = _client(args)
     fn = {"release": c.release, "renew": c.renew, "show": c.get_slot}[args.action]
-    return _print(args, _call(fn, args.slot_id))
+    return _print(args, fn(args.slot_id))
 
 
 def cmd_job_submit(args, console) -> int:
@@ -166,28 +199,25 @@ def cmd_job_submit(args, console) -> int:
     answer = {}
     slot_id = args.slot
     if not slot_id and (args.gpu_memory or args.model):
-        slot = _call(client.request_slot, **_request_body(args))
+        slot = client.request_slot(**_request_body(args))
         slot_id, answer["slot"] = slot["slot_id"], slot
     slot_id = slot_id or os.environ.get("GPUPACK_SLOT")
     if not slot_id:
         raise UserError("no slot: pass --slot ID, set GPUPACK_SLOT, or give --gpu-memory to request one")
-    answer["job"] = _call(client.submit_job, slot_id, argv, cwd=args.cwd or os.getcwd(), env=env or None)
+    answer["job"] = client.submit_job(slot_id, argv, cwd=args.cwd or os.getcwd(), env=env or None)
     return _print(args, answer if "slot" in answer else answer["job"])
 
 
 def cmd_job_logs(args, console) -> int:
     client = _client(args)
+    if args.tail < 0:
+        raise UserError(f"--tail: a number of lines, 0 or more, got {args.tail}")
     if args.follow and not args.json:
-        from scheduler.client import ServiceError
-
-        try:
-            for text in client.follow_logs(args.job_id, tail=args.tail):
-                sys.stdout.write(text)
-                sys.stdout.flush()
-        except ServiceError as e:
-            raise UserError(f"{e.error} (HTTP {e.status})") from None
+        for text in client.follow_logs(args.job_id, tail=args.tail):
+            sys.stdout.write(text)
+            sys.stdout.flush()
         return 0
-    return _print(args, _call(client.job_logs, args.job_id, tail=args.tail))
+    return _print(args, client.job_logs(args.job_id, tail=args.tail))
 
 
 def cmd_serve(args, console) -> int:
@@ -210,10 +240,8 @@ def cmd_serve(args, console) -> int:
         heartbeat = parse_duration_s(args.heartbeat_timeout)
     except ValueError as e:
         raise UserError(f"--heartbeat-timeout: {e}") from None
-    import uvicorn
-
     from scheduler import hardware
-    from scheduler.api import build_app
+    from scheduler.api import serve
     from scheduler.service import FixedBackend, RayBackend, Service
 
     hw = hardware.resolve(args.hardware, gpus_per_node=args.gpus_per_node, cpus=args.cpus)
@@ -226,7 +254,7 @@ def cmd_serve(args, console) -> int:
                   "hint": "in another shell: python -m scheduler slot request --gpu-memory 12GB --cpus 2 --minutes 20"})
     sys.stdout.flush()
     try:
-        uvicorn.run(build_app(service, host=args.host), host=args.host, port=args.port, log_level="warning")
+        serve(service, host=args.host, port=args.port)
     finally:
         service.close()
         if not args.no_ray:

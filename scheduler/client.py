@@ -41,6 +41,15 @@ def find_token(token: str | None = None, state_dir: str | Path | None = None) ->
         return None
 
 
+def _error_of(r: httpx.Response) -> str:
+    """The one-line reason in an error answer (``{"error": …}``), whatever the answer holds."""
+    try:
+        data = r.json()
+    except ValueError:
+        return r.text.strip()[:500] or r.reason_phrase
+    return str(data.get("error", data)) if isinstance(data, dict) else str(data)
+
+
 class Client:
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0,
                  state_dir: str | Path | None = None, transport: httpx.BaseTransport | None = None):
@@ -63,13 +72,12 @@ class Client:
             r = self._http.request(method, path, **kw)
         except httpx.HTTPError as e:
             raise ServiceError(0, f"cannot reach the gpupack service at {self.url} ({e}); is `serve` running?") from None
-        try:
-            data = r.json()
-        except ValueError:
-            data = {"error": r.text.strip() or r.reason_phrase}
         if r.status_code >= 400:
-            raise ServiceError(r.status_code, data.get("error", str(data)) if isinstance(data, dict) else str(data))
-        return data
+            raise ServiceError(r.status_code, _error_of(r))
+        try:
+            return r.json()
+        except ValueError:
+            raise ServiceError(r.status_code, f"the service answered something that is not JSON: {r.text[:200]!r}") from None
 
     # -- slots --
 
@@ -125,12 +133,15 @@ class Client:
 
     def follow_logs(self, job_id: str, tail: int = 100) -> Iterator[str]:
         """The log's text as it grows, until the job ends."""
-        with self._http.stream("GET", f"/api/jobs/{job_id}/logs", params={"tail": tail, "follow": "true"},
-                               timeout=None) as r:
-            if r.status_code >= 400:
-                r.read()
-                raise ServiceError(r.status_code, r.json().get("error", r.text))
-            yield from r.iter_text()
+        try:
+            with self._http.stream("GET", f"/api/jobs/{job_id}/logs", params={"tail": tail, "follow": "true"},
+                                   timeout=None) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    raise ServiceError(r.status_code, _error_of(r))
+                yield from r.iter_text()
+        except httpx.HTTPError as e:
+            raise ServiceError(0, f"cannot reach the gpupack service at {self.url} ({e}); is `serve` running?") from None
 
     def cancel_job(self, job_id: str) -> dict:
         return self._call("POST", f"/api/jobs/{job_id}/stop")

@@ -23,21 +23,29 @@ log = logging.getLogger("gpupack.service")
 
 
 def place_online(request_mib: int, request_cpus: int, free_by_device: dict[str, int],
-                 free_cpus_by_node: dict[str, int], workload=(), limits: dict[str, int] | None = None) -> str | None:
+                 free_cpus_by_node: dict[str, int], workload=(), limits: dict[str, int] | None = None,
+                 cache=None) -> str | None:
     """The device (``node:index``) for a request, or None when it fits nowhere now.
 
     With the workload seen so far and the devices' limits: FGD (``scheduler.placement_online.fgd``), which places
     where the cluster's expected fragmentation grows least — on the Alibaba trace it beats best fit on every seed
-    (``benchmarks/alibaba_trace.py``). Without them: best fit, the least memory left, ties to the lower index."""
+    (``benchmarks/alibaba_trace.py``); ``cache``, a ``FragmentationCache`` for that workload, only speeds it up.
+    Without them: best fit, the least memory left, ties to the lower index. Where one device alone can take the
+    request, that device is the answer of both, found without weighing anything."""
     if workload and limits:
         from scheduler.placement_online import fgd
+
+        fits = [k for k, free in free_by_device.items()
+                if free >= request_mib and free_cpus_by_node.get(k.rpartition(":")[0], 0) >= request_cpus]
+        if len(fits) <= 1:
+            return fits[0] if fits else None
 
         nodes = sorted({k.rpartition(":")[0] for k in limits})
         keys = [sorted((k for k in limits if k.rpartition(":")[0] == n), key=lambda k: int(k.rpartition(":")[2]))
                 for n in nodes]
         choice = fgd(request_mib, request_cpus, [[max(0, free_by_device.get(k, 0)) for k in ks] for ks in keys],
                      [free_cpus_by_node.get(n, 0) for n in nodes], workload,
-                     capacity=[[limits[k] for k in ks] for ks in keys])
+                     capacity=[[limits[k] for k in ks] for ks in keys], cache=cache)
         return None if choice is None or choice[1] is None else keys[choice[0]][choice[1]]
     best: tuple[int, str, int, str] | None = None
     for key, free in free_by_device.items():
@@ -64,40 +72,95 @@ class Claim:
     end: float
 
 
-def estimate_starts(now: float, free: dict[str, int], free_cpus: dict[str, int], running: list[Claim],
-                    queued: list[tuple[int, int, float]]) -> list[tuple[float | None, str | None]]:
-    """When each queued request (mib, cpus, seconds), in queue order, would start if leases end at their deadlines
-    and the queue were served strictly in order. Returns (start time or None, device) per request."""
-    import heapq
+class StartSimulation:
+    """The state of :func:`estimate_starts` between two queued requests (free memory and cores, the leases still
+    running by deadline, the clock), so that an estimate can be resumed from a saved point instead of from the head
+    of the queue. ``copy`` saves a point; ``step`` serves the next request in queue order."""
 
-    free, free_cpus = dict(free), dict(free_cpus)
-    events = [(c.end, i, c) for i, c in enumerate(running)]
-    heapq.heapify(events)
-    seq = len(events)
-    t = now
-    out: list[tuple[float | None, str | None]] = []
-    for mib, cpus, seconds in queued:
+    def __init__(self, now: float, free: dict[str, int], free_cpus: dict[str, int], running: list[Claim]):
+        import heapq
+
+        self.free, self.free_cpus = dict(free), dict(free_cpus)
+        self.events = [(c.end, i, c) for i, c in enumerate(running)]
+        heapq.heapify(self.events)
+        self.seq = len(self.events)
+        self.t = now
+
+    def copy(self) -> "StartSimulation":
+        other = object.__new__(StartSimulation)
+        other.free, other.free_cpus, other.events = dict(self.free), dict(self.free_cpus), list(self.events)
+        other.seq, other.t = self.seq, self.t
+        return other
+
+    def step(self, mib: int, cpus: int, seconds: float) -> tuple[float | None, str | None]:
+        """When the next request (mib, cpus, seconds) would start, and where; (None, None) when never."""
+        import heapq
+
+        free, free_cpus = self.free, self.free_cpus
         while True:
             dev = place_online(mib, cpus, free, free_cpus)
             if dev is not None:
                 break
-            if not events:
-                dev = None
-                break
-            t, _, c = heapq.heappop(events)
+            if not self.events:
+                return None, None
+            self.t, _, c = heapq.heappop(self.events)
             free[c.device] += c.mib
             node = c.device.rpartition(":")[0]
             free_cpus[node] = free_cpus.get(node, 0) + c.cpus
-        if dev is None:
-            out.append((None, None))
-            continue
-        out.append((t, dev))
         free[dev] -= mib
         node = dev.rpartition(":")[0]
         free_cpus[node] -= cpus
-        seq += 1
-        heapq.heappush(events, (t + seconds, seq, Claim(dev, mib, cpus, t + seconds)))
-    return out
+        self.seq += 1
+        heapq.heappush(self.events, (self.t + seconds, self.seq, Claim(dev, mib, cpus, self.t + seconds)))
+        return self.t, dev
+
+
+def estimate_starts(now: float, free: dict[str, int], free_cpus: dict[str, int], running: list[Claim],
+                    queued: list[tuple[int, int, float]]) -> list[tuple[float | None, str | None]]:
+    """When each queued request (mib, cpus, seconds), in queue order, would start if leases end at their deadlines
+    and the queue were served strictly in order. Returns (start time or None, device) per request."""
+    sim = StartSimulation(now, free, free_cpus, running)
+    return [sim.step(mib, cpus, seconds) for mib, cpus, seconds in queued]
+
+
+class QueueEstimates:
+    """Estimated starts of a whole queue, computed once (off the request path) with a saved point every
+    ``EVERY`` requests. A request added afterwards is estimated from the nearest saved point before its place, a
+    few steps instead of the whole queue; appended at the tail of an up-to-date estimate it is exact."""
+
+    EVERY = 16
+
+    def __init__(self, key, sim: StartSimulation, queue: list[tuple[str, int, int, float]]):
+        self.key = key  # what the ledger and queue looked like (the owner decides when this is out of date)
+        self.starts: dict[str, float | None] = {}
+        self.saved: list[StartSimulation] = []
+        for i, (ident, mib, cpus, seconds) in enumerate(queue):
+            if i % self.EVERY == 0:
+                self.saved.append(sim.copy())
+            self.starts[ident] = sim.step(mib, cpus, seconds)[0]
+        self.tail, self.length = sim, len(queue)
+
+    def append(self, ident: str, mib: int, cpus: int, seconds: float) -> float | None:
+        """Exact when the request joins the tail of the queue these estimates were made for."""
+        if self.length % self.EVERY == 0:
+            self.saved.append(self.tail.copy())
+        self.starts[ident] = start = self.tail.step(mib, cpus, seconds)[0]
+        self.length += 1
+        return start
+
+    def point(self, index: int) -> int:
+        """The place in the queue of the saved point at or before ``index``."""
+        return min(index // self.EVERY, max(0, len(self.saved) - 1)) * self.EVERY
+
+    def resume(self, point: int, queue: list[tuple[str, int, int, float]]) -> float | None:
+        """The start of ``queue[-1]``, serving ``queue`` (the requests from place ``point`` on, as the queue is now)
+        from the saved point there. An estimate: the queue ahead of it may have changed since the point was saved."""
+        sim = (self.saved[point // self.EVERY] if self.saved else self.tail).copy()
+        start = None
+        for _, mib, cpus, seconds in queue:
+            start = sim.step(mib, cpus, seconds)[0]
+        self.starts[queue[-1][0]] = start
+        return start
 
 
 def shadow(now: float, free: dict[str, int], free_cpus: dict[str, int], running: list[Claim], mib: int,

@@ -13,6 +13,7 @@ Why it is shaped this way:
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import functools
@@ -29,16 +30,23 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from scheduler.hardware import LOCAL_NODE, Hardware, memory_fraction, physical_memory_mib
 from scheduler.ledger import (  # noqa: F401  (place_online, estimate_starts, shadow: the service's policies)
-    RECENT_REQUESTS, SHAPE_MIB, Claim, FixedBackend, LedgerBackend, RayBackend, estimate_starts, place_online, shadow,
+    RECENT_REQUESTS, SHAPE_MIB, Claim, FixedBackend, LedgerBackend, QueueEstimates, RayBackend, StartSimulation,
+    estimate_starts, place_online, shadow,
 )
-from scheduler.service_procs import _WRAPPER, _gpu_mib_of, _last_metrics, _local_node, _nvml_readings
+from scheduler.service_input import (  # noqa: F401  (the errors are part of this module's interface)
+    Conflict, Forbidden, NotFound, ServiceError, TooLarge, Unauthorized, dump, names, number, show, text,
+)
+from scheduler.service_procs import (
+    _WRAPPER, Orphans, _gpu_mib_of, _last_metrics, _local_node, _nvml_readings, group_members, private_dir,
+    private_file, signal_group,
+)
 from scheduler.units import parse_size_mib
 
 log = logging.getLogger("gpupack.service")
@@ -47,35 +55,14 @@ MAX_MINUTES = 24 * 60
 MAX_LABEL = 100
 MAX_ARGV = 1000
 MAX_ARG_CHARS = 100_000
+MAX_NAME = 200  # model names, client request ids, slot and job ids
+MAX_PATH = 4096
+MAX_IMAGE_SIZE = 2048  # the estimator runs the model at this size: a bound on what one request can cost
+ESTIMATE_REFRESH_S = 0.1  # queue estimates made stale by a change are recomputed off the request path this often
 TERM_GRACE_S = 10.0
 AGING_S = 300.0  # a waiting request gains one priority point per 5 minutes: nothing starves
 MIN_HEARTBEAT_S = 5.0
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
-
-
-# --- errors -------------------------------------------------------------------------------------------------------
-
-
-class ServiceError(Exception):
-    """A request the service refuses; ``status`` is the HTTP status the API answers with."""
-
-    status = 400
-
-
-class Unauthorized(ServiceError):
-    status = 401
-
-
-class Forbidden(ServiceError):
-    status = 403
-
-
-class NotFound(ServiceError):
-    status = 404
-
-
-class Conflict(ServiceError):
-    status = 409
 
 
 @dataclass(frozen=True)
@@ -181,30 +168,39 @@ class Service:
         self.node_cpus = {n.name: n.cpus for n in hardware.nodes if n.devices}
         self._recent: collections.deque = collections.deque(maxlen=RECENT_REQUESTS)  # (MiB, cpus) of new requests
         self._appended, self._workload_at, self._workload_cache = 0, 0, None
+        self._shapes: dict[tuple[int, int], Any] = {}  # (MiB, cpus) → its Shape, made once
+        self._frag = None  # FGD's memo of node fragmentation, for the current workload
         self.backend = backend or FixedBackend()
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.aging_s = aging_s
         self.state_dir = Path(state_dir).expanduser()
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.db_path = self.state_dir / "service.sqlite"
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = _open_db(self.state_dir, check_same_thread=False)
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
         self.admin_token = self._admin_token()
         self._identities: dict[str, Identity] = {}
         self.slots: dict[str, Slot] = {}  # live ones: queued and granted
         self.by_request: dict[tuple[str, str], str] = {}
         self.jobs: dict[str, Job] = {}  # live ones: PENDING and RUNNING
-        self._procs: dict[str, Any] = {}  # job id → Popen or psutil.Process
+        self._procs: dict[str, Any] = {}  # job id → Popen, psutil.Process (after a restart), or Orphans
         self._kill_at: dict[str, float] = {}
+        self._lingering: dict[int, tuple[str, float]] = {}  # process group → (job id, SIGKILL time) after a job ended
         self._ps: dict[str, Any] = {}
-        self._version = 0
-        self._est_cache: tuple[int, dict] = (-1, {})
-        self._load()
+        # The ledger and the queue, kept as they change so that a request costs no pass over the queue:
+        self._granted: dict[str, Slot] = {}
+        self._used = {k: 0 for k in self.devices}  # MiB granted per device
+        self._used_cpus = {n: 0 for n in self.node_cpus}
+        self._order: list[tuple] = []  # the queue: (_queue_key(slot), slot id), sorted
+        self._version = 0  # bumped when the granted leases change
+        self._queue_gen = 0  # bumped when the queue changes
+        self._head_cache: tuple = (None, None)
+        self._est: QueueEstimates | None = None
+        self._est_at = 0.0
+        self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = None
+        self._load()
         if start_threads:
             self._thread = threading.Thread(target=self._run_ticks, args=(tick_s,), name="gpupack-reclaimer",
                                             daemon=True)
@@ -250,10 +246,10 @@ class Service:
 
     def _save_slot(self, s: Slot) -> None:
         self._db.execute("INSERT OR REPLACE INTO slots VALUES (?,?,?,?,?,?,?)",
-                         (s.slot_id, s.owner, s.state, s.device, s.gpu_memory_mib, s.cpus, json.dumps(asdict(s))))
+                         (s.slot_id, s.owner, s.state, s.device, s.gpu_memory_mib, s.cpus, json.dumps(vars(s))))
 
     def _save_job(self, j: Job) -> None:
-        self._db.execute("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?)", (j.job_id, j.slot_id, j.state, json.dumps(asdict(j))))
+        self._db.execute("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?)", (j.job_id, j.slot_id, j.state, json.dumps(vars(j))))
 
     def _load(self) -> None:
         import psutil
@@ -266,19 +262,30 @@ class Service:
             if s.client_request_id:
                 self.by_request[(s.owner, s.client_request_id)] = s.slot_id
             if s.state == "granted":
+                self._hold(s)
                 node, _, index = s.device.rpartition(":")
                 self.backend.reserve(s.slot_id, node, int(index), s.gpu_memory_mib, s.cpus)
+            else:
+                self._enqueue(s)
         for (data,) in self._db.execute("SELECT data FROM jobs WHERE state IN ('PENDING', 'RUNNING')"):
             j = Job(**json.loads(data))
             self.jobs[j.job_id] = j
             if j.state == "RUNNING":
                 try:
                     p = psutil.Process(j.pid)
-                    if abs(p.create_time() - (j.pid_start or 0)) > 1.0:
+                    if abs(p.create_time() - (j.pid_start or 0)) > 1.0 or p.status() == psutil.STATUS_ZOMBIE:
                         raise psutil.NoSuchProcess(j.pid)
                     self._procs[j.job_id] = p
                 except (psutil.Error, TypeError):
-                    self._finish(j, now, None)
+                    # The wrapper is gone, but the command it ran may still be going, in its process group.
+                    members = group_members(j.pid, j.job_id) if j.pid else []
+                    if not members:
+                        self._finish(j, now, None)
+                        continue
+                    self._procs[j.job_id] = Orphans(members)
+                    j.reason = "its wrapper ended while the service was down: exit status unknown"
+            if j.slot_id not in self.slots:
+                self._stop_job(j, now, "slot ended while the service was down")
 
     # -- slots --
 
@@ -287,7 +294,7 @@ class Service:
                    "priority", "label", "client_request_id", "heartbeat_s"}
         unknown = set(req) - allowed
         if unknown:
-            raise ServiceError(f"unknown field(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
+            raise ServiceError(f"unknown field(s) {names(unknown)}; allowed: {', '.join(sorted(allowed))}")
         max_limit = max(self.limits.values())
         estimate = None
         if req.get("gpu_memory_mib") is not None:
@@ -295,54 +302,60 @@ class Service:
             if isinstance(mib, bool) or not isinstance(mib, int):
                 raise ServiceError("gpu_memory_mib: an integer number of MiB")
         elif req.get("gpu_memory") is not None:
+            if isinstance(req["gpu_memory"], str):
+                text("gpu_memory", req["gpu_memory"], 64)
             try:
                 mib = parse_size_mib(req["gpu_memory"])
             except ValueError as e:
                 raise ServiceError(f"gpu_memory: {e}") from None
         elif req.get("model"):
-            for k in ("image_size", "batch_size"):
+            model = text("model", req["model"], MAX_NAME)
+            for k, most in (("image_size", MAX_IMAGE_SIZE), ("batch_size", 100_000)):
                 v = req.get(k)
-                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 100_000:
-                    raise ServiceError(f"{k}: a positive integer is needed to estimate '{req['model']}'")
-            from scheduler.errors import UserError
-
-            try:
-                mib, params = _estimated_mib(str(req["model"]), req["image_size"], req["batch_size"])
-            except UserError as e:
-                raise ServiceError(str(e)) from None
-            estimate = {"model": req["model"], "image_size": req["image_size"], "batch_size": req["batch_size"],
+                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= most:
+                    raise ServiceError(f"{k}: an integer in 1..{most} is needed to estimate '{model}'")
+            mib, params = self._estimate_model(model, req["image_size"], req["batch_size"])
+            estimate = {"model": model, "image_size": req["image_size"], "batch_size": req["batch_size"],
                         "peak_mib": mib, "params": params}
         else:
             raise ServiceError("give gpu_memory (e.g. '12GB'), or model, image_size and batch_size to estimate it")
         if mib <= 0 or mib > max_limit:
-            raise ServiceError(f"gpu_memory: {mib} MiB is outside 1..{max_limit} MiB (the largest device's limit at "
-                               f"{self.band_high:.0%})")
-        cpus = req.get("cpus", 1)
-        max_cpus = max(self.node_cpus.values())
-        if isinstance(cpus, bool) or not isinstance(cpus, int) or not 0 <= cpus <= max_cpus:
-            raise ServiceError(f"cpus: an integer in 0..{max_cpus}")
-        minutes = req.get("minutes", 30)
-        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not 0 < minutes <= MAX_MINUTES:
-            raise ServiceError(f"minutes: a number in (0, {MAX_MINUTES}]")
-        priority = req.get("priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100:
-            raise ServiceError("priority: an integer in -100..100 (higher first)")
-        label = req.get("label") or ""
-        if not isinstance(label, str) or len(label) > MAX_LABEL:
-            raise ServiceError(f"label: a string of at most {MAX_LABEL} characters")
+            raise ServiceError(f"gpu_memory: {show(mib)} MiB is outside 1..{max_limit} MiB (the largest device's "
+                               f"limit at {self.band_high:.0%})")
+        cpus = number("cpus", req.get("cpus", 1), 0, max(self.node_cpus.values()), integer=True)
+        minutes = number("minutes", req.get("minutes", 30), 0, MAX_MINUTES, low_open=True)
+        priority = number("priority (higher first)", req.get("priority", 0), -100, 100, integer=True)
+        label = "" if req.get("label") is None else text("label", req["label"], MAX_LABEL)
         crid = req.get("client_request_id")
-        if crid is not None and (not isinstance(crid, str) or not 0 < len(crid) <= 200):
-            raise ServiceError("client_request_id: a string of 1-200 characters")
+        if crid is not None:
+            text("client_request_id", crid, MAX_NAME, empty=False)
         hb = req.get("heartbeat_s")
-        if hb is None:
-            hb = self.heartbeat_timeout_s
-        if isinstance(hb, bool) or not isinstance(hb, (int, float)) or not MIN_HEARTBEAT_S <= hb <= MAX_MINUTES * 60:
-            raise ServiceError(f"heartbeat_s: seconds in {MIN_HEARTBEAT_S:.0f}..{MAX_MINUTES * 60}")
+        hb = number("heartbeat_s", self.heartbeat_timeout_s if hb is None else hb, MIN_HEARTBEAT_S,
+                    MAX_MINUTES * 60)
         return {"mib": int(mib), "cpus": cpus, "minutes": float(minutes), "priority": priority, "label": label,
                 "crid": crid, "heartbeat_s": float(hb), "estimate": estimate}
 
+    @staticmethod
+    def _estimate_model(model: str, image_size: int, batch_size: int) -> tuple[int, int]:
+        """The estimator's peak MiB and parameter count; whatever stops it is the request's fault (a model too small
+        for the image, a size it cannot run), so it is a refusal naming what was asked, never a crash."""
+        from scheduler.errors import UserError
+
+        try:
+            return _estimated_mib(model, image_size, batch_size)
+        except UserError as e:
+            raise ServiceError(str(e)) from None
+        except Exception as e:  # noqa: BLE001  (the estimator runs the model: anything can stop it)
+            why = " ".join(line.strip() for line in str(e).splitlines()) or type(e).__name__
+            why = why if len(why) <= 300 else why[:299] + "…"
+            raise ServiceError(f"cannot estimate the memory of '{model}' at {image_size} px, batch {batch_size} "
+                               f"({why}); give gpu_memory instead") from None
+
     def request_slot(self, req: dict, who: Identity = ADMIN) -> dict:
-        """Grant a lease now, or queue the request. A retry with the same ``client_request_id`` gets the same slot."""
+        """Grant a lease now, or queue the request. A retry with the same ``client_request_id`` gets the same slot.
+
+        Only this request is placed: an arrival frees nothing, so nothing else in the queue can have become able to
+        start (see :meth:`_schedule`); the decision is committed before it is answered."""
         if not isinstance(req, dict):
             raise ServiceError("the request must be a JSON object")
         crid = req.get("client_request_id")
@@ -364,15 +377,32 @@ class Service:
                      cpus=v["cpus"], minutes=v["minutes"], priority=v["priority"], label=v["label"],
                      client_request_id=v["crid"], created=now, heartbeat_s=v["heartbeat_s"], estimate=v["estimate"],
                      heartbeat=now)
+            dump(vars(s))  # what could not be read back is refused before anything is kept
             self.slots[s.slot_id] = s
             self._recent.append((s.gpu_memory_mib, s.cpus))
             self._appended += 1
             if s.client_request_id:
                 self.by_request[(who.name, s.client_request_id)] = s.slot_id
-            with self._transaction():
-                self._save_slot(s)
-                self._schedule(now)
+            self._enqueue(s)
+            try:
+                with self._transaction():
+                    self._save_slot(s)
+                    self._schedule(now, only=s)
+            except BaseException:
+                self._forget(s)
+                raise
             return self._slot_json(s, now)
+
+    def _forget(self, s: Slot) -> None:
+        """Undo a request whose decision was not committed."""
+        if s.state == "granted":
+            self._unhold(s)
+            self.backend.release(s.slot_id)
+        elif s.state == "queued":
+            self._dequeue(s)
+        self.slots.pop(s.slot_id, None)
+        if s.client_request_id:
+            self.by_request.pop((s.owner, s.client_request_id), None)
 
     @contextlib.contextmanager
     def _transaction(self):
@@ -387,8 +417,10 @@ class Service:
             raise
 
     def _owned(self, slot_id: str, who: Identity) -> Slot:
-        s = self.slots.get(slot_id)
+        s = self.slots.get(slot_id) if isinstance(slot_id, str) else None
         if s is None:
+            if not _is_id(slot_id):
+                raise NotFound(f"no slot {show(slot_id)}")
             if self._db.execute("SELECT 1 FROM slots WHERE slot_id=?", (slot_id,)).fetchone():
                 raise Conflict(f"slot {slot_id} has ended")
             raise NotFound(f"no slot {slot_id}")
@@ -409,13 +441,16 @@ class Service:
             return self._slot_json(s, s.heartbeat)
 
     def release(self, slot_id: str, who: Identity = ADMIN) -> dict:
-        """Free the slot at once; its jobs are stopped."""
+        """Free the slot at once; its jobs are stopped. The queue is placed again only when this frees something
+        (a lease) or changes its head."""
         now = time.time()
         with self._lock:
             s = self._owned(slot_id, who)
+            again = s.state == "granted" or (self._order and self._order[0][1] == s.slot_id)
             with self._transaction():
                 self._end_slot(s, now, "released", "released")
-                self._schedule(now)
+                if again:
+                    self._schedule(now)
             return self._slot_json(s, now)
 
     def list_slots(self, who: Identity = ADMIN) -> dict:
@@ -425,54 +460,89 @@ class Service:
         return {"slots": mine}
 
     def _end_slot(self, s: Slot, now: float, state: str, reason: str) -> None:
-        was_granted = s.state == "granted"
+        if s.state == "granted":
+            self._unhold(s)
+            self.backend.release(s.slot_id)
+        elif s.state == "queued":
+            self._dequeue(s)
         s.state, s.ended, s.end_reason = state, now, reason
         self.slots.pop(s.slot_id, None)
         self._save_slot(s)
-        self._version += 1
-        if was_granted:
-            self.backend.release(s.slot_id)
         for j in list(self.jobs.values()):
             if j.slot_id == s.slot_id:
                 self._stop_job(j, now, f"slot {reason}")
 
     # -- the ledger and the queue --
 
+    def _hold(self, s: Slot) -> None:
+        self._granted[s.slot_id] = s
+        self._used[s.device] += s.gpu_memory_mib
+        self._used_cpus[s.device.rpartition(":")[0]] += s.cpus
+        self._version += 1
+
+    def _unhold(self, s: Slot) -> None:
+        if self._granted.pop(s.slot_id, None) is not None:
+            self._used[s.device] -= s.gpu_memory_mib
+            self._used_cpus[s.device.rpartition(":")[0]] -= s.cpus
+            self._version += 1
+
+    def _queue_key(self, s: Slot) -> tuple:
+        """Effective priority (priority + wait / aging), then arrival. Every request ages at the same rate, so the
+        order of two requests never changes with time: ``created / aging - priority`` sorts them once for all."""
+        return (s.created / self.aging_s - s.priority, s.created)
+
+    def _enqueue(self, s: Slot) -> None:
+        bisect.insort(self._order, (self._queue_key(s), s.slot_id))
+        self._queue_gen += 1
+
+    def _dequeue(self, s: Slot) -> None:
+        item = (self._queue_key(s), s.slot_id)
+        i = bisect.bisect_left(self._order, item)
+        if i < len(self._order) and self._order[i] == item:
+            del self._order[i]
+        else:  # its key changed under us (a test moving ``created``): find it by id
+            self._order = [o for o in self._order if o[1] != s.slot_id]
+        self._queue_gen += 1
+
+    def _reorder(self) -> None:
+        order = sorted((self._queue_key(s), s.slot_id) for s in self.slots.values() if s.state == "queued")
+        if order != self._order:
+            self._order = order
+            self._queue_gen += 1
+
     def _workload(self):
         """The shapes of recent requests, as FGD's typical requests; recomputed every 25 new requests (a
         distribution moves slowly, and the request path must stay fast)."""
-        from scheduler.placement_online import Shape, workload_of
+        from scheduler.placement_online import FragmentationCache, Shape, workload_of
 
         if self._workload_cache is not None and self._appended - self._workload_at < 25:
             return self._workload_cache
         self._workload_at = self._appended
-        shapes = (Shape(max(1, round(mib / SHAPE_MIB)) * SHAPE_MIB, 1, cpus) for mib, cpus in self._recent)
+        shapes = []
+        for key in self._recent:
+            shape = self._shapes.get(key)
+            if shape is None:
+                shape = self._shapes[key] = Shape(max(1, round(key[0] / SHAPE_MIB)) * SHAPE_MIB, 1, key[1])
+            shapes.append(shape)
         self._workload_cache = workload_of(shapes, coverage=0.95)
+        self._frag = FragmentationCache(self._workload_cache)
         return self._workload_cache
 
-    def _free(self) -> tuple[dict[str, int], dict[str, int], list[Claim]]:
+    def _free(self) -> tuple[dict[str, int], dict[str, int]]:
         others = self.backend.used_by_others()
-        free = {k: lim - others.get(k, 0) for k, lim in self.limits.items()}
-        cpus = dict(self.node_cpus)
-        running = []
-        for s in self.slots.values():
-            if s.state == "granted":
-                free[s.device] -= s.gpu_memory_mib
-                node = s.device.rpartition(":")[0]
-                cpus[node] -= s.cpus
-                running.append(Claim(s.device, s.gpu_memory_mib, s.cpus, s.deadline))
-        return free, cpus, running
+        free = {k: lim - others.get(k, 0) - self._used[k] for k, lim in self.limits.items()}
+        cpus = {n: c - self._used_cpus[n] for n, c in self.node_cpus.items()}
+        return free, cpus
 
-    def _queue(self, now: float) -> list[Slot]:
-        """Effective priority (priority + wait / aging), then arrival."""
-        q = [s for s in self.slots.values() if s.state == "queued"]
-        q.sort(key=lambda s: (-(s.priority + (now - s.created) / self.aging_s), s.created))
-        return q
+    def _running(self) -> list[Claim]:
+        return [Claim(s.device, s.gpu_memory_mib, s.cpus, s.deadline) for s in self._granted.values()]
 
     def _grant(self, s: Slot, device: str, now: float) -> None:
+        self._dequeue(s)
         s.state, s.device, s.granted_at = "granted", device, now
         s.deadline = now + s.minutes * 60
         s.heartbeat = now
+        self._hold(s)
         self._save_slot(s)
         node, _, index = device.rpartition(":")
         self.backend.reserve(s.slot_id, node, int(index), s.gpu_memory_mib, s.cpus)
@@ -480,29 +550,56 @@ class Service:
             if j.slot_id == s.slot_id and j.state == "PENDING":
                 self._start_job(j, s, now)
 
-    def _schedule(self, now: float) -> None:
+    def _head_shadow(self, head: Slot, now: float, free: dict[str, int], cpus: dict[str, int]):
+        """:func:`shadow` for the head of the queue, kept until the leases, the head or the free room change."""
+        key = (self._version, head.slot_id, tuple(free.values()), tuple(cpus.values()))
+        if self._head_cache[0] != key:
+            self._head_cache = (key, shadow(now, free, cpus, self._running(), head.gpu_memory_mib, head.cpus))
+        return self._head_cache[1]
+
+    def _schedule(self, now: float, only: Slot | None = None) -> None:
         """Start what can start: the head of the queue when it fits; later requests only when they do not delay it
-        (they end before the head could start, or the head still fits then beside them). Call under the lock."""
-        queue = self._queue(now)
-        if not queue:
+        (they end before the head could start, or the head still fits then beside them). Call under the lock.
+
+        With ``only``, a request that has just arrived, that request alone is decided. That is the whole pass's
+        answer: since the last pass (after every release, end and tick) only grants have happened, which free
+        nothing, so every other request would be refused again, and the head is unchanged or is ``only`` itself."""
+        if not self._order:
             return
-        self._version += 1
-        free, cpus, running = self._free()
-        head_shadow = None  # (time, free then, cpus then) for the first request that does not fit now
-        head = None
-        workload = self._workload()
+        free, cpus = self._free()
+        head = hs = None  # the first request that cannot start now, and its shadow (computed when first needed)
+        if only is None:
+            queue = [self.slots[sid] for _, sid in self._order]
+        else:
+            queue = [only]
+            if self._order[0][1] != only.slot_id:
+                head = self.slots[self._order[0][1]]
+        room = max(free.values())
+        cores = max(cpus.values())
+        workload = None
         for s in queue:
-            dev = place_online(s.gpu_memory_mib, s.cpus, free, cpus, workload, self.limits)
+            fits = s.gpu_memory_mib <= room and s.cpus <= cores  # if not, it fits nowhere: no need to ask FGD
+            if head is not None:
+                if not fits:
+                    continue
+                if hs is None:
+                    hs = self._head_shadow(head, now, free, cpus)
+                if hs[0] is None:
+                    break  # the head cannot be placed even when everything ends: keep the order strict
+            dev = None
+            if fits:
+                workload = self._workload() if workload is None else workload
+                dev = place_online(s.gpu_memory_mib, s.cpus, free, cpus, workload, self.limits, self._frag)
             if head is None:
                 if dev is not None:
-                    self._take(s, dev, now, free, cpus, running)
+                    self._take(s, dev, now, free, cpus)
+                    room, cores = max(free.values()), max(cpus.values())
                     continue
                 head = s
-                head_shadow = shadow(now, free, cpus, running, s.gpu_memory_mib, s.cpus)
                 continue
             if dev is None:
                 continue
-            t, sfree, scpus = head_shadow
+            t, sfree, scpus = hs
             end = now + s.minutes * 60
             if t is not None and end > t:
                 sfree, scpus = dict(sfree), dict(scpus)
@@ -511,27 +608,54 @@ class Service:
                 scpus[node] -= s.cpus
                 if place_online(head.gpu_memory_mib, head.cpus, sfree, scpus) is None:
                     continue  # it would delay the head
-                head_shadow = (t, sfree, scpus)
-            elif t is None:
-                continue  # the head cannot be placed even when everything ends: keep the order strict
-            self._take(s, dev, now, free, cpus, running)
+                hs = (t, sfree, scpus)
+            self._take(s, dev, now, free, cpus)
+            room, cores = max(free.values()), max(cpus.values())
 
-    def _take(self, s, dev, now, free, cpus, running):
+    def _take(self, s, dev, now, free, cpus):
         self._grant(s, dev, now)
         free[dev] -= s.gpu_memory_mib
         cpus[dev.rpartition(":")[0]] -= s.cpus
-        running.append(Claim(dev, s.gpu_memory_mib, s.cpus, s.deadline))
 
-    def _estimates(self, now: float) -> dict[str, tuple[int, float | None]]:
-        """Queue position and estimated start of every queued request, cached until the ledger changes."""
-        if self._est_cache[0] == self._version:
-            return self._est_cache[1]
-        queue = self._queue(now)
-        free, cpus, running = self._free()
-        starts = estimate_starts(now, free, cpus, running, [(s.gpu_memory_mib, s.cpus, s.minutes * 60) for s in queue])
-        out = {s.slot_id: (i + 1, st) for i, (s, (st, _)) in enumerate(zip(queue, starts))}
-        self._est_cache = (self._version, out)
-        return out
+    # -- queue estimates --
+
+    def _estimates_key(self) -> tuple:
+        return (self._version, self._queue_gen, tuple(self.backend.used_by_others().items()))
+
+    def _refresh_estimates(self, now: float) -> QueueEstimates:
+        """Estimated starts of the whole queue (``estimate_starts``), recomputed: by the reclaimer thread when they
+        are out of date (at most every ``ESTIMATE_REFRESH_S``), or on reading when the service runs no thread."""
+        free, cpus = self._free()
+        queue = [self.slots[sid] for _, sid in self._order]
+        sim = StartSimulation(now, free, cpus, self._running())
+        self._est = QueueEstimates(self._estimates_key(), sim,
+                                   [(s.slot_id, s.gpu_memory_mib, s.cpus, s.minutes * 60) for s in queue])
+        self._est_at = time.time()
+        return self._est
+
+    def _estimate_of(self, s: Slot, now: float) -> tuple[int | None, float | None]:
+        """Queue position (exact) and estimated start of a queued request, without a pass over the queue: from the
+        estimates made for the whole queue, extended for a request that came since (exact at the tail of
+        up-to-date estimates, else from the nearest saved point before its place), refreshed off the request path."""
+        item = (self._queue_key(s), s.slot_id)
+        i = bisect.bisect_left(self._order, item)
+        if i >= len(self._order) or self._order[i] != item:
+            return None, None
+        key = self._estimates_key()
+        est = self._est
+        if est is None or (est.key != key and self._thread is None):
+            est = self._refresh_estimates(now)
+        if est.key != key:
+            self._wake.set()
+        if s.slot_id in est.starts:
+            return i + 1, est.starts[s.slot_id]
+        if est.key == (key[0], key[1] - 1, key[2]) and i == len(self._order) - 1 == est.length:
+            start = est.append(s.slot_id, s.gpu_memory_mib, s.cpus, s.minutes * 60)
+            est.key = key  # still exact: one request joined the tail
+            return i + 1, start
+        point = est.point(i)
+        ahead = [self.slots[sid] for _, sid in self._order[point:i + 1]]
+        return i + 1, est.resume(point, [(q.slot_id, q.gpu_memory_mib, q.cpus, q.minutes * 60) for q in ahead])
 
     def _slot_json(self, s: Slot, now: float) -> dict:
         d = {"slot_id": s.slot_id, "state": s.state, "owner": s.owner, "label": s.label, "priority": s.priority,
@@ -553,7 +677,7 @@ class Service:
                 "GPUPACK_DEADLINE": f"{s.deadline:.3f}", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
             }
         if s.state == "queued":
-            pos, start = self._estimates(now).get(s.slot_id, (None, None))
+            pos, start = self._estimate_of(s, now)
             d.update(position=pos, estimated_start=start, estimated_start_iso=_iso(start),
                      renew_by=s.heartbeat + s.heartbeat_s)
         if s.ended is not None:
@@ -563,13 +687,12 @@ class Service:
     def gpu_status(self, who: Identity = ADMIN) -> dict:
         now = time.time()
         with self._lock:
-            free, cpus, _ = self._free()
+            free, cpus = self._free()
             others = self.backend.used_by_others()
-            queued = sum(1 for s in self.slots.values() if s.state == "queued")
+            queued = len(self._order)
             granted: dict[str, list[Slot]] = {k: [] for k in self.devices}
-            for s in self.slots.values():
-                if s.state == "granted":
-                    granted[s.device].append(s)
+            for s in self._granted.values():
+                granted[s.device].append(s)
         readings = _nvml_readings()
         devices = []
         for k, d in self.devices.items():
@@ -592,24 +715,38 @@ class Service:
         """Run ``argv`` (never through a shell) in the slot; it waits (PENDING) while the slot is queued."""
         if not isinstance(argv, list) or not argv or len(argv) > MAX_ARGV:
             raise ServiceError(f"argv: a non-empty list of at most {MAX_ARGV} strings (no shell string)")
-        for a in argv:
-            if not isinstance(a, str) or "\x00" in a or len(a) > MAX_ARG_CHARS:
+        for i, a in enumerate(argv):
+            if not isinstance(a, str):
                 raise ServiceError("argv: every element must be a string without NUL bytes")
-        if cwd is not None and (not isinstance(cwd, str) or "\x00" in cwd or not Path(cwd).expanduser().is_dir()):
-            raise ServiceError(f"cwd: {cwd!r} is not a folder")
-        env = env or {}
-        if not isinstance(env, dict) or any(not isinstance(k, str) or not isinstance(v, str) or "\x00" in k + v
-                                            or "=" in k or not k for k, v in env.items()):
-            raise ServiceError("env: an object of string names to string values")
+            text(f"argv[{i}]", a, MAX_ARG_CHARS, controls=True)
+        if cwd is not None:
+            text("cwd", cwd, MAX_PATH, controls=True)
+            try:
+                is_dir = Path(cwd).expanduser().is_dir()
+            except (OSError, RuntimeError):  # RuntimeError: ~user with no home
+                is_dir = False
+            if not is_dir:
+                raise ServiceError(f"cwd: {show(cwd, 200)} is not a folder")
+        env = {} if env is None else env
+        if not isinstance(env, dict) or len(env) > MAX_ARGV:
+            raise ServiceError(f"env: an object of at most {MAX_ARGV} string names to string values")
+        for k, v in env.items():
+            if not isinstance(k, str) or not isinstance(v, str) or not k or "=" in k:
+                raise ServiceError("env: an object of string names to string values")
+            text(f"env name {show(k)}", k, MAX_NAME)
+            text(f"env[{show(k)}]", v, MAX_ARG_CHARS, controls=True)
         now = time.time()
         with self._lock:
             s = self._owned(slot_id, who)
             s.heartbeat = now
             jid = "job-" + uuid.uuid4().hex[:12]
             d = self.state_dir / "jobs" / jid
-            (d / "output").mkdir(parents=True, exist_ok=True)
             j = Job(job_id=jid, slot_id=slot_id, owner=s.owner, argv=list(argv), cwd=cwd, env=dict(env),
                     state="PENDING", created=now, dir=str(d))
+            dump(vars(j))
+            private_dir(self.state_dir / "jobs")
+            private_dir(d)
+            private_dir(d / "output")
             self.jobs[jid] = j
             self._save_job(j)
             if s.state == "granted":
@@ -623,7 +760,7 @@ class Service:
         env = {**os.environ, **j.env, **self._slot_json(s, now)["env"], "GPUPACK_JOB": j.job_id,
                "GPUPACK_OUTPUT_DIR": str(d / "output")}
         try:
-            with open(d / "log", "ab") as logf:
+            with open(os.open(d / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as logf:
                 proc = subprocess.Popen([sys.executable, "-c", _WRAPPER, str(d / "exit_code"), *j.argv],
                                         cwd=j.cwd and str(Path(j.cwd).expanduser()), env=env, stdout=logf,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -646,12 +783,20 @@ class Service:
             j.state, j.ended = "CANCELLED", now
             self.jobs.pop(j.job_id, None)
         elif j.job_id not in self._kill_at:
-            try:
-                os.killpg(j.pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
+            self._signal(j, signal.SIGTERM)
             self._kill_at[j.job_id] = now + TERM_GRACE_S
         self._save_job(j)
+
+    def _signal(self, j: Job, sig: int) -> None:
+        """Signal the job's whole process group (its children too). The group is the wrapper's while it lives; an
+        orphaned group is signalled only if it still holds processes of this job (its id may have been reused)."""
+        if isinstance(self._procs.get(j.job_id), Orphans):
+            signal_group(j.pid, j.job_id, sig)
+            return
+        try:
+            os.killpg(j.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def _finish(self, j: Job, now: float, code: int | None) -> None:
         path = Path(j.dir) / "exit_code"
@@ -674,14 +819,18 @@ class Service:
         self._kill_at.pop(j.job_id, None)
         self._ps.pop(j.job_id, None)
         self._save_job(j)
+        if j.pid and signal_group(j.pid, j.job_id, signal.SIGTERM):  # its children end with it
+            self._lingering[j.pid] = (j.job_id, now + TERM_GRACE_S)
 
     def _job(self, job_id: str, who: Identity) -> Job:
         return self._lookup(self.jobs, "jobs", "job_id", Job, job_id, who)
 
     def _lookup(self, live: dict, table: str, key: str, cls, ident: str, who: Identity):
         """A slot or job by id, from memory or (ended ones) from SQLite, if ``who`` may see it."""
-        obj = live.get(ident)
+        obj = live.get(ident) if isinstance(ident, str) else None
         if obj is None:
+            if not _is_id(ident):
+                raise NotFound(f"no {table[:-1]} {show(ident)}")
             row = self._db.execute(f"SELECT data FROM {table} WHERE {key}=?", (ident,)).fetchone()
             if row is None:
                 raise NotFound(f"no {table[:-1]} {ident}")
@@ -783,6 +932,7 @@ class Service:
                     elif now - s.heartbeat > s.heartbeat_s:
                         self._end_slot(s, now, "expired", "heartbeat lost")
                 self._poll_jobs(now)
+                self._reorder()
                 self._schedule(now)
 
     def _poll_jobs(self, now: float) -> None:
@@ -793,33 +943,55 @@ class Service:
             if j is None:
                 self._procs.pop(jid, None)
                 continue
+            code = None
             if isinstance(p, subprocess.Popen):
                 code = p.poll()
                 done = code is not None
+            elif isinstance(p, Orphans):
+                done = p.done()
             else:
                 try:
                     done = p.status() == psutil.STATUS_ZOMBIE
                 except psutil.NoSuchProcess:
                     done = True
-                code = None
             if done:
                 self._finish(j, now, code)
             elif jid in self._kill_at and now >= self._kill_at[jid]:
-                try:
-                    os.killpg(j.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                self._signal(j, signal.SIGKILL)
+        for pgid, (jid, at) in list(self._lingering.items()):
+            if now >= at:
+                signal_group(pgid, jid, signal.SIGKILL)
+                del self._lingering[pgid]
 
     def _run_ticks(self, tick_s: float) -> None:
-        while not self._stop.wait(tick_s):
-            try:
-                self.tick()
-            except Exception:
-                log.exception("reclaimer tick failed")
+        """The reclaimer: a tick every ``tick_s``; between ticks, the queue's estimates when a change made them
+        stale, at most every ``ESTIMATE_REFRESH_S``."""
+        next_tick = time.time() + tick_s
+        while not self._stop.is_set():
+            now = time.time()
+            if now >= next_tick:
+                next_tick = now + tick_s
+                try:
+                    self.tick()
+                except Exception:
+                    log.exception("reclaimer tick failed")
+            elif self._wake.is_set() and now >= self._est_at + ESTIMATE_REFRESH_S:
+                self._wake.clear()
+                try:
+                    with self._lock:
+                        if self._est is None or self._est.key != self._estimates_key():
+                            self._refresh_estimates(now)
+                except Exception:
+                    log.exception("refreshing the queue's estimates failed")
+            elif self._wake.is_set():  # refreshed a moment ago: wait out the interval
+                self._stop.wait(min(next_tick, self._est_at + ESTIMATE_REFRESH_S) - now)
+            else:
+                self._wake.wait(next_tick - now)
 
     def close(self, stop_jobs: bool = False) -> None:
         """Stop the reclaimer; running jobs go on (a restarted service finds them) unless ``stop_jobs``."""
         self._stop.set()
+        self._wake.set()
         if self._thread:
             self._thread.join(timeout=5)
         with self._lock:
@@ -832,17 +1004,14 @@ class Service:
 
 def mint_token(db: sqlite3.Connection | str | Path, name: str) -> dict:
     """Store a new agent token's hash under ``name``; returns the token (shown once). ``db`` may be a state folder."""
-    if not isinstance(name, str) or not name or len(name) > 64 or not name.replace("-", "").replace("_", "").isalnum():
+    if (not isinstance(name, str) or not name or len(name) > 64 or not name.isascii()
+            or not name.replace("-", "").replace("_", "").isalnum()):
         raise ServiceError("name: 1-64 letters, digits, '-' or '_'")
     if name == "admin":
         raise ServiceError("name 'admin' is reserved")
     own = not isinstance(db, sqlite3.Connection)
     if own:
-        folder = Path(db).expanduser()
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        db = sqlite3.connect(folder / "service.sqlite", isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.executescript(SCHEMA)
+        db = _open_db(Path(db).expanduser())
     token = secrets.token_urlsafe(32)
     try:
         db.execute("INSERT INTO tokens VALUES (?, ?, 0, ?)", (_hash(token), name, time.time()))
@@ -852,6 +1021,33 @@ def mint_token(db: sqlite3.Connection | str | Path, name: str) -> dict:
         if own:
             db.close()
     return {"name": name, "token": token}
+
+
+def _open_db(folder: Path, **kw) -> sqlite3.Connection:
+    """The state folder's database (WAL), with the folder at 0700 and the database's files at 0600, whatever they
+    were before (a folder made by hand at 0755 is tightened)."""
+    private_dir(folder)
+    private_file(folder / "service.sqlite")
+    db = sqlite3.connect(folder / "service.sqlite", isolation_level=None, **kw)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.executescript(SCHEMA)
+    for name in ("service.sqlite-wal", "service.sqlite-shm"):  # SQLite gives them the database's mode when it
+        if (folder / name).exists():                            # makes them, but they may be older
+            private_file(folder / name)
+    jobs = folder / "jobs"
+    if jobs.is_dir():
+        private_dir(jobs)
+        for d in jobs.iterdir():
+            if d.is_dir() and not d.is_symlink():
+                private_dir(d)
+                for name in ("log", "exit_code"):
+                    if (d / name).is_file():
+                        private_file(d / name)
+    return db
+
+
+def _is_id(ident) -> bool:
+    return isinstance(ident, str) and 0 < len(ident) <= MAX_NAME and ident.isascii() and ident.isprintable()
 
 
 def default_state_dir() -> Path:

@@ -1,9 +1,12 @@
-"""Measuring a service job's processes from outside, and the tiny wrapper that records its exit code so that a
-restarted service can tell how a job it did not see end has ended. A missing figure is None, never an error."""
+"""A service job's processes and files: the tiny wrapper that records its exit code (so that a restarted service can
+tell how a job it did not see end has ended), the job's process group (its children end with it, even when the
+wrapper was killed while the service was down), measurements from outside (a missing figure is None, never an
+error), and the state folder's modes (0700 folders, 0600 files)."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -25,13 +28,76 @@ else:
             break
         except InterruptedError:
             pass
-with open(sys.argv[1] + ".tmp", "w") as f:
+with open(os.open(sys.argv[1] + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
     f.write(str(rc))
 os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 sys.exit(rc if rc >= 0 else 128 - rc)
 """
 
 _nvml_cache: tuple[float, dict] = (0.0, {})
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` made (with its parents) or tightened to 0700."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def private_file(path: Path) -> None:
+    """``path`` made (empty) or tightened to 0600."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    os.chmod(path, 0o600)
+
+
+def group_members(pgid: int, job_id: str) -> list:
+    """The live processes of a job's process group: in the group, and carrying the job's ``GPUPACK_JOB`` in their
+    environment (once a group has emptied, its id may be reused by someone else's)."""
+    import psutil
+
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError, OSError):
+        return []
+    members = []
+    for p in psutil.process_iter():
+        try:
+            if (os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE
+                    and p.environ().get("GPUPACK_JOB") == job_id):
+                members.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return members
+
+
+def signal_group(pgid: int, job_id: str, sig: int) -> bool:
+    """Send ``sig`` to a job's process group if it still holds processes of that job; True when it did."""
+    if not group_members(pgid, job_id):
+        return False
+    try:
+        os.killpg(pgid, sig)  # the group cannot have been reused while one of the job's processes is in it
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+class Orphans:
+    """A job whose wrapper ended while the service was down, followed through the processes left in its group: it
+    runs until they end, and its lease ending ends them."""
+
+    def __init__(self, members: list):
+        self.members = members
+
+    def done(self) -> bool:
+        import psutil
+
+        for p in self.members:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    return False
+            except psutil.Error:
+                continue
+        return True
 
 
 def _local_node(hw: Hardware) -> str:

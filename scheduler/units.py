@@ -6,12 +6,14 @@ mean them (an A100-40GB has 40,960 MiB). Durations: ``90s``, ``30m``, ``1h30m``,
 
 from __future__ import annotations
 
+import math
 import re
 
-_SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[KMGT]i?B?|[KMGT]i?b)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[KMGT]i?B?|[KMGT]i?b)?\s*$", re.I | re.A)
 _MIB_PER = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
-_DURATION = re.compile(r"^\s*(?:(?P<h>\d+(?:\.\d+)?)h)?\s*(?:(?P<m>\d+(?:\.\d+)?)m)?\s*(?:(?P<s>\d+(?:\.\d+)?)s)?\s*$")
+_DURATION = re.compile(r"^\s*(?:(?P<h>\d+(?:\.\d+)?)h)?\s*(?:(?P<m>\d+(?:\.\d+)?)m)?\s*(?:(?P<s>\d+(?:\.\d+)?)s)?\s*$",
+                       re.ASCII)  # ASCII: \d would take full-width and other digits
 
 
 def parse_size_mib(text: str | int | float) -> int:
@@ -22,6 +24,8 @@ def parse_size_mib(text: str | int | float) -> int:
     if not m or not m.group("unit"):
         raise ValueError(f"expected a size with a unit such as 18GB, 18GiB or 18432MiB, got {text!r}")
     mib = float(m.group("num")) * _MIB_PER[m.group("unit")[0].upper()]
+    if not math.isfinite(mib):
+        raise ValueError(f"a size must be finite, got {text!r}")
     if mib <= 0:
         raise ValueError(f"a size must be positive, got {text!r}")
     return max(1, round(mib))
@@ -38,6 +42,8 @@ def parse_duration_s(text: str | int | float) -> float:
         if not m or not any(m.group(k) for k in "hms"):
             raise ValueError(f"expected a duration such as 90s, 30m or 1h30m, got {text!r}")
         seconds = sum(float(m.group(k) or 0) * f for k, f in (("h", 3600), ("m", 60), ("s", 1)))
+    if not math.isfinite(seconds):
+        raise ValueError(f"a duration must be finite, got {text!r}")
     if seconds <= 0:
         raise ValueError(f"a duration must be positive, got {text!r}")
     return seconds
