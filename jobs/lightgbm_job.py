@@ -140,8 +140,8 @@ def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
         round_rates.append(rounds / train_s if train_s > 0 else None)
         fold_score = metric.fn(y[va], val_pred)
         ctx.fold_finished(out, FoldOutput(fold=k, val_ids=ids[va], val_pred=val_pred, test_pred=test_pred,
-                                          score=fold_score, epochs=best, samples_per_s=rate, val_true=y[va]))
-        ctx.report("fold", {"fold": k, "score": fold_score, "epochs": best, "seconds": round(elapsed, 3)})
+                                          score=fold_score, epochs=best, samples_per_s=rate, val_true=y[va]),
+                          seconds=round(elapsed, 3))
         log.info("%s fold %d: %s %.5f at iteration %d (%.1f s)", spec.name, k, ctx.metric, fold_score, best, elapsed)
     threads = {**base, **spec.params}["num_threads"]
     def mean(values):

@@ -190,7 +190,6 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         ctx.fold_finished(out, FoldOutput(fold=k, val_ids=ids[va], val_pred=best_val, test_pred=test_pred,
                                           score=best_score, epochs=epochs_run, samples_per_s=fold_rate,
                                           val_true=y[va]))
-        ctx.report("fold", {"fold": k, "score": best_score, "epochs": epochs_run})
         del fold
         if job.device.type == "cuda":
             torch.cuda.empty_cache()
