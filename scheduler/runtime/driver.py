@@ -25,7 +25,8 @@ from scheduler.runtime import resume
 from scheduler.runtime import cluster as runtime
 from scheduler.core.hardware import Device, memory_fraction
 from scheduler.policy.dryrun import DryRun
-from scheduler.store.record import JobState, RunRecord
+from scheduler.core.states import JobState
+from scheduler.store.record import RunRecord
 
 @dataclass
 class RunOptions:

@@ -22,7 +22,8 @@ from pathlib import Path
 from jobs.contract import FoldOutput, JobOutput
 from scheduler.store import outputs
 from scheduler.core.errors import UserError
-from scheduler.store.record import JobState, RunRecord
+from scheduler.core.states import JobState
+from scheduler.store.record import RunRecord
 
 FOLDS_DIR = "folds"
 HEARTBEAT_S = 2.0

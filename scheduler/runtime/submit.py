@@ -17,7 +17,8 @@ from scheduler.core.errors import UserError
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime.driver import Driver, RunOptions, new_run_dir, prepare_folder
 from scheduler.core.errors import UserError
-from scheduler.store.record import JobState, RunRecord
+from scheduler.core.states import JobState
+from scheduler.store.record import RunRecord
 
 
 def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None]) -> dict:

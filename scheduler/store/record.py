@@ -15,25 +15,7 @@ from pathlib import Path
 from typing import Any
 
 
-class JobState(str, enum.Enum):
-    PENDING = "PENDING"  # waiting for its wave's resources
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
 
-    @property
-    def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
-
-_LEGAL = {
-    JobState.PENDING: {JobState.RUNNING, JobState.CANCELLED, JobState.FAILED},
-    JobState.RUNNING: {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PENDING},  # PENDING = retry
-    JobState.SUCCEEDED: set(),
-    JobState.FAILED: set(),
-    JobState.CANCELLED: set(),
-}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS run (key TEXT PRIMARY KEY, value TEXT);
