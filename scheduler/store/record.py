@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scheduler.core.states import _LEGAL, JobState
+
 
 
 
