@@ -2,7 +2,7 @@
 policies, beside the paper's published figures.
 
 Offline: the GPU-sharing pods of openb_pod_list_default.csv (one-GPU pods with 0 < gpu_milli < 1000) as shares of one
-GPU (capacity 1000): GPUs used by scheduler.packing (default path) and by First-Fit-Decreasing, against the L2 lower
+GPU (capacity 1000): GPUs used by scheduler.policy.packing (default path) and by First-Fit-Decreasing, against the L2 lower
 bound and the optimum (an arc-flow model solved by HiGHS).
 
 Online, as the paper's simulator (hkust-adsl/kubernetes-scheduler-simulator) does: the 1,213 GPU nodes with their
@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler.hardware import Device, Node  # noqa: E402
-from scheduler.packing import Demand, l2_lower_bound, pack  # noqa: E402
-from scheduler.placement_online import FragmentationCache, Shape, evaluate_node, node_key, workload_of  # noqa: E402
+from scheduler.core.hardware import Device, Node  # noqa: E402
+from scheduler.policy.packing import Demand, l2_lower_bound, pack  # noqa: E402
+from scheduler.policy.placement_online import FragmentationCache, Shape, evaluate_node, node_key, workload_of  # noqa: E402
 
 DATA = Path("/work/shared/data/alibaba-gpu-v2023")
 MILLI = 1000
@@ -143,7 +143,7 @@ def offline(data: Path, seconds: float) -> None:
     ref = opt if opt is not None else l2
     rows = [("L2 lower bound (Martello-Toth)", l2, 0.0, ""),
             ("optimum (arc-flow MIP, HiGHS)", opt, t_opt, status),
-            ("scheduler.packing.pack (default)", ours.waves, t_ours, "exact" if ours.exact else "not proven"),
+            ("scheduler.policy.packing.pack (default)", ours.waves, t_ours, "exact" if ours.exact else "not proven"),
             ("First-Fit-Decreasing", ffd.waves, t_ffd, ""),
             ]
     print(f"  {'':34} {'GPUs':>6} {'vs optimum':>11} {'seconds':>8}")

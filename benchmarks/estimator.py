@@ -1,4 +1,4 @@
-"""How often ``scheduler.estimate`` agrees with timm's RTX 3090 (24 GB) training benchmark.
+"""How often ``scheduler.policy.estimate`` agrees with timm's RTX 3090 (24 GB) training benchmark.
 
 Each benchmark row is two facts about memory (see /work/shared/data/timm-benchmarks/README.md): the row's batch fitted
 in 24 GB, and, if it is below 512, the next rung of timm's ladder (512→384→256→192→128→96→64→48…) did not. The runs
@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler import estimate as est  # noqa: E402
+from scheduler.policy import estimate as est  # noqa: E402
 
 DATA = Path("/work/shared/data/timm-benchmarks")
 # An RTX 3090 has 24,576 MiB; the driver keeps ~300 MiB, so NVML reports ~24,268 MiB total to processes.

@@ -33,8 +33,8 @@ def main() -> None:
 
     from jobs.memory import SimulatedDevice
     from jobs.throughput import ThroughputWindow
-    from scheduler.autotune import BatchTuner, Observation
-    from scheduler.telemetry import CpuTelemetry
+    from scheduler.policy.autotune import BatchTuner, Observation
+    from scheduler.runtime.telemetry import CpuTelemetry
 
     torch.set_num_threads(1)
     model = timm.create_model(args.model, pretrained=False, num_classes=10)

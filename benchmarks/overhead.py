@@ -26,10 +26,13 @@ sys.path.insert(0, str(ROOT))
 
 import ray  # noqa: E402
 
-from scheduler import dryrun, hardware, plan as planmod, runtime  # noqa: E402
-from scheduler.run import RunOptions  # noqa: E402
-from scheduler.runstate import RunRecord  # noqa: E402
-from scheduler.submit import submit  # noqa: E402
+from scheduler.policy import dryrun
+from scheduler.core import hardware
+from scheduler.core import plan as planmod
+from scheduler import runtime  # noqa: E402
+from scheduler.runtime.driver import RunOptions  # noqa: E402
+from scheduler.store.record import RunRecord  # noqa: E402
+from scheduler.runtime.submit import submit  # noqa: E402
 
 
 @ray.remote(num_cpus=1)

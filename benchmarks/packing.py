@@ -13,8 +13,8 @@ import statistics
 import time
 from pathlib import Path
 
-from scheduler.hardware import Device, Node, from_profile
-from scheduler.packing import Demand, l2_lower_bound, pack
+from scheduler.core.hardware import Device, Node, from_profile
+from scheduler.policy.packing import Demand, l2_lower_bound, pack
 
 TRACE = Path("/work/shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv")
 BAND = (0.70, 0.90)

@@ -39,8 +39,9 @@ ALONE_HARDWARE = ("A100-40GB", 1, 16)
 
 
 def serve(port: int, state: str, profile: str, gpus: int, cpus: int) -> None:
-    from scheduler import api, hardware
-    from scheduler.service import FixedBackend, Service
+    from scheduler.service import http as api
+    from scheduler.core import hardware
+    from scheduler.service.service import FixedBackend, Service
 
     hw = hardware.from_profile(profile, gpus_per_node=gpus, cpus=cpus)
     svc = Service(hw, state, backend=FixedBackend())

@@ -47,8 +47,8 @@ import pandas as pd
 
 from jobs.contract import FoldOutput, JobContext, JobOutput
 from jobs.data import Competition
-from scheduler.metrics import get as get_metric
-from scheduler.plan import CommandJob
+from scheduler.core.scoring import get as get_metric
+from scheduler.core.plan import CommandJob
 
 log = logging.getLogger("gpupack.job")
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from scheduler.metrics import get as get_metric
+from scheduler.core.scoring import get as get_metric
 
 
 class Stopped(Exception):

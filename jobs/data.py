@@ -104,7 +104,7 @@ class Competition:
     def held_out(self, submission: pd.DataFrame, metric: str | None = None) -> float | None:
         """``submission``'s score on the test rows' targets, when the folder has them (``solution.csv``: every
         built-in competition does); the metric sees exactly what the submission holds."""
-        from scheduler.metrics import get as get_metric
+        from scheduler.core.scoring import get as get_metric
 
         form = self.form
         sol = self.solution

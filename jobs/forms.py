@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from scheduler.errors import UserError
+from scheduler.core.errors import UserError
 
 LABEL_METRICS = frozenset({"accuracy", "f1_macro", "qwk"})
 PROBABILITY_METRICS = frozenset({"auc", "log_loss"})

@@ -11,8 +11,8 @@ import numpy as np
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from jobs.data import Competition, split_folds
 from jobs.throughput import ThroughputWindow
-from scheduler.metrics import REGRESSION, get as get_metric
-from scheduler.plan import LightGBMJob
+from scheduler.core.scoring import REGRESSION, get as get_metric
+from scheduler.core.plan import LightGBMJob
 
 log = logging.getLogger("gpupack.job")
 SAMPLE_EVERY_S = 3.0  # a throughput sample at most this often, as image jobs send theirs

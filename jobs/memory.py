@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from scheduler.hardware import memory_fraction
+from scheduler.core.hardware import memory_fraction
 
 # What a process holds on the card outside PyTorch's allocator (the CUDA context with cuBLAS/cuDNN kernels): 612 MiB
 # measured by NVML on an H100 (torch 2.11, CUDA 13), 300-1000 MiB elsewhere. A job's planned MiB counts it (the

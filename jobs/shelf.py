@@ -114,7 +114,7 @@ NAMES = tuple(SHELF)
 
 
 def get(name: str) -> Builtin:
-    from scheduler.errors import UserError
+    from scheduler.core.errors import UserError
 
     try:
         return SHELF[name]

@@ -31,10 +31,10 @@ from jobs.images import ImageSet, LoaderSettings, ResizableBatchSampler
 from jobs.memory import CudaMemory, SimulatedDevice, cap_process_memory, cuda_device
 from jobs.throughput import ThroughputWindow
 from jobs.trainer import OutOfMemory, Trainer, guarded, predict_shrinking
-from scheduler.autotune import (MIN_STEPS, PRECISE_BN_UNDER_STEPS, BatchTuner, Observation, lr_factor,
+from scheduler.policy.autotune import (MIN_STEPS, PRECISE_BN_UNDER_STEPS, BatchTuner, Observation, lr_factor,
                                 optimizer_steps, statistical_cap)
-from scheduler.metrics import get as get_metric
-from scheduler.plan import TimmJob
+from scheduler.core.scoring import get as get_metric
+from scheduler.core.plan import TimmJob
 
 log = logging.getLogger("gpupack.job")
 
@@ -324,7 +324,7 @@ def _memory(spec: TimmJob, ctx: JobContext, cuda: bool, device: torch.device, al
         return CudaMemory(device, allocator_mib)
     if not ctx.gpu_memory_mib:
         return None
-    from scheduler.estimate import estimate
+    from scheduler.policy.estimate import estimate
 
     def peak(batch: int) -> float:
         return estimate(spec.model, spec.image_size, batch, amp=spec.amp, optimizer=spec.optimizer,
@@ -338,7 +338,7 @@ def _start_batch(spec: TimmJob, memory) -> int:
     if isinstance(spec.batch_size, int):
         return spec.batch_size
     if memory is not None and memory.share_mib:
-        from scheduler.estimate import largest_batch
+        from scheduler.policy.estimate import largest_batch
 
         found = largest_batch(spec.model, spec.image_size, memory.share_mib, amp=spec.amp, optimizer=spec.optimizer,
                               channels_last=spec.channels_last)

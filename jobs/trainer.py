@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from scheduler.autotune import is_oom
+from scheduler.policy.autotune import is_oom
 
 WARMUP_FRACTION = 0.1
 T = TypeVar("T")

@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def run_cli(capsys):
     """Run ``python -m scheduler ARGS`` in-process; returns (exit status, stdout, stderr)."""
-    from scheduler.cli import main
+    from scheduler.cli.main import main
 
     def run(*args: str):
         code = main([str(a) for a in args])
@@ -46,7 +46,8 @@ def ray_cluster():
     """One local Ray for the session, shaped like 2 × A100-40GB (logical GPUs, memory resources at 90 %)."""
     import ray
 
-    from scheduler import hardware, runtime
+    from scheduler.core import hardware
+    from scheduler.runtime import cluster as runtime
 
     hw = hardware.from_profile("A100-40GB", gpus_per_node=TEST_GPUS, cpus=TEST_CPUS)
     if ray.is_initialized():  # left by a module that failed before it could clean up: do not fail this one too

@@ -9,12 +9,12 @@ import pytest
 
 from jobs import JobContext, run_job, shelf
 from jobs.data import load_competition
-from scheduler import outputs
-from scheduler.ensemble import METHODS
-from scheduler.metrics import get as get_metric
-from scheduler.plan import LightGBMJob
-from scheduler.runstate import RunRecord
-from scheduler.submit import write_submission
+from scheduler.store import outputs
+from scheduler.policy.ensemble import METHODS
+from scheduler.core.scoring import get as get_metric
+from scheduler.core.plan import LightGBMJob
+from scheduler.store.record import RunRecord
+from scheduler.runtime.submit import write_submission
 
 
 @pytest.fixture(scope="module")

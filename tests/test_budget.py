@@ -1,6 +1,6 @@
 """Budget decisions on made-up observation sequences: a 100 s training window starting at t=0."""
 
-from scheduler.budget import JobProgress, decide_cuts, deadline_actions, grace_s, plan_finish, remaining_s
+from scheduler.policy.budget import JobProgress, decide_cuts, deadline_actions, grace_s, plan_finish, remaining_s
 
 START, DEADLINE = 0.0, 100.0
 
@@ -70,7 +70,7 @@ def test_grace_fits_inside_the_reserve():
 
 
 def test_the_first_epoch_pays_for_the_start_and_is_left_out_once_a_second_is_measured():
-    from scheduler.budget import epoch_seconds
+    from scheduler.policy.budget import epoch_seconds
 
     assert epoch_seconds([]) == (None, False)
     assert epoch_seconds([60.0]) == (60.0, True)  # provisional: start-up included

@@ -8,10 +8,12 @@ import time
 import pytest
 
 from conftest import FAKE_TRAIN
-from scheduler import dryrun, plan as planmod, runtime
-from scheduler.run import RunOptions
-from scheduler.runstate import RunRecord
-from scheduler.submit import submit
+from scheduler.policy import dryrun
+from scheduler.core import plan as planmod
+from scheduler.runtime import cluster as runtime
+from scheduler.runtime.driver import RunOptions
+from scheduler.store.record import RunRecord
+from scheduler.runtime.submit import submit
 
 A100 = 40960
 LIMIT = int(A100 * 0.9)

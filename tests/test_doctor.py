@@ -5,7 +5,8 @@ import json
 import pytest
 import torch
 
-from scheduler import doctor, packgain
+from scheduler.runtime import doctor
+from scheduler.policy import packgain
 
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a machine without CUDA is told")
 

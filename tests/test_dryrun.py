@@ -11,7 +11,8 @@ LARGE_DATA_ROWS = 60_000  # a competition large enough that no batch here is cap
 
 def dry_json(plan: str, hardware: str | None = None, rows: int | None = LARGE_DATA_ROWS) -> dict:
     """The dry run's JSON for a plan on a competition of ``rows`` training rows (the CLI reads them from train.csv)."""
-    from scheduler import dryrun, plan as planmod
+    from scheduler.policy import dryrun
+    from scheduler.core import plan as planmod
 
     p = planmod.load(ROOT / plan)
     return dryrun.prepare(p, dryrun.resolve_hardware(p, hardware), train_rows=rows).to_json()
@@ -98,7 +99,7 @@ def test_option1_on_digits_caps_batches_for_statistics_and_says_what_room_is_lef
     assert code == 0, err
     body = json.loads(out)
     jobs = {j["name"]: j for j in body["jobs"]}
-    from scheduler.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps
+    from scheduler.policy.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps
 
     rows = 958  # digits: 1,437 training rows, 3 folds
     for name, seed_batch in (("resnet50", 256), ("effnet_b4", 192)):

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduler.ensemble import Predictions, blend, class_prior, submission_frame
+from scheduler.policy.ensemble import Predictions, blend, class_prior, submission_frame
 
 CLASSES = [0, 1]
 TRUTH = pd.Series([0, 1, 1, 0], index=[10, 11, 12, 13])  # id -> class index
@@ -58,7 +58,7 @@ def test_no_blend_is_worse_than_the_best_job_on_oof(method, metric):
         p1 = np.clip(y + rng.normal(0, noise, 200), 0.01, 0.99)
         preds.append(Predictions(f"j{k}", ids, np.c_[1 - p1, p1], np.array([1000]), np.array([[.5, .5]]), CLASSES))
     r = blend(preds, truth, np.array([1000]), metric, method)
-    from scheduler.metrics import get
+    from scheduler.core.scoring import get
 
     m = get(metric)
     best = max(r.job_scores.values()) if m.greater_is_better else min(r.job_scores.values())
@@ -90,7 +90,7 @@ def test_class_prior_is_the_last_resort():
 
 
 def test_rank_averages_ranks_not_probabilities():
-    from scheduler.ensemble import _ranks
+    from scheduler.policy.ensemble import _ranks
 
     # column-wise ranks scaled by the row count: [.8, .3] -> [2, 1] / 2
     np.testing.assert_allclose(_ranks(np.array([[.8, .2], [.3, .7]])), [[1.0, .5], [.5, 1.0]])
@@ -136,7 +136,7 @@ def test_rank_averaging_is_for_ranking_metrics_only():
 
 
 def test_columns_are_matched_by_name_and_a_job_of_other_columns_is_left_out():
-    from scheduler.ensemble import align_columns
+    from scheduler.policy.ensemble import align_columns
 
     swapped = Predictions("s", A.oof_ids, A.oof_pred[:, ::-1], A.test_ids, A.test_pred[:, ::-1], ["1", "0"])
     other = Predictions("o", A.oof_ids, A.oof_pred, A.test_ids, A.test_pred, ["x", "y"])

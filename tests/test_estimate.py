@@ -3,8 +3,8 @@ import time
 
 import pytest
 
-from scheduler import estimate as est
-from scheduler.errors import UserError
+from scheduler.policy import estimate as est
+from scheduler.core.errors import UserError
 
 SMALL = "resnet18"
 SIZE = 64

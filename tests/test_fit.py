@@ -2,9 +2,9 @@
 
 import pytest
 
-from scheduler.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps, statistical_cap
-from scheduler.fit import FitJob, fit
-from scheduler.hardware import from_profile
+from scheduler.policy.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps, statistical_cap
+from scheduler.policy.fit import FitJob, fit
+from scheduler.core.hardware import from_profile
 
 A100 = from_profile("A100-40GB").nodes  # limit 36,864 MiB at 0.90
 BAND = (0.70, 0.90)

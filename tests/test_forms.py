@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from jobs.forms import CompetitionError, check_ids, recognise
-from scheduler.ensemble import submission_frame
+from scheduler.policy.ensemble import submission_frame
 
 TRAIN = pd.DataFrame({"id": ["1", "2", "3", "4"], "f": [0.1, 0.2, 0.3, 0.4], "target": [0, 1, 1, 0]})
 TEST = pd.DataFrame({"id": ["5", "6"], "f": [0.5, 0.6]})

@@ -15,8 +15,8 @@ import torch
 from jobs import JobContext, run_job, timm_job
 from jobs.data import load_competition
 from jobs.memory import CONTEXT_ALLOWANCE_MIB, cap_process_memory, cuda_device
-from scheduler.hardware import memory_fraction, physical_memory_mib, visible_index
-from scheduler.plan import TimmJob
+from scheduler.core.hardware import memory_fraction, physical_memory_mib, visible_index
+from scheduler.core.plan import TimmJob
 
 H100_MIB = 81_559  # what NVML reports for an H100 80GB HBM3
 A100_40_MIB = 40 * 1024
@@ -87,7 +87,8 @@ def test_the_physical_card_is_read_through_nvml_and_a_missing_nvml_is_a_value():
 
 
 def test_the_actor_recomputes_the_fraction_in_its_own_process(monkeypatch):
-    from scheduler import hardware, runtime
+    from scheduler.core import hardware
+    from scheduler.runtime import cluster as runtime
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     seen = []

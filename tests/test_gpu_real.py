@@ -12,7 +12,7 @@ pytestmark = pytest.mark.gpu
 
 
 def test_doctor_passes_every_check_on_the_card():
-    from scheduler import doctor
+    from scheduler.runtime import doctor
 
     checks = {c.name: c for c in doctor.run(gain_seconds=5)}
     assert all(c.status == "ok" for c in checks.values()), {n: (c.status, c.detail) for n, c in checks.items()}

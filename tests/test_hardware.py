@@ -1,8 +1,8 @@
 import pytest
 
 from fake_nvml import FakeDevice, FakeNVML
-from scheduler import hardware as hw
-from scheduler.errors import UserError
+from scheduler.core import hardware as hw
+from scheduler.core.errors import UserError
 
 
 def test_profiles_read_gb_as_gib():

@@ -9,8 +9,8 @@ import torch
 from jobs import JobContext, run_job, timm_job
 from jobs.data import load_competition, write_digits
 from jobs.memory import SimulatedDevice
-from scheduler.estimate import estimate
-from scheduler.plan import TimmJob
+from scheduler.policy.estimate import estimate
+from scheduler.core.plan import TimmJob
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from jobs import JobContext, run_job
 from jobs import command_job
 from jobs.data import load_competition, write_digits
-from scheduler.plan import CommandJob
+from scheduler.core.plan import CommandJob
 
 CENTROIDS = """\
 import json, os, sys

@@ -5,8 +5,8 @@ import pytest
 
 from jobs import JobContext, run_job
 from jobs.data import load_competition, write_digits
-from scheduler.metrics import accuracy
-from scheduler.plan import LightGBMJob
+from scheduler.core.scoring import accuracy
+from scheduler.core.plan import LightGBMJob
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from scheduler.metrics import METRICS, get, score
+from scheduler.core.scoring import METRICS, get, score
 
 
 def test_accuracy_takes_the_argmax():
@@ -66,7 +66,7 @@ def test_direction_and_better():
 
 
 def test_every_plan_metric_exists_and_pickles():
-    from scheduler.plan import METRICS as PLAN_METRICS
+    from scheduler.core.plan import METRICS as PLAN_METRICS
 
     assert set(PLAN_METRICS) == set(METRICS)
     assert pickle.loads(pickle.dumps(METRICS["qwk"])).name == "qwk"

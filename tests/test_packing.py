@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.errors import UserError
-from scheduler.hardware import Device, Node, from_profile
-from scheduler.packing import Demand, PackingError, Placement, l2_lower_bound, pack
+from scheduler.core.errors import UserError
+from scheduler.core.hardware import Device, Node, from_profile
+from scheduler.policy.packing import Demand, PackingError, Placement, l2_lower_bound, pack
 
 BAND = (0.70, 0.90)
 A100 = from_profile("A100-40GB").nodes  # one node "local": 30 cores, one 40960 MiB device

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.placement_online import (
+from scheduler.policy.placement_online import (
     FragmentationCache, Shape, best_fit, fgd, first_fit, node_fragmentation, place, workload_of)
 
 
@@ -88,7 +88,7 @@ def test_unknown_policy_is_refused():
 
 
 def test_the_service_places_by_fgd_once_it_has_seen_requests():
-    from scheduler.service import place_online
+    from scheduler.service.service import place_online
 
     limits = {"local:0": 36864, "local:1": 36864}
     free = {"local:0": 20000, "local:1": 36864}
@@ -96,7 +96,7 @@ def test_the_service_places_by_fgd_once_it_has_seen_requests():
     assert place_online(10000, 1, free, {"local": 30}) == "local:0"
     # typical requests are 20,000 MiB: on device 0 the small one would leave 10,000 MiB no typical request can use;
     # on device 1 both devices keep room for one (20,000 and 26,864): FGD takes device 1, unlike best fit
-    from scheduler.placement_online import Shape
+    from scheduler.policy.placement_online import Shape
 
     workload = ((Shape(20000, 1, 1), 1.0),)
     assert place_online(10000, 1, free, {"local": 30}, workload, limits) == "local:1"

@@ -4,9 +4,9 @@ import textwrap
 
 import pytest
 
-from scheduler import plan as planmod
-from scheduler.errors import UserError
-from scheduler.units import parse_duration_s, parse_size_mib
+from scheduler.core import plan as planmod
+from scheduler.core.errors import UserError
+from scheduler.core.units import parse_duration_s, parse_size_mib
 
 GOOD = """\
 name: t

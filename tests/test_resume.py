@@ -14,11 +14,13 @@ import psutil
 import pytest
 
 from conftest import FAKE_TRAIN, ROOT, TEST_HARDWARE
-from scheduler import dryrun, plan as planmod, resume
-from scheduler.errors import UserError
-from scheduler.run import RunOptions
-from scheduler.runstate import RunRecord
-from scheduler.submit import submit
+from scheduler.policy import dryrun
+from scheduler.core import plan as planmod
+from scheduler.runtime import resume
+from scheduler.core.errors import UserError
+from scheduler.runtime.driver import RunOptions
+from scheduler.store.record import RunRecord
+from scheduler.runtime.submit import submit
 
 QUICK = {"name": "quick", "kind": "command", "command": [sys.executable, FAKE_TRAIN], "folds": 2,
          "resources": {"cpus": 1, "gpu_memory": "4GB"}, "env": {"SKILL": "0"}}
@@ -122,7 +124,7 @@ def test_a_lost_driver_is_recognised_and_the_run_resumed(ray_cluster, tmp_path, 
 
 def test_cancel_of_a_lost_run_stops_the_scripts_its_jobs_left_running(tmp_path, run_cli):
     from jobs.command_job import _note_process
-    from scheduler.run import prepare_folder
+    from scheduler.runtime.driver import prepare_folder
 
     run_dir = tmp_path / "run"
     prepare_folder(_dry([QUICK]), run_dir, None)
@@ -141,7 +143,7 @@ def test_cancel_of_a_lost_run_stops_the_scripts_its_jobs_left_running(tmp_path, 
 
 
 def test_resume_refuses_a_run_whose_driver_is_alive(tmp_path, digits_dir):
-    from scheduler.run import prepare_folder
+    from scheduler.runtime.driver import prepare_folder
 
     dry = _dry([QUICK])
     record = prepare_folder(dry, tmp_path / "run", None)  # this process is its driver
@@ -151,7 +153,7 @@ def test_resume_refuses_a_run_whose_driver_is_alive(tmp_path, digits_dir):
 
 
 def test_two_drivers_never_both_resume_a_run(tmp_path):
-    from scheduler.run import prepare_folder
+    from scheduler.runtime.driver import prepare_folder
 
     dry = _dry([QUICK])
     record = prepare_folder(dry, tmp_path / "run", None)
@@ -165,7 +167,7 @@ def test_two_drivers_never_both_resume_a_run(tmp_path):
 def test_a_resumed_run_with_no_time_left_blends_what_was_saved(tmp_path, digits_dir):
     dry = _dry([QUICK])
     run_dir = tmp_path / "run"
-    from scheduler.run import prepare_folder
+    from scheduler.runtime.driver import prepare_folder
 
     record = prepare_folder(dry, run_dir, None)
     record.set_run(data_dir=str(digits_dir), deadline=time.time() - 5, heartbeat=time.time())

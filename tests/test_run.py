@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 
 from conftest import FAKE_TRAIN, TEST_HARDWARE
-from scheduler import dryrun, plan as planmod
-from scheduler.run import RunOptions
-from scheduler.runstate import RunRecord
-from scheduler.submit import submit
+from scheduler.policy import dryrun
+from scheduler.core import plan as planmod
+from scheduler.runtime.driver import RunOptions
+from scheduler.store.record import RunRecord
+from scheduler.runtime.submit import submit
 
 
 def command_job(name, gpu="10GB", folds=2, **env):
@@ -199,7 +200,7 @@ def test_a_job_of_two_whole_devices_sees_both(ray_cluster, tmp_path, digits_dir)
 
 
 def test_a_crash_of_the_driver_still_writes_a_submission_then_raises(tmp_path, digits_dir, monkeypatch):
-    from scheduler import submit as submit_mod
+    from scheduler.runtime import submit as submit_mod
 
     def crash(self):
         self.record.set_run(data_dir=str(digits_dir))

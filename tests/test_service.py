@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from scheduler import hardware
-from scheduler.service import (ADMIN, Claim, FixedBackend, Forbidden, NotFound, Service, ServiceError,
+from scheduler.core import hardware
+from scheduler.service.service import (ADMIN, Claim, FixedBackend, Forbidden, NotFound, Service, ServiceError,
                                Unauthorized, estimate_starts, place_online)
 
 LIMIT = int(40960 * 0.9)  # 36864 MiB per A100-40GB at 90 %

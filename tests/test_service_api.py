@@ -10,10 +10,10 @@ import time
 import httpx
 import pytest
 
-from scheduler import hardware
-from scheduler.api import build_mcp
-from scheduler.client import Client, ServiceError
-from scheduler.service import FixedBackend, Service
+from scheduler.core import hardware
+from scheduler.service.http import build_mcp
+from scheduler.service.client import Client, ServiceError
+from scheduler.service.service import FixedBackend, Service
 from tests.test_service_helpers import ServerThread
 
 
@@ -84,8 +84,8 @@ def test_request_submit_status_logs_cancel_release(served, tmp_path):
 def _mini_cli(argv, capsys):
     from rich.console import Console
 
-    from scheduler.cli_service import add_verbs
-    from scheduler.errors import UserError
+    from scheduler.cli.cmd_service import add_verbs
+    from scheduler.core.errors import UserError
 
     parser = argparse.ArgumentParser()
     add_verbs(parser.add_subparsers(dest="verb", required=True))

@@ -16,12 +16,13 @@ import psutil
 import pytest
 from starlette.testclient import TestClient
 
-from scheduler import hardware, ledger
-from scheduler import service as service_module
-from scheduler.api import build_app, build_mcp
-from scheduler.service import FixedBackend, Service
-from scheduler.service_input import MAX_BODY
-from scheduler.units import parse_size_mib
+from scheduler.core import hardware
+from scheduler.service import ledger
+from scheduler.service import service as service_module
+from scheduler.service.http import build_app, build_mcp
+from scheduler.service.service import FixedBackend, Service
+from scheduler.service.validate import MAX_BODY
+from scheduler.core.units import parse_size_mib
 
 LIMIT = int(40960 * 0.9)
 
@@ -267,7 +268,7 @@ def test_deciding_a_request_alone_leaves_nothing_a_full_pass_would_start(tmp_pat
 def test_place_online_answers_as_fgd_when_it_skips_weighing_a_single_choice():
     import random
 
-    from scheduler.placement_online import Shape, fgd, workload_of
+    from scheduler.policy.placement_online import Shape, fgd, workload_of
 
     rnd = random.Random(0)
     keys = [f"local:{i}" for i in range(3)]

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from scheduler import hardware
-from scheduler.api import build_app, build_mcp
-from scheduler.service import FixedBackend, Service
+from scheduler.core import hardware
+from scheduler.service.http import build_app, build_mcp
+from scheduler.service.service import FixedBackend, Service
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,

@@ -6,7 +6,7 @@ import time
 
 import uvicorn
 
-from scheduler.api import build_app
+from scheduler.service.http import build_app
 
 
 def free_port() -> int:

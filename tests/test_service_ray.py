@@ -3,8 +3,9 @@ resource in Ray, so a plan run cannot take it, and release gives it back."""
 
 import time
 
-from scheduler import hardware, runtime
-from scheduler.service import RayBackend, Service
+from scheduler.core import hardware
+from scheduler.runtime import cluster as runtime
+from scheduler.service.service import RayBackend, Service
 
 
 def test_a_lease_reserves_the_memory_resource_in_ray(ray_cluster, tmp_path):

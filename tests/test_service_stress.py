@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from scheduler import hardware
-from scheduler.client import Client, ServiceError
-from scheduler.service import FixedBackend, Service
+from scheduler.core import hardware
+from scheduler.service.client import Client, ServiceError
+from scheduler.service.service import FixedBackend, Service
 from tests.test_service_helpers import ServerThread, free_port
 
 CLIENTS = 100

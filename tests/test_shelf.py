@@ -14,7 +14,7 @@ from sklearn.preprocessing import StandardScaler
 from conftest import TEST_HARDWARE
 from jobs import shelf
 from jobs.data import load_competition
-from scheduler.metrics import get as get_metric
+from scheduler.core.scoring import get as get_metric
 
 EXPECTED = {  # name: (train rows, test rows, id column, target column, form)
     "digits": (1437, 360, "id", "label", "label"),

@@ -12,7 +12,7 @@ import time
 import pandas as pd
 
 from conftest import FAKE_TRAIN, ROOT, TEST_HARDWARE
-from scheduler.runstate import RunRecord
+from scheduler.store.record import RunRecord
 
 
 def _plan(tmp_path, jobs, budget="5m", hardware=None):
@@ -122,9 +122,10 @@ def test_a_bad_competition_folder_given_to_submit_raises_before_any_run_folder(t
     import pytest
 
     from jobs.data import CompetitionError
-    from scheduler import dryrun, plan as planmod
-    from scheduler.run import RunOptions
-    from scheduler.submit import submit
+    from scheduler.policy import dryrun
+    from scheduler.core import plan as planmod
+    from scheduler.runtime.driver import RunOptions
+    from scheduler.runtime.submit import submit
 
     plan = planmod.from_dict({"name": "t", "hardware": TEST_HARDWARE, "jobs": [_command("a")]})
     dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan))

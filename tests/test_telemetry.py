@@ -4,8 +4,8 @@ import pytest
 import os
 
 from fake_nvml import FakeDevice, FakeNVML
-from scheduler.advice import advise
-from scheduler.telemetry import CpuTelemetry, NvmlTelemetry, open_backend
+from scheduler.policy.advice import advise
+from scheduler.runtime.telemetry import CpuTelemetry, NvmlTelemetry, open_backend
 
 ME = os.getpid()
 

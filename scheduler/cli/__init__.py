@@ -1,0 +1,1 @@
+"""The command line: the verbs, tables and live progress; nothing else lives here."""

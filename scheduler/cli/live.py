@@ -1,0 +1,135 @@
+"""What a person sees while ``submit`` runs: a refreshing table on a terminal, one line per change otherwise.
+
+With ``--json`` the progress lines go to stderr and stdout ends with one JSON line, for programs.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from scheduler.policy.dryrun import DryRun
+from scheduler.runtime.driver import Driver, RunOptions
+from scheduler.runtime.submit import default_run_dir, submit
+from scheduler.core.units import format_duration
+from scheduler.cli.views import run_table, show_dry_run, show_summary
+
+
+class _Lines:
+    """Progress as plain lines: state changes, finished folds, one line per epoch."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.offset = 0
+
+    def __call__(self, driver: Driver) -> None:
+        path = driver.record.events_path
+        if not path.exists():
+            return
+        with path.open() as f:
+            f.seek(self.offset)
+            lines = f.readlines()
+            self.offset = f.tell()
+        elapsed = format_duration(time.time() - driver.started_at)
+        for line in lines:
+            ev = json.loads(line)
+            text = _describe(ev)
+            if text:
+                self.console.print(f"[dim]{elapsed:>7}[/] {text}")
+
+
+def _describe(ev: dict) -> str | None:
+    job, kind = ev.get("job", ""), ev["event"]
+    if kind == "state":
+        extra = f" ({ev['error']})" if ev.get("error") else (f" ({ev['reason']})" if ev.get("reason") else "")
+        return f"{job}: {ev['old']} → {ev['new']}{extra}"
+    if kind == "epoch":
+        sps = ev.get("train_samples_per_s", ev.get("samples_per_s"))
+        return (f"{job}: fold {ev.get('fold', 0) + 1} epoch {ev.get('epoch')}/{ev.get('epochs')} loss "
+                f"{ev.get('loss', float('nan')):.4f} val {ev.get('val_score', float('nan')):.4f}"
+                + (f" {sps:,.0f} train samples/s" if sps else ""))
+    if kind == "fold":
+        kept = " (kept from before)" if ev.get("kept") else ""
+        return f"{job}: fold {ev.get('fold', 0) + 1} done{kept}, score {ev.get('score', float('nan')):.4f}"
+    if kind == "resume":
+        kept = ", ".join(f"{j} {len(f)}" for j, f in ev.get("kept_folds", {}).items() if f) or "none"
+        return (f"resumed: running {', '.join(ev.get('jobs', [])) or 'nothing'} again (folds kept: {kept}); "
+                f"{format_duration(ev.get('training_left_s', 0))} of training left")
+    if kind == "note":
+        return f"{job or 'run'}: note: {ev.get('note')}"
+    if kind == "launch" and ev.get("attempt", 1) > 1:
+        return f"{job}: retry, attempt {ev['attempt']}"
+    return None
+
+
+def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console, builtin: str | None = None) -> int:
+    err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 120)
+    shown = err if args.json else console
+    resuming = bool(getattr(args, "resume", None))
+    run_dir = Path(args.resume) if resuming else default_run_dir(dry.plan.name, args.run_dir)
+    opts = RunOptions(run_dir=run_dir, data_dir=data_dir, address=args.address, dashboard=not args.no_dashboard,
+                      plan_file=None if resuming else Path(args.plan), resume=resuming,
+                      training_s=getattr(args, "training_s", None),
+                      asked={"hardware_arg": args.hardware, "trust_plan_memory": args.trust_plan_memory,
+                             "address_arg": args.address}, builtin=builtin)
+    if not args.json:
+        show_dry_run(dry, console)
+    live: Live | None = None
+
+    def terminate(signum, frame):  # `kill`, `timeout`, a job scheduler: stop as cleanly as Ctrl-C does
+        raise KeyboardInterrupt
+
+    def on_start(driver: Driver) -> None:
+        nonlocal live
+        signal.signal(signal.SIGTERM, terminate)  # again: ray.init installs its own handler, which aborts
+        mode = "CPU rehearsal (no CUDA): reduced images, rows and steps; packing is the card's" \
+            if not driver.cuda else "on the GPU"
+        shown.print(f"run folder {run_dir}   {mode}")
+        if driver.cluster and driver.cluster.dashboard_url:
+            shown.print(f"Ray dashboard: {driver.cluster.dashboard_url}")
+        if shown.is_terminal:
+            live = Live(run_table(driver.record.jobs(), "jobs"), console=shown, refresh_per_second=2, transient=False)
+            live.start()
+
+    lines = _Lines(shown)
+    if resuming and (run_dir / "events.jsonl").is_file():  # what the stopped run printed is not printed again
+        lines.offset = (run_dir / "events.jsonl").stat().st_size
+
+    def on_update(driver: Driver) -> None:
+        if live is not None:
+            elapsed = format_duration(time.time() - driver.started_at)
+            left = format_duration(max(0.0, driver.deadline - time.time()))
+            live.update(run_table(driver.record.jobs(), f"jobs — {elapsed} elapsed, {left} of training left"))
+        else:
+            lines(driver)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        summary = submit(dry, opts, on_update, on_start)
+        status = 1 if summary["status"] == "failed" else 0
+    except KeyboardInterrupt as e:
+        summary = e.args[0] if e.args and isinstance(e.args[0], dict) else None
+        status = 130
+        if summary is None:
+            raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if live is not None:
+            live.stop()
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        show_summary(summary, console)
+        if status == 130:
+            console.print("[yellow]interrupted: finished folds were kept and blended into the submission above[/]")
+        elif status:
+            console.print("[bold red]every job failed:[/] the submission above is a fallback; `python -m scheduler "
+                          f"logs {summary['run_dir']} JOB` shows why each failed")
+    sys.stdout.flush()
+    return status

@@ -1,0 +1,155 @@
+"""Tables for people. Programs get the same figures with ``--json``; nothing here decides anything."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from scheduler.policy.dryrun import DryRun
+from scheduler.core.hardware import GpuReading
+from scheduler.core.units import format_duration, format_mib
+
+
+def show_dry_run(dry: DryRun, console: Console) -> None:
+    plan, placement = dry.plan, dry.placement
+    low, high = plan.band
+    hwdesc = f"{dry.hardware.profile}: " + ", ".join(
+        f"{n.name} ({len(n.devices)} GPU, {n.cpus} cores)" for n in dry.hardware.nodes
+    )
+    console.print(f"[bold]plan[/] {plan.name}   [bold]hardware[/] {hwdesc}")
+    console.print(
+        f"[bold]band[/] {low:.0%}–{high:.0%} of each card   [bold]budget[/] {format_duration(plan.budget)} "
+        f"({plan.reserve_for_inference:.0%} kept for ensembling)   [bold]waves[/] {placement.waves}"
+        + ("" if placement.exact else "   (heuristic placement)")
+    )
+
+    t = Table(title="GPU memory per device and wave", title_justify="left")
+    for col in ("wave", "device", "jobs", "MiB", "share", "band", "room", "gain"):
+        t.add_column(col, justify="right" if col in ("wave", "MiB", "share", "room", "gain") else "left")
+    gains = []
+    for row in dry.device_rows():
+        share = row["share"]
+        if not row["jobs"]:
+            status = "[dim]empty[/]"
+        elif row["in_band"]:
+            status = "[green]in band[/]"
+        elif share < low:
+            status = "[yellow]under[/]"
+        else:
+            status = "[red]over[/]"
+        jobs = ", ".join(
+            f"{a.job} ({format_mib(a.gpu_memory_mib)})" for a in placement.jobs_on(row["wave"], _dev(dry, row))
+        )
+        g = row.get("packing_gain")
+        if g and g.get("gain"):
+            gains.append(f"wave {row['wave']}, {row['node']}:{row['device']}: {g['gain']:.2f}x from {g['source']}")
+        t.add_row(str(row["wave"]), f"{row['node']}:{row['device']}", jobs or "—",
+                  f"{row['used_mib']:,} / {row['memory_mib']:,}", f"{share:.0%}", status,
+                  format_mib(row["room_mib"]) if row["jobs"] else "—",
+                  "—" if not g or not g.get("gain") else f"{g['gain']:.2f}x")
+    console.print(t)
+    for line in gains:
+        console.print(f"[dim]expected packing gain (together ÷ one after the other), {line}[/]")
+
+    cpu_jobs = [a for a in placement.assignments if a.device is None]
+    if cpu_jobs:
+        c = Table(title="CPU jobs", title_justify="left")
+        for col in ("job", "wave", "node", "cores"):
+            c.add_column(col)
+        for a in cpu_jobs:
+            c.add_row(a.job, str(a.wave), a.node, str(a.cpus))
+        console.print(c)
+
+    j = Table(title="Why each job goes where it goes", title_justify="left")
+    for col in ("job", "kind", "wave", "where", "batch", "reason"):
+        j.add_column(col)
+    for row in dry.job_rows():
+        where = f"{row['node']}:{row['device']}" if row["device"] is not None else f"{row['node']} (CPU)"
+        j.add_row(row["name"], row["kind"], str(row["wave"]), where, str(row.get("batch_size", "—")), row["reason"])
+    console.print(j)
+    if dry.data is not None:
+        d = dry.data
+        console.print(f"[bold]data:[/] {d['source']}: {d['train_rows']:,} train rows, {d['test_rows']:,} test rows, "
+                      f"{d['features']} numeric features{', images' if d['images'] else ''}; metric {d['metric']}")
+        console.print(f"[bold]submission:[/] {d['submission']}")
+    for w in dry.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+def _dev(dry: DryRun, row: dict):
+    return next(d for d in dry.placement.devices if d.node == row["node"] and d.index == row["device"])
+
+
+def show_gpus(readings: list[GpuReading], console: Console) -> None:
+    t = Table(title="GPUs (NVML)", title_justify="left")
+    for col in ("index", "name", "memory", "used", "free", "util"):
+        t.add_column(col, justify="left" if col == "name" else "right")
+    for r in readings:
+        util = "—" if r.utilization is None else f"{r.utilization:.0%}"
+        t.add_row(str(r.index), r.name, format_mib(r.memory_mib), format_mib(r.used_mib), format_mib(r.free_mib), util)
+    console.print(t)
+
+
+def _bar(done: float, total: float, width: int = 10) -> str:
+    if not total:
+        return "—"
+    filled = int(round(width * min(1.0, done / total)))
+    return "█" * filled + "·" * (width - filled)
+
+
+def run_table(jobs: list[dict], title: str) -> Table:
+    """Per job: state, wave, device, memory against its share, utilisation, throughput, fold and epoch progress,
+    time left, score. ``jobs`` are RunRecord.jobs() rows; figures missing show as a dash."""
+    colours = {"PENDING": "dim", "RUNNING": "cyan", "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "yellow"}
+    t = Table(title=title, title_justify="left")
+    right = ("wave", "memory", "util", "train/s", "left", "score")
+    for col in ("job", "state", "wave", "device", "memory", "util", "train/s", "folds", "epoch", "left", "score"):
+        t.add_column(col, justify="right" if col in right else "left", no_wrap=True,
+                     min_width=len(col), overflow="ellipsis" if col == "job" else "fold")
+    for j in jobs:
+        p = j.get("progress") or {}
+        folds_total = p.get("folds") or 0
+        folds_done = p.get("folds_done", 0)
+        fold_cell = f"{_bar(folds_done, folds_total, 4)} {folds_done}/{folds_total}" if folds_total else "—"
+        epoch_cell = (f"{_bar(p['epoch'], p['epochs'], 4)} {p['epoch']}/{p['epochs']}"
+                      if p.get("epochs") and "epoch" in p else "—")
+        device = "CPU" if j["device"] is None else (str(j["device"]) if j["node"] == "local" else f"{j['node']}:{j['device']}")
+        share = j["gpu_memory_mib"]
+        used = p.get("gpu_memory_mib")
+        if share:
+            sim = "~" if p.get("gpu_memory_simulated") else ""
+            memory = f"{sim}{used / 1024:.1f}/{share / 1024:.1f}G" if used is not None else f"—/{share / 1024:.1f}G"
+        else:
+            memory = "—"
+        util = p.get("gpu_utilization")
+        sps = p.get("train_samples_per_s", p.get("samples_per_s"))  # samples/s inside training steps
+        left = format_duration(p.get("eta_s")) if j["state"] == "RUNNING" and p.get("eta_s") is not None else "—"
+        score = j.get("cv_score") if j.get("cv_score") is not None else p.get("val_score", p.get("score"))
+        t.add_row(j["name"], f"[{colours.get(j['state'], '')}]{j['state'][:9]}[/]", str(j["wave"]), device, memory,
+                  "—" if util is None else f"{util:.0%}", "—" if sps is None else f"{sps:,.0f}", fold_cell,
+                  epoch_cell, left, "—" if score is None else f"{score:.4f}")
+    return t
+
+
+def show_summary(summary: dict, console: Console) -> None:
+    t = Table(title="Scores (cross-validated on out-of-fold rows)", title_justify="left")
+    for col in ("job", "state", "folds", "cv score", "weight"):
+        t.add_column(col, justify="left" if col in ("job", "state") else "right")
+    for j in summary["jobs"]:
+        cv = "—" if j["cv_score"] is None else f"{j['cv_score']:.4f}"
+        t.add_row(j["name"], j["state"], str(j["folds"]), cv, f"{j['weight']:.2f}")
+    ens = summary["ensemble_cv"]
+    t.add_row(f"[bold]ensemble ({summary['ensemble_method']})[/]", "", "", "—" if ens is None else f"[bold]{ens:.4f}[/]", "")
+    console.print(t)
+    for note in summary["notes"]:
+        console.print(f"[yellow]note:[/] {note}")
+    if summary.get("held_out_score") is not None:
+        console.print(f"held-out {summary['metric']} of submission.csv on the competition's test labels: "
+                      f"[bold]{summary['held_out_score']:.4f}[/]")
+    source = summary.get("submission_source")
+    if source:
+        style = "bold" if source == "folds" else "bold red"
+        console.print(f"[{style}]submission source: {source}[/] — {summary.get('submission_source_text', '')}")
+    console.print(f"submission: {summary['submission']}")
+    if summary.get("report"):
+        console.print(f"report: {summary['report']}")

@@ -1,0 +1,271 @@
+"""GPU profiles of the cards people rent, and what NVML says is really there.
+
+A *profile* names a card model (``A100-40GB``); a *Hardware* is the cluster a plan is packed onto: nodes, each with
+its CPU cores and devices. Memory is counted in integer MiB, and card names are read in GiB as the vendors mean them
+(an A100-40GB has 40 × 1024 = 40,960 MiB).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from dataclasses import dataclass, field
+
+from scheduler.core.errors import UserError
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    name: str
+    memory_mib: int
+    cpus_per_gpu: int  # vCPUs a typical one-card cloud instance gives beside one such card
+    nvml_names: tuple[str, ...]  # substrings of the NVML device name that identify the card
+
+
+# cpus_per_gpu: what a typical rented one-card machine has (MLE-bench's A10 box has 36 vCPUs; Lambda's 1×A100-40GB
+# 30; AWS g4dn.2xlarge 8; GCP g2-standard-16 16; one eighth of an 8-card H100/H200 box 26/32).
+PROFILES: dict[str, GpuProfile] = {
+    p.name: p
+    for p in [
+        GpuProfile("T4-16GB", 16 * 1024, 8, ("T4",)),
+        GpuProfile("A10-24GB", 24 * 1024, 36, ("A10",)),
+        GpuProfile("L4-24GB", 24 * 1024, 16, ("L4",)),
+        GpuProfile("RTX3090-24GB", 24 * 1024, 16, ("3090",)),
+        GpuProfile("RTX4090-24GB", 24 * 1024, 16, ("4090",)),
+        GpuProfile("V100-16GB", 16 * 1024, 8, ("V100-SXM2-16GB", "V100-PCIE-16GB", "V100 16")),
+        GpuProfile("V100-32GB", 32 * 1024, 8, ("V100-SXM2-32GB", "V100-PCIE-32GB", "V100S")),
+        GpuProfile("L40S-48GB", 48 * 1024, 32, ("L40S",)),
+        GpuProfile("A100-40GB", 40 * 1024, 30, ("A100-SXM4-40GB", "A100-PCIE-40GB", "A100 40")),
+        GpuProfile("A100-80GB", 80 * 1024, 30, ("A100-SXM4-80GB", "A100-PCIE-80GB", "A100 80", "A100 80GB")),
+        GpuProfile("H100-80GB", 80 * 1024, 26, ("H100",)),
+        GpuProfile("H200-141GB", 141 * 1024, 32, ("H200",)),
+    ]
+}
+
+LOCAL_NODE = "local"
+
+
+@dataclass(frozen=True)
+class Device:
+    node: str
+    index: int
+    memory_mib: int
+    name: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.node}:{self.index}"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    cpus: int
+    devices: tuple[Device, ...] = ()
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What a plan is packed onto. ``profile`` is the card model's name (or the detected card's)."""
+
+    profile: str
+    nodes: tuple[Node, ...]
+    detected: bool = False  # True when read from NVML, False when taken from a profile
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return tuple(d for n in self.nodes for d in n.devices)
+
+    @property
+    def total_cpus(self) -> int:
+        return sum(n.cpus for n in self.nodes)
+
+    def to_json(self) -> dict:
+        return {
+            "profile": self.profile,
+            "devices": [{"node": d.node, "index": d.index, "memory_mib": d.memory_mib} for d in self.devices],
+            "nodes": [{"node": n.name, "cpus": n.cpus, "gpus": len(n.devices)} for n in self.nodes],
+        }
+
+
+_SPEC = re.compile(r"^(?:(?P<nodes>\d+)x(?=\d+x))?(?:(?P<gpus>\d+)x)?(?P<name>[A-Za-z][A-Za-z0-9\-]*)$")
+
+
+def profile(name: str) -> GpuProfile:
+    """The profile called ``name`` (case-insensitive), or a UserError that suggests the nearest."""
+    for key, p in PROFILES.items():
+        if key.lower() == name.lower():
+            return p
+    near = difflib.get_close_matches(name.upper(), list(PROFILES), n=1, cutoff=0.3)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    raise UserError(f"unknown hardware profile '{name}'{hint}; known: {', '.join(PROFILES)}, auto")
+
+
+def from_profile(name: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: int | None = None) -> Hardware:
+    """A cluster of ``nodes`` identical nodes with ``gpus_per_node`` cards of profile ``name``.
+
+    ``name`` may carry the counts itself: ``4xA100-80GB`` (4 cards on one node), ``2x4xA100-80GB`` (2 nodes of 4).
+    """
+    m = _SPEC.match(name.strip())
+    if m is None:
+        raise UserError(f"hardware '{name}' is not a profile name like A100-40GB, 4xA100-80GB or 2x4xA100-80GB")
+    if m.group("nodes"):
+        nodes = int(m.group("nodes"))
+    if m.group("gpus"):
+        gpus_per_node = int(m.group("gpus"))
+    gpus_per_node = gpus_per_node or 1
+    if gpus_per_node < 1 or nodes < 1:
+        raise UserError(f"hardware '{name}': node and GPU counts must be at least 1")
+    p = profile(m.group("name"))
+    node_cpus = cpus if cpus is not None else p.cpus_per_gpu * gpus_per_node
+    node_names = [LOCAL_NODE] if nodes == 1 else [f"node{i}" for i in range(nodes)]
+    built = tuple(
+        Node(n, node_cpus, tuple(Device(n, i, p.memory_mib, p.name) for i in range(gpus_per_node))) for n in node_names
+    )
+    return Hardware(profile=p.name, nodes=built)
+
+
+# --- NVML ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One device as NVML sees it now. Figures NVML does not give are None."""
+
+    index: int
+    name: str
+    memory_mib: int
+    used_mib: int | None
+    free_mib: int | None
+    utilization: float | None = None  # 0..1
+
+
+class NoGpuFound(RuntimeError):
+    """NVML is missing, fails to start, or sees no device."""
+
+
+def read_gpus(nvml=None) -> list[GpuReading]:
+    """Every device NVML sees. ``nvml`` is the ``pynvml`` module (or a fake of it in tests)."""
+    if nvml is None:
+        try:
+            import pynvml as nvml  # from nvidia-ml-py
+        except ImportError as e:  # pragma: no cover - nvidia-ml-py is a dependency
+            raise NoGpuFound("nvidia-ml-py is not installed") from e
+    try:
+        nvml.nvmlInit()
+    except Exception as e:  # NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
+        raise NoGpuFound(f"NVML could not start ({e}): no NVIDIA driver on this machine") from e
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        out = []
+        for i in range(count):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            name = nvml.nvmlDeviceGetName(h)
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            mem = nvml.nvmlDeviceGetMemoryInfo(h)
+            try:
+                util = nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
+            except Exception:
+                util = None
+            mib = 1024 * 1024
+            out.append(GpuReading(i, name, int(mem.total // mib), int(mem.used // mib), int(mem.free // mib), util))
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+    if not out:
+        raise NoGpuFound("NVML started but sees no GPU")
+    return out
+
+
+def profile_for(nvml_name: str) -> GpuProfile | None:
+    """The profile whose NVML name pattern matches ``nvml_name`` best (longest pattern wins)."""
+    best: tuple[int, GpuProfile] | None = None
+    for p in PROFILES.values():
+        for pat in p.nvml_names:
+            if pat.lower() in nvml_name.lower() and (best is None or len(pat) > best[0]):
+                best = (len(pat), p)
+    return best[1] if best else None
+
+
+def detect(nvml=None) -> Hardware:
+    """This machine's GPUs as one node, with the memory NVML reports. Raises UserError when there is none."""
+    try:
+        readings = read_gpus(nvml)
+    except NoGpuFound as e:
+        raise UserError(
+            f"hardware 'auto': no GPU found ({e}). Name a profile instead, e.g. --hardware A100-40GB "
+            "(without a GPU, jobs run as a CPU rehearsal)"
+        ) from e
+    names = {r.name for r in readings}
+    prof = profile_for(readings[0].name)
+    label = prof.name if prof and len(names) == 1 else " + ".join(sorted(names))
+    devices = tuple(Device(LOCAL_NODE, r.index, r.memory_mib, r.name) for r in readings)
+    return Hardware(profile=label, nodes=(Node(LOCAL_NODE, os.cpu_count() or 1, devices),), detected=True)
+
+
+def resolve(spec: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: int | None = None, nvml=None) -> Hardware:
+    """``auto`` detects through NVML; anything else is a profile name."""
+    if spec.strip().lower() == "auto":
+        hw = detect(nvml)
+        if cpus is not None:
+            hw = Hardware(hw.profile, tuple(Node(n.name, cpus, n.devices) for n in hw.nodes), True)
+        return hw
+    return from_profile(spec, gpus_per_node=gpus_per_node, nodes=nodes, cpus=cpus)
+
+
+# --- a job's share of the card that is really there ----------------------------------------------------------------
+
+
+def visible_index(cuda_visible_devices: str | None, ordinal: int = 0) -> int | str | None:
+    """The physical device behind CUDA ordinal ``ordinal`` of a process: an NVML index, a UUID (``GPU-…``), or None
+    when the process sees every device in order (then the ordinal is the index)."""
+    if cuda_visible_devices is None:
+        return ordinal
+    entries = [e.strip() for e in cuda_visible_devices.split(",") if e.strip()]
+    if ordinal >= len(entries):
+        return None
+    entry = entries[ordinal]
+    return int(entry) if entry.isdigit() else entry
+
+
+def physical_memory_mib(device: int | str | None, nvml=None) -> int | None:
+    """Total memory of one physical device (an NVML index or UUID) as NVML reports it; None when NVML cannot say."""
+    if device is None:
+        return None
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return None
+    try:
+        nvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        if isinstance(device, str):
+            handle = nvml.nvmlDeviceGetHandleByUUID(device)
+        else:
+            handle = nvml.nvmlDeviceGetHandleByIndex(device)
+        return int(nvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024))
+    except Exception:
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def memory_fraction(share_mib: int | float | None, card_mib: int | float | None) -> float | None:
+    """The fraction of a card a job of ``share_mib`` may take: its planned MiB over the card that is *present*.
+
+    A plan made for an A100-40GB and run on an 80 GB card caps each job at its planned MiB, not at the same fraction
+    of the larger card (which would let it take twice its share)."""
+    if not share_mib or not card_mib:
+        return None
+    return min(1.0, math.floor(float(share_mib) / float(card_mib) * 1e4 + 1e-6) / 1e4)  # rounded down: a cap

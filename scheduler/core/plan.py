@@ -1,0 +1,353 @@
+"""A plan: what the user wants run, validated strictly.
+
+The YAML is read in two steps so that every error names its place: the top level first (unknown keys listed with
+the allowed ones), then each job by its ``kind``'s own model. Every error a person can make ends as one
+:class:`~scheduler.core.errors.UserError` line: file, key (or job), what is wrong, what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from scheduler.core.errors import UserError
+from scheduler.core.hardware import from_profile
+from scheduler.core.units import parse_duration_s, parse_size_mib
+
+METRICS = ("accuracy", "log_loss", "auc", "f1_macro", "qwk", "rmse", "mae")
+ENSEMBLE_METHODS = ("mean", "weighted", "rank", "hill_climb", "stack")
+KINDS = ("timm", "lightgbm", "command")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Resources(_Strict):
+    """What one job asks for. ``gpu_memory`` is MiB after loading; ``None`` means "estimate it" (``auto``)."""
+
+    cpus: int = Field(default=1, ge=0, le=4096)
+    gpu_memory: int | None = None
+    gpus: int = Field(default=0, ge=0, le=64)  # whole devices on one node (DDP); 0 = a share of one device
+
+    @field_validator("gpu_memory", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> int | None:
+        if v is None or (isinstance(v, str) and v.strip().lower() == "auto"):
+            return None
+        return parse_size_mib(v)
+
+    @model_validator(mode="after")
+    def _share_or_whole(self) -> "Resources":
+        if self.gpus and self.gpu_memory is not None:
+            raise ValueError("give either gpus (whole devices) or gpu_memory (a share of one device), not both")
+        return self
+
+
+class _JobBase(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+    resources: Resources = Resources()
+    folds: int = Field(default=5, ge=1, le=50)
+    retries: int = Field(default=1, ge=0, le=10)
+    params: dict[str, Any] = {}
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.resources.gpus > 0 or self.resources.gpu_memory is not None or self.needs_estimate
+
+    @property
+    def needs_estimate(self) -> bool:
+        return False
+
+
+class TimmJob(_JobBase):
+    kind: Literal["timm"]
+
+    @model_validator(mode="after")
+    def _one_device(self) -> "TimmJob":
+        if self.resources.gpus > 1:
+            raise ValueError("a timm job trains on one device; several whole devices (gpus: N) are for a command "
+                             "job that runs its own DDP (e.g. torchrun)")
+        return self
+    model: str
+    image_size: int = Field(default=224, gt=0, le=4096)
+    batch_size: int | Literal["auto"] = 64
+    fixed_batch: bool = False  # keep this batch; wait for a later wave rather than shrink
+    epochs: int = Field(default=10, ge=1, le=10_000)
+    lr: float = Field(default=1e-3, gt=0)
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    amp: bool = True
+    channels_last: bool = True
+    compile: bool = False
+    grad_accum: int = Field(default=1, ge=1, le=1024)
+    patience: int = Field(default=3, ge=1, le=1000)
+    weights: str | None = None  # a local checkpoint file; nothing is downloaded
+
+    @field_validator("batch_size")
+    @classmethod
+    def _positive_batch(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v <= 0:
+            raise ValueError("must be a positive integer or 'auto'")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        known = timm_models()
+        if v not in known:
+            near = difflib.get_close_matches(v, known, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(near)}?" if near else "; see timm.list_models()"
+            raise ValueError(f"timm does not know the model '{v}'{hint}")
+        return v
+
+    @property
+    def uses_gpu(self) -> bool:
+        return True
+
+    @property
+    def needs_estimate(self) -> bool:
+        return self.resources.gpu_memory is None
+
+
+class LightGBMJob(_JobBase):
+    kind: Literal["lightgbm"]
+    num_boost_round: int = Field(default=2000, ge=1)
+    early_stopping_rounds: int = Field(default=100, ge=1)
+
+    @model_validator(mode="after")
+    def _no_gpu(self) -> "LightGBMJob":
+        if self.resources.gpu_memory is not None or self.resources.gpus:
+            raise ValueError("a lightgbm job runs on CPU cores and takes no GPU: drop resources.gpu_memory/gpus")
+        return self
+
+
+class CommandJob(_JobBase):
+    kind: Literal["command"]
+    command: list[str] = Field(min_length=1)
+    model: str | None = None  # a timm model, so gpupack can estimate the memory a command's training needs
+    image_size: int = Field(default=224, gt=0)
+    batch_size: int | None = Field(default=None, gt=0)
+    cwd: str | None = None
+    env: dict[str, str] = {}
+
+    @property
+    def needs_estimate(self) -> bool:
+        return self.resources.gpu_memory is None and self.model is not None
+
+    @property
+    def whole_devices(self) -> int:
+        return self.resources.gpus
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, v: list[str]) -> list[str]:
+        if not all(isinstance(a, str) and a for a in v):
+            raise ValueError("must be a list of non-empty strings (an argv, not a shell line)")
+        return v
+
+
+JobSpec = Annotated[Union[TimmJob, LightGBMJob, CommandJob], Field(discriminator="kind")]
+_JOB_MODELS = {"timm": TimmJob, "lightgbm": LightGBMJob, "command": CommandJob}
+
+
+class HardwareSpec(_Strict):
+    profile: str = "auto"
+    gpus_per_node: int | None = Field(default=None, ge=1, le=64)
+    nodes: int = Field(default=1, ge=1, le=1024)
+    cpus: int | None = Field(default=None, ge=1)
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, v: str) -> str:
+        if v.strip().lower() != "auto":
+            try:
+                from_profile(v)
+            except UserError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+
+class EnsembleSpec(_Strict):
+    method: Literal["mean", "weighted", "rank", "hill_climb", "stack"] = "hill_climb"
+
+
+class Plan(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+    hardware: HardwareSpec = HardwareSpec()
+    gpu_memory_target: tuple[float, float] = (0.70, 0.90)
+    budget: float = 3600.0  # seconds
+    reserve_for_inference: float = 0.15
+    metric: Literal["accuracy", "log_loss", "auc", "f1_macro", "qwk", "rmse", "mae"] = "accuracy"
+    data: str | None = None
+    seed: int = 42
+    jobs: list[JobSpec] = Field(min_length=1)
+    ensemble: EnsembleSpec = EnsembleSpec()
+
+    @field_validator("hardware", mode="before")
+    @classmethod
+    def _hardware(cls, v: Any) -> Any:
+        return {"profile": v} if isinstance(v, str) else v
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget(cls, v: Any) -> float:
+        return parse_duration_s(v)
+
+    @field_validator("gpu_memory_target")
+    @classmethod
+    def _band(cls, v: tuple[float, float]) -> tuple[float, float]:
+        low, high = v
+        if not (0 <= low <= high <= 1) or high == 0:
+            raise ValueError(f"must be [low, high] with 0 <= low <= high <= 1 and high > 0, got [{low}, {high}]")
+        return v
+
+    @field_validator("reserve_for_inference")
+    @classmethod
+    def _reserve(cls, v: float) -> float:
+        if not 0 <= v < 1:
+            raise ValueError(f"must be in [0, 1), got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "Plan":
+        seen: set[str] = set()
+        for job in self.jobs:
+            if job.name in seen:
+                raise ValueError(f"two jobs are called '{job.name}': job names must be unique")
+            seen.add(job.name)
+        return self
+
+    @property
+    def band(self) -> tuple[float, float]:
+        return self.gpu_memory_target
+
+    def job(self, name: str) -> JobSpec:
+        for j in self.jobs:
+            if j.name == name:
+                return j
+        raise KeyError(name)
+
+
+@functools.lru_cache(maxsize=1)
+def timm_models() -> tuple[str, ...]:
+    import timm
+
+    return tuple(timm.list_models())
+
+
+# --- loading ------------------------------------------------------------------------------------------------------
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key '{key}' appears twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load(path: str | Path) -> Plan:
+    """Read and validate a plan file; every mistake a person can make becomes one UserError line."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such plan file")
+    try:
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise UserError(f"{path}: YAML syntax error{where}: {what}") from None
+    return from_dict(raw, source=str(path))
+
+
+def from_dict(raw: Any, source: str = "<plan>") -> Plan:
+    if not isinstance(raw, dict):
+        raise UserError(f"{source}: the top level must be a mapping of keys (name, hardware, jobs, …), got {type(raw).__name__}")
+    _check_keys(raw, Plan, source, "")
+    jobs = raw.get("jobs")
+    if not isinstance(jobs, list) or not jobs:
+        raise UserError(f"{source}: jobs: must be a non-empty list of jobs")
+    for i, job in enumerate(jobs):
+        _check_job(job, i, source)
+    try:
+        return Plan.model_validate(raw)
+    except ValidationError as e:
+        raise UserError(_explain(e, raw, source)) from None
+
+
+def _job_label(i: int, job: Any) -> str:
+    name = job.get("name") if isinstance(job, dict) else None
+    return f"jobs[{i}] ({name})" if name else f"jobs[{i}]"
+
+
+def _check_job(job: Any, i: int, source: str) -> None:
+    label = _job_label(i, job)
+    if not isinstance(job, dict):
+        raise UserError(f"{source}: {label}: a job must be a mapping with at least name and kind")
+    kind = job.get("kind")
+    if kind not in _JOB_MODELS:
+        near = difflib.get_close_matches(str(kind), KINDS, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise UserError(f"{source}: {label}.kind: unknown kind {kind!r}{hint}; allowed: {', '.join(KINDS)}")
+    model = _JOB_MODELS[kind]
+    _check_keys(job, model, source, label)
+    if isinstance(job.get("resources"), dict):
+        _check_keys(job["resources"], Resources, source, f"{label}.resources")
+
+
+def _check_keys(raw: dict, model: type[BaseModel], source: str, where: str) -> None:
+    allowed = list(model.model_fields)
+    unknown = [k for k in raw if k not in allowed]
+    if unknown:
+        key = unknown[0]
+        near = difflib.get_close_matches(str(key), allowed, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        prefix = f"{where}." if where else ""
+        raise UserError(f"{source}: {prefix}{key}: unknown key{hint}; allowed: {', '.join(allowed)}")
+
+
+def _explain(e: ValidationError, raw: dict, source: str) -> str:
+    """The first error of a pydantic failure as 'file: jobs[1] (b4).batch_size: what is wrong'."""
+    err = e.errors()[0]
+    loc = list(err["loc"])
+    parts: list[str] = []
+    node: Any = raw
+    i = 0
+    while i < len(loc):
+        key = loc[i]
+        if key == "jobs" and i + 1 < len(loc) and isinstance(loc[i + 1], int):
+            idx = loc[i + 1]
+            job = raw["jobs"][idx]
+            parts.append(_job_label(idx, job))
+            node = job
+            i += 2
+            if i < len(loc) and loc[i] in KINDS:  # the discriminator's tag
+                i += 1
+            continue
+        if isinstance(key, int):
+            parts[-1] = f"{parts[-1]}[{key}]" if parts else f"[{key}]"
+        else:
+            parts.append(str(key))
+        node = node.get(key) if isinstance(node, dict) else None
+        i += 1
+    msg = err["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    if err["type"] in ("greater_than", "greater_than_equal", "less_than_equal", "less_than", "int_parsing", "int_type",
+                       "float_parsing", "literal_error", "string_pattern_mismatch", "too_short", "bool_parsing"):
+        msg = f"{msg}, got {err.get('input')!r}"
+    where = ".".join(parts)
+    return f"{source}: {where}: {msg}" if where else f"{source}: {msg}"

@@ -1,0 +1,1 @@
+"""Pure decisions: estimate, fit, packing, online placement, budget, batch tuning and advice, ensemble."""

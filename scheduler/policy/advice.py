@@ -1,0 +1,44 @@
+"""What to do, from a job's figures: pure rules over what telemetry and the job reported.
+
+Memory under half the share: grow the batch (gpupack's own image jobs do it themselves; for a ``command`` job it is
+advice). 50–70 % on a large model: consider ×1.5. Steps that wait for data: more workers or prefetch. Memory that
+climbs epoch over epoch, or drops suddenly: said plainly.
+"""
+
+from __future__ import annotations
+
+from scheduler.policy.autotune import advice as memory_advice
+
+INPUT_BOUND_SHARE = 0.30
+CLIMB_EPOCHS = 3
+CLIMB_MIN = 0.05
+DROP_MIN = 0.30
+
+
+WALL_SHARE_LOW = 0.50
+
+
+def advise(kind: str, used_mib: float | None, share_mib: float | None, params: int | None,
+           data_wait_share: float | None, epoch_peaks_mib: list[float], train_samples_per_s: float | None = None,
+           wall_samples_per_s: float | None = None) -> list[str]:
+    out = []
+    mem = memory_advice(used_mib, share_mib, params)
+    if mem:
+        out.append(mem + (" (gpupack grows this job's batch itself)" if kind == "timm" else ""))
+    if data_wait_share is not None and data_wait_share >= INPUT_BOUND_SHARE:
+        out.append(f"input-bound: {data_wait_share:.0%} of the time waits for the next batch; give the job more "
+                   "cores (DataLoader workers) or a larger prefetch")
+    if train_samples_per_s and wall_samples_per_s and wall_samples_per_s < WALL_SHARE_LOW * train_samples_per_s:
+        out.append(f"by the clock {wall_samples_per_s:,.0f} samples/s, {wall_samples_per_s / train_samples_per_s:.0%} "
+                   f"of the {train_samples_per_s:,.0f} inside training steps: loading, validation and set-up take "
+                   "the rest (more cores for workers, or fewer validation passes)")
+    peaks = [p for p in epoch_peaks_mib if p]
+    if len(peaks) >= CLIMB_EPOCHS:
+        last = peaks[-CLIMB_EPOCHS:]
+        if all(b > a for a, b in zip(last, last[1:])) and last[-1] >= last[0] * (1 + CLIMB_MIN):
+            out.append(f"memory climbs epoch over epoch ({last[0]:.0f} → {last[-1]:.0f} MiB over {CLIMB_EPOCHS} "
+                       "epochs): tensors kept across steps? (a leak would end in an out-of-memory error)")
+    if len(peaks) >= 2 and peaks[-1] <= peaks[-2] * (1 - DROP_MIN):
+        out.append(f"memory dropped suddenly ({peaks[-2]:.0f} → {peaks[-1]:.0f} MiB): a smaller batch after an "
+                   "out-of-memory error, or a phase that uses less")
+    return out

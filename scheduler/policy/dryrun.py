@@ -1,0 +1,228 @@
+"""From a plan and the hardware to a placement a person can check before anything runs (``submit --dry-run``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from scheduler.core import hardware as hw
+from scheduler.core.errors import UserError
+from scheduler.policy.fit import FitJob, fit
+from scheduler.policy.packing import Assignment, Placement
+from scheduler.core.plan import Plan
+
+
+@dataclass
+class DryRun:
+    plan: Plan
+    hardware: hw.Hardware
+    placement: Placement
+    warnings: list[str] = field(default_factory=list)
+    declared: dict[str, int | None] = field(default_factory=dict)  # the plan's claims, MiB
+    estimated: dict[str, int] = field(default_factory=dict)  # the estimator's figures at the packed batch, MiB
+    changes: list[str] = field(default_factory=list)  # batch and learning-rate changes made to fit the band
+    whole: dict[str, tuple[str, list[int]]] = field(default_factory=dict)  # multi-GPU jobs: node, device indices
+    data: dict | None = None  # the competition, checked: rows, the submission's form and why (datasource.inspect)
+
+    def job_rows(self) -> list[dict]:
+        rows = []
+        for job in self.plan.jobs:
+            a = self.placement.of(job.name)
+            row = {
+                "name": job.name,
+                "kind": job.kind,
+                "wave": a.wave,
+                "node": a.node,
+                "device": a.device,
+                "gpu_memory_mib": a.gpu_memory_mib,
+                "cpus": a.cpus,
+            }
+            if getattr(job, "batch_size", None) is not None:
+                row["batch_size"] = job.batch_size
+            if getattr(job, "lr", None) is not None and job.kind == "timm":
+                row["lr"] = job.lr
+            if job.name in self.whole:
+                row["devices"] = self.whole[job.name][1]
+            row["declared_mib"] = self.declared.get(job.name)
+            row["estimated_mib"] = self.estimated.get(job.name)
+            row["reason"] = a.reason
+            rows.append(row)
+        return rows
+
+    def expected_gain(self, names: list[str]) -> dict | None:
+        """The packing gain measured for these models sharing a card (``packgain``), or None for one job."""
+        from scheduler.policy import packgain
+
+        jobs = [(j.model, j.batch_size) for j in (self.plan.job(n) for n in names)
+                if getattr(j, "model", None) and isinstance(getattr(j, "batch_size", None), int)]
+        return packgain.expected(jobs)
+
+    def device_rows(self) -> list[dict]:
+        """One row per (wave, device) that holds a job, with its load against the band."""
+        low, high = self.plan.band
+        rows = []
+        for wave in range(self.placement.waves):
+            for dev in self.placement.devices:
+                jobs = self.placement.jobs_on(wave, dev)
+                load = self.placement.load_mib(wave, dev)
+                for name, (node, indices) in self.whole.items():  # whole devices are held for the whole run
+                    if dev.node == node and dev.index in indices:
+                        jobs = [a for a in jobs if a.job != name] + [self.placement.of(name)]
+                        load = int(dev.memory_mib * self.plan.band[1])
+                if not jobs and wave > 0:
+                    continue
+                share = load / dev.memory_mib
+                rows.append({
+                    "wave": wave, "node": dev.node, "device": dev.index, "memory_mib": dev.memory_mib,
+                    "jobs": [a.job for a in jobs], "used_mib": load, "share": round(share, 4),
+                    "in_band": low <= share <= high + 1e-9,
+                    "room_mib": max(0, int(dev.memory_mib * high) - load),  # free under the band's top
+                    "packing_gain": self.expected_gain([a.job for a in jobs]),
+                })
+        return rows
+
+    def to_json(self) -> dict:
+        low, high = self.plan.band
+        return {
+            "plan": self.plan.name,
+            "hardware": self.hardware.to_json(),
+            "band": {"low": low, "high": high},
+            "waves": self.placement.waves,
+            "exact": self.placement.exact,
+            "jobs": self.job_rows(),
+            "devices": self.device_rows(),
+            "changes": list(self.changes),
+            "warnings": list(self.warnings),
+            **({"data": self.data} if self.data is not None else {}),
+        }
+
+
+def resolve_hardware(plan: Plan, override: str | None = None) -> hw.Hardware:
+    """The plan's hardware, or ``override`` (``--hardware``) in its place; counts in the plan still apply."""
+    spec = plan.hardware
+    return hw.resolve(override or spec.profile, gpus_per_node=spec.gpus_per_node, nodes=spec.nodes, cpus=spec.cpus)
+
+
+def fold_train_rows(rows: int | None, folds: int) -> int | None:
+    """Training rows in one fold of ``split_folds``: (k-1)/k of them, or 80 % for a single hold-out."""
+    if not rows:
+        return None
+    return rows - math.ceil(0.2 * rows) if folds <= 1 else rows - math.ceil(rows / folds)
+
+
+def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None) -> list[FitJob]:
+    out = []
+    for job in plan.jobs:
+        declared = job.resources.gpu_memory
+        model = getattr(job, "model", None)
+        batch = getattr(job, "batch_size", None)
+        if not estimated or model is None:
+            if job.needs_estimate:
+                raise UserError(f"job '{job.name}': resources.gpu_memory is not given and estimates are off; "
+                                "write it (e.g. gpu_memory: 18GB)")
+            out.append(FitJob(job.name, job.resources.cpus, declared, None))
+            continue
+        auto = batch == "auto"
+        if job.kind == "command" and batch is None:
+            batch = 64
+        out.append(FitJob(job.name, job.resources.cpus, declared, None if auto else batch, auto_batch=auto,
+                          fixed=getattr(job, "fixed_batch", False), lr=getattr(job, "lr", None),
+                          optimizer=getattr(job, "optimizer", "adamw"),
+                          train_rows=fold_train_rows(rows, job.folds) if job.kind == "timm" else None,
+                          epochs=getattr(job, "epochs", None), grad_accum=getattr(job, "grad_accum", 1)))
+    return out
+
+
+def _estimator(plan: Plan):
+    from scheduler.policy.estimate import estimate
+
+    specs = {j.name: j for j in plan.jobs}
+
+    def est(name: str, batch: int) -> int:
+        j = specs[name]
+        return estimate(j.model, j.image_size, batch, amp=getattr(j, "amp", True),
+                        optimizer=getattr(j, "optimizer", "adamw"), channels_last=getattr(j, "channels_last", True)).peak_mib
+
+    return est
+
+
+def _whole_devices(plan: Plan, hardware: hw.Hardware, band_high: float):
+    """Jobs of several whole devices (``gpus: N``) first: each takes N free devices of one node, kept for the run;
+    the shared jobs are packed on what is left. Returns {job: (node, indices)} and the nodes left for sharing."""
+    free = {n.name: [d for d in n.devices] for n in hardware.nodes}
+    cpus_left = {n.name: n.cpus for n in hardware.nodes}
+    whole: dict[str, tuple[str, list[int]]] = {}
+    for job in sorted((j for j in plan.jobs if j.resources.gpus), key=lambda j: -j.resources.gpus):
+        need = job.resources.gpus
+        fits = [n for n in hardware.nodes if len(free[n.name]) >= need and cpus_left[n.name] >= job.resources.cpus]
+        if not fits:
+            most = max((len(free[n.name]) for n in hardware.nodes), default=0)
+            raise UserError(f"job '{job.name}' needs {need} whole GPUs on one node; the most free on any node is "
+                            f"{most} (hardware {hardware.profile})")
+        node = max(fits, key=lambda n: (len(free[n.name]), -hardware.nodes.index(n)))
+        taken, free[node.name] = free[node.name][:need], free[node.name][need:]
+        cpus_left[node.name] -= job.resources.cpus
+        whole[job.name] = (node.name, [d.index for d in taken])
+    nodes = tuple(hw.Node(n.name, cpus_left[n.name], tuple(free[n.name])) for n in hardware.nodes)
+    return whole, nodes
+
+
+def _with_whole(placement: Placement, whole: dict, hardware: hw.Hardware, plan: Plan) -> Placement:
+    """The packer's placement of the shared jobs, with the whole-device jobs added in wave 0."""
+    if not whole:
+        return placement
+    extra = []
+    for name, (node, indices) in whole.items():
+        devs = [d for d in hardware.devices if d.node == node and d.index in indices]
+        mib = sum(int(d.memory_mib * plan.band[1]) for d in devs)
+        extra.append(Assignment(name, 0, node, indices[0], mib, plan.job(name).resources.cpus,
+                                f"{len(indices)} whole devices on {node} ({', '.join(map(str, indices))}), held for the run"))
+    order = {j.name: i for i, j in enumerate(plan.jobs)}
+    assignments = sorted(list(placement.assignments) + extra, key=lambda a: order[a.job])
+    return dataclasses.replace(placement, assignments=tuple(assignments), devices=hardware.devices,
+                               nodes=hardware.nodes)
+
+
+def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_rows: int | None = None) -> DryRun:
+    """Estimate, fit into the band and pack ``plan`` onto ``hardware``; collect what a person should know first.
+
+    ``estimated=False`` packs the plan's own ``gpu_memory`` figures as written (``--trust-plan-memory``).
+    ``train_rows`` (train.csv's rows) lets the fitter cap batches that would leave a fold too few optimizer steps.
+    """
+    if not hardware.devices and any(j.uses_gpu for j in plan.jobs):
+        raise UserError(f"plan '{plan.name}' has GPU jobs but hardware '{hardware.profile}' has no GPU")
+    whole, nodes = _whole_devices(plan, hardware, plan.band[1])
+    shared = plan.model_copy(update={"jobs": [j for j in plan.jobs if j.name not in whole]})
+    fitted = fit(_fit_jobs(shared, estimated, train_rows), nodes, plan.band, _estimator(plan) if estimated else None)
+    placement = _with_whole(fitted.placement, whole, hardware, plan)
+    updates = []
+    for job in plan.jobs:
+        change = {}
+        if fitted.batches.get(job.name) is not None and getattr(job, "batch_size", None) != fitted.batches[job.name]:
+            change["batch_size"] = fitted.batches[job.name]
+            if fitted.lrs.get(job.name) is not None:
+                change["lr"] = fitted.lrs[job.name]
+        updates.append(job.model_copy(update=change) if change else job)
+    adjusted = plan.model_copy(update={"jobs": updates})
+    warnings: list[str] = list(fitted.warnings)
+    warnings += [(f"batch lowered for statistics: {c.describe()}" if c.why and c.old_batch else
+                  f"batch lowered to fit the band: {c.describe()}" if c.old_batch else f"batch chosen: {c.describe()}")
+                 for c in fitted.changes]
+    low, high = plan.band
+    dry = DryRun(adjusted, hardware, placement, [], declared={j.name: j.resources.gpu_memory for j in plan.jobs},
+                 estimated=fitted.estimated_mib, changes=[c.describe() for c in fitted.changes], whole=whole)
+    for row in dry.device_rows():
+        if row["jobs"] and row["share"] < low:
+            warnings.append(
+                f"wave {row['wave']}, device {row['node']}:{row['device']}: {row['used_mib']} MiB is "
+                f"{row['share']:.0%} of the card, under the band's lower limit ({low:.0%}); room for more work: "
+                f"{row['room_mib']:,} MiB free under the band's top ({high:.0%}) for more jobs or folds"
+            )
+    if placement.waves > 1:
+        later = [a.job for a in placement.assignments if a.wave > 0]
+        warnings.append(f"{len(later)} job(s) wait for a later wave: {', '.join(later)}")
+    if not placement.exact:
+        warnings.append("the plan is too large to pack exactly in time; this placement is First-Fit-Decreasing's")
+    dry.warnings = warnings
+    return dry

@@ -1,0 +1,246 @@
+"""Blending finished jobs' predictions, and the submission writer. Pure functions over arrays keyed by row id.
+
+Every method is fitted on out-of-fold predictions only (the rows each job did not train on), and the chosen blend is
+never worse there than the best single job: when a blend loses to it, the best job alone is the answer, with a note.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from scheduler.core.scoring import REGRESSION, get as get_metric
+
+METHODS = ("mean", "weighted", "rank", "hill_climb", "stack")
+RANK_ONLY = frozenset({"auc"})  # metrics that read only the order of the predictions
+
+
+@dataclass
+class Predictions:
+    """One job's finished work: out-of-fold rows (ids, probabilities) and test rows (ids, mean over folds)."""
+
+    job: str
+    oof_ids: np.ndarray
+    oof_pred: np.ndarray  # (n, k)
+    test_ids: np.ndarray
+    test_pred: np.ndarray  # (m, k)
+    classes: list
+
+
+@dataclass
+class Blend:
+    method: str
+    weights: dict[str, float]
+    oof_score: float | None
+    job_scores: dict[str, float]
+    test_pred: np.ndarray  # rows in the order of ``test_ids``
+    test_ids: np.ndarray
+    classes: list
+    notes: list[str] = field(default_factory=list)
+
+
+def _aligned(preds: list[Predictions], truth: pd.Series) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """The OOF rows every job predicted (ids, true labels as class indices, per-job arrays in that row order)."""
+    common = set(truth.index)
+    for p in preds:
+        common &= set(p.oof_ids.tolist())
+    ids = np.array(sorted(common))
+    arrays = []
+    for p in preds:
+        pos = pd.Series(np.arange(len(p.oof_ids)), index=p.oof_ids)
+        arrays.append(p.oof_pred[pos.loc[ids].to_numpy()])
+    return ids, truth.loc[ids].to_numpy(), arrays
+
+
+def _test_matrix(p: Predictions, test_ids: np.ndarray) -> np.ndarray:
+    """``p``'s test predictions in the order of ``test_ids``; rows it lacks are NaN."""
+    frame = pd.DataFrame(p.test_pred, index=p.test_ids)
+    return frame.reindex(test_ids).to_numpy(dtype=np.float64)
+
+
+def _combine(arrays: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
+    """Weighted mean that skips a job's missing (NaN) rows instead of losing the row."""
+    stack = np.stack(arrays)  # (jobs, rows, k)
+    w = np.broadcast_to(weights[:, None, None], stack.shape).copy()
+    w[np.isnan(stack)] = 0.0
+    total = w.sum(axis=0)
+    out = np.nansum(stack * w, axis=0) / np.where(total > 0, total, 1)
+    out[total == 0] = np.nan
+    return out
+
+
+def _ranks(a: np.ndarray) -> np.ndarray:
+    """Each column's values as ranks scaled to [0, 1] (rank averaging, for metrics that only rank)."""
+    out = np.empty_like(a, dtype=np.float64)
+    for c in range(a.shape[1]):
+        out[:, c] = pd.Series(a[:, c]).rank(method="average").to_numpy() / max(1, len(a))
+    return out
+
+
+def _hill_climb(arrays: list[np.ndarray], y: np.ndarray, metric, rounds: int = 50) -> np.ndarray:
+    """Caruana's ensemble selection with replacement, starting from the best single job."""
+    scores = [metric.fn(y, a) for a in arrays]
+    best = int(np.argmax(scores) if metric.greater_is_better else np.argmin(scores))
+    counts = np.zeros(len(arrays))
+    counts[best] = 1
+    current, current_score = arrays[best].astype(np.float64), scores[best]
+    for _ in range(rounds):
+        n = counts.sum()
+        trials = [(metric.fn(y, (current * n + a) / (n + 1)), j) for j, a in enumerate(arrays)]
+        score, j = max(trials) if metric.greater_is_better else min(trials)
+        if not metric.better(score, current_score):
+            break
+        counts[j] += 1
+        current, current_score = (current * n + arrays[j]) / (n + 1), score
+    return counts / counts.sum()
+
+
+def _stack(arrays: list[np.ndarray], y: np.ndarray, tests: list[np.ndarray], regression: bool, seed: int = 0):
+    """A second model on the jobs' OOF predictions, its own OOF from a 5-fold CV: a regularised logistic regression
+    on the probabilities, or for numbers a linear regression with non-negative weights."""
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+    from sklearn.model_selection import KFold, StratifiedKFold, cross_val_predict
+
+    if regression:
+        x, xt = np.hstack(arrays), np.hstack([np.nan_to_num(t, nan=float(np.nanmean(t))) for t in tests])
+        if len(y) < 10:
+            return None, None
+        model = LinearRegression(positive=True)
+        oof = cross_val_predict(model, x, y, cv=KFold(5, shuffle=True, random_state=seed))
+        return oof.reshape(-1, 1), model.fit(x, y).predict(xt).reshape(-1, 1)
+    x, xt = np.hstack(arrays), np.hstack([np.nan_to_num(t, nan=1.0 / t.shape[1]) for t in tests])
+    model = LogisticRegression(C=1.0, max_iter=2000)
+    folds = min(5, int(np.bincount(y.astype(int)).min())) if len(y) else 0
+    if folds < 2:
+        return None, None
+    cv = StratifiedKFold(folds, shuffle=True, random_state=seed)
+    oof = cross_val_predict(model, x, y, cv=cv, method="predict_proba")
+    model.fit(x, y)
+    proba = np.zeros((len(xt), arrays[0].shape[1]))
+    proba[:, model.classes_.astype(int)] = model.predict_proba(xt)
+    full_oof = np.zeros((len(x), arrays[0].shape[1]))
+    full_oof[:, model.classes_.astype(int)] = oof
+    return full_oof, proba
+
+
+def align_columns(preds: list[Predictions], columns: list) -> tuple[list[Predictions], list[str]]:
+    """Each job's prediction columns put in ``columns``' order (matched by name, as ``"3"`` and ``3`` are one
+    class), so that every job is scored on the values the metric reads; a job whose columns do not match is left out
+    with a note."""
+    want = [str(c) for c in columns]
+    kept, notes = [], []
+    for p in preds:
+        have = {str(c): i for i, c in enumerate(p.classes)}
+        if set(have) != set(want) or len(have) != p.oof_pred.shape[1]:
+            notes.append(f"{p.job} predicted the columns {[str(c) for c in p.classes][:8]}, not the competition's "
+                         f"{want[:8]}: left out of the blend")
+            continue
+        order = [have[c] for c in want]
+        kept.append(Predictions(p.job, p.oof_ids, p.oof_pred[:, order], p.test_ids, p.test_pred[:, order],
+                                list(columns)))
+    return kept, notes
+
+
+def blend(preds: list[Predictions], truth: pd.Series, test_ids: np.ndarray, metric_name: str,
+          method: str = "hill_climb") -> Blend:
+    """Blend ``preds`` by ``method`` on OOF rows; ``truth`` maps each train id to what the metric compares with:
+    its class index, its value (regression), or its row of several targets (a DataFrame)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown ensemble method {method!r}; allowed: {', '.join(METHODS)}")
+    if not preds:
+        raise ValueError("nothing to blend: no job finished a fold")
+    metric = get_metric(metric_name)
+    regression = metric_name in REGRESSION
+    ids, y, arrays = _aligned(preds, truth)
+    tests = [_test_matrix(p, test_ids) for p in preds]
+    names = [p.job for p in preds]
+    job_scores = {n: float(metric.fn(y, a)) for n, a in zip(names, arrays)} if len(ids) else {}
+    notes: list[str] = []
+    if len(preds) == 1 or not len(ids):
+        if not len(ids):
+            notes.append("the jobs share no out-of-fold rows: their test predictions are averaged with equal weights")
+        w = np.ones(len(preds)) / len(preds)
+        return Blend(method, dict(zip(names, w.tolist())), next(iter(job_scores.values()), None), job_scores,
+                     _combine(tests, w), test_ids, preds[0].classes, notes)
+
+    scores = np.array([job_scores[n] for n in names])
+    oof_blend = test_blend = None
+    if method == "mean":
+        w = np.ones(len(preds)) / len(preds)
+    elif method == "weighted":
+        w = scores if metric.greater_is_better else 1.0 / np.maximum(scores, 1e-12)
+        w = np.maximum(w, 1e-12) / np.maximum(w, 1e-12).sum()
+    elif method == "rank":
+        w = np.ones(len(preds)) / len(preds)
+        if metric_name in RANK_ONLY:
+            oof_blend = _combine([_ranks(a) for a in arrays], w)
+            test_blend = _combine([_ranks(np.nan_to_num(t)) for t in tests], w)
+        else:
+            notes.append(f"rank averaging suits metrics that only rank (auc); {metric_name} scores the values "
+                         f"themselves: a plain mean instead")
+    elif method == "hill_climb":
+        w = _hill_climb(arrays, y, metric)
+    else:  # stack
+        w = np.ones(len(preds)) / len(preds)
+        if y.ndim == 2:
+            notes.append("no stacker for several targets: a plain mean instead")
+        else:
+            oof_blend, test_blend = _stack(arrays, y, tests, regression)
+            if oof_blend is None:
+                notes.append("too few rows to cross-validate a stacker: a plain mean instead")
+    if oof_blend is None:
+        oof_blend, test_blend = _combine(arrays, w), _combine(tests, w)
+    score = float(metric.fn(y, oof_blend))
+
+    best = names[int(np.argmax(scores) if metric.greater_is_better else np.argmin(scores))]
+    if metric.better(job_scores[best], score):
+        notes.append(f"the {method} blend ({score:.5f}) is worse than {best} alone ({job_scores[best]:.5f}) on "
+                     f"out-of-fold rows: {best} alone is used")
+        w = np.array([1.0 if n == best else 0.0 for n in names])
+        score, test_blend = job_scores[best], tests[names.index(best)]
+    return Blend(method, dict(zip(names, np.round(w, 6).tolist())), score, job_scores, test_blend, test_ids,
+                 preds[0].classes, notes)
+
+
+def class_prior(labels: pd.Series, classes: list, n_rows: int) -> np.ndarray:
+    """Class frequencies as every row's prediction: the submission of last resort."""
+    freq = labels.value_counts(normalize=True).reindex(classes).fillna(0).to_numpy()
+    return np.tile(freq, (n_rows, 1))
+
+
+def submission_frame(sample: pd.DataFrame, test_ids: np.ndarray, test_pred: np.ndarray, classes: list,
+                     form=None) -> pd.DataFrame:
+    """The submission in ``sample``'s columns and row order, written as ``form`` says (``jobs.forms.Form``: its
+    ``kind``, ``positive`` and ``hard``); without a form, one label column, a number, or a column per class."""
+    id_col = sample.columns[0]
+    pred = pd.DataFrame(test_pred, index=test_ids).reindex(sample[id_col].to_numpy())
+    if pred.isna().any().any():
+        prior = np.nanmean(test_pred, axis=0) if len(test_pred) else np.full(len(classes), 1.0 / len(classes))
+        pred = pred.fillna(pd.Series(np.nan_to_num(prior), index=pred.columns))
+    values = pred.to_numpy()
+    out = pd.DataFrame({id_col: sample[id_col].to_numpy()})
+    value_cols = list(sample.columns[1:])
+    kind = form.kind if form is not None else (
+        "class_columns" if len(value_cols) > 1 else ("label" if len(classes) > 1 else "value"))
+    by_name = {str(c): i for i, c in enumerate(classes)}
+    if kind == "label":
+        col = value_cols[0]
+        out[col] = np.asarray(classes, dtype=object)[values.argmax(axis=1)]
+        try:
+            out[col] = out[col].astype(sample[col].dtype)
+        except (TypeError, ValueError):
+            pass
+    elif kind == "probability":
+        out[value_cols[0]] = np.clip(values[:, by_name[str(form.positive)]], 0.0, 1.0)
+    elif kind == "value":
+        out[value_cols[0]] = values[:, 0]
+    else:  # class_columns, targets
+        missing = [c for c in value_cols if str(c) not in by_name]
+        if missing:
+            raise ValueError(f"sample_submission.csv has columns {missing} that the jobs did not predict")
+        for c in value_cols:
+            column = values[:, by_name[str(c)]]
+            out[c] = np.rint(np.clip(column, 0, 1)).astype(np.int64) if getattr(form, "hard", False) else column
+    return out

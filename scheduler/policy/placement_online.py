@@ -1,0 +1,278 @@
+"""Online placement: one request, at arrival, onto a cluster whose devices are already partly taken.
+
+``scheduler.policy.packing`` plans a whole batch ahead of time; a long-running service instead sees requests one by one and
+must answer at once. These are pure functions of the cluster's free resources, in whatever unit the caller counts a
+device in (thousandths of a GPU, as in the Alibaba trace, or MiB of GPU memory, as in plans):
+
+- ``first_fit``: the first node, then the first device, in index order, with room.
+- ``best_fit``: the device left with the least room (the tightest fit); ties to the node left with the least free
+  GPU, then the lower index.
+- ``fgd``: Fragmentation Gradient Descent (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads
+  with Fragmentation Gradient Descent", USENIX ATC'23). A node's fragmentation, for a typical request of the
+  workload, is the free GPU it cannot use: all of it when the request does not fit on the node (too few devices with
+  room, or too few free cores), else the free room of the devices too small for it. Weighted by how often each
+  typical request occurs, that is the node's expected fragmentation; the request goes where it grows least (ties to
+  best fit). As in the paper's simulator (hkust-adsl/kubernetes-scheduler-simulator, ``pkg/utils/frag.go``),
+  CPU-only typical requests are left out: they would add the same amount to every choice. A typical request
+  restricted to some device models (``Shape.models``, the trace's ``gpu_spec``) finds all of a node of another model
+  fragmented (the simulator's ``NoAccess``). ``workload_of`` builds the typical requests; its ``count_cpu_only`` and
+  ``gpu_weight`` are the simulator's ``isInvolvedCpuPods`` and ``gpuResWeight``. Unlike the simulator's plugin, which
+  scores ``int(100 * sigmoid(-Δ / 1000))`` and so ties (broken at random) every choice within about 40 thousandths
+  of a GPU, the growth is compared exactly, ties going to best fit.
+
+``place(policy, gpu, cpus, devices_free, nodes_free, workload)`` dispatches to one of them. Requests:
+``gpu`` is the share of one device (``0`` for a CPU-only request; a share equal to the capacity is a whole device);
+``gpus > 1`` asks for that many whole, entirely free devices on one node (then the lowest-indexed free ones are meant,
+see ``whole_devices``). Answers are ``(node, device)``, ``(node, None)`` for a CPU-only request, or ``None`` when
+nothing fits. Deterministic: ties go to the lower index.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Literal, Sequence
+
+Policy = Literal["first_fit", "best_fit", "fgd"]
+POLICIES: tuple[str, ...] = ("first_fit", "best_fit", "fgd")
+Choice = tuple[int, "int | None"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A typical request: ``gpu`` of one device on each of ``gpus`` devices (``gpus == 0``: CPU-only), ``cpus``;
+    ``models``: the device models it may run on (None: any), as the trace's ``gpu_spec``."""
+
+    gpu: int
+    gpus: int = 1
+    cpus: int = 0
+    models: frozenset | None = None
+
+
+Workload = Sequence[tuple[Shape, float]]  # typical requests and how often each occurs (summing to 1)
+
+
+def _shape_key(shape: Shape) -> tuple:
+    return (shape.gpus, shape.gpu, shape.cpus, () if shape.models is None else tuple(sorted(shape.models)))
+
+
+def workload_of(requests: Iterable[Shape], coverage: float = 1.0, count_cpu_only: bool = False,
+                gpu_weight: float = 0.0, capacity: int = 1000) -> tuple[tuple[Shape, float], ...]:
+    """The distribution of request shapes seen (most popular first), keeping the most popular ones until they cover
+    ``coverage`` of the requests, renormalised. CPU-only requests are left out of the answer (see the module's note);
+    with ``count_cpu_only`` they still count towards ``coverage``, as in the paper's simulator (``GetTypicalPods``
+    with CPU pods involved), which then keeps fewer GPU shapes. ``gpu_weight`` is the simulator's ``gpuResWeight``:
+    a request for whole devices (``gpu == capacity``) counts ``1 + gpus * gpu_weight`` times, so shapes that need
+    many whole devices weigh by the capacity they need, not only by how often they come (0: plain counts)."""
+    counts: Counter = Counter()
+    for r in requests:
+        if count_cpu_only or (r.gpus > 0 and r.gpu > 0):
+            counts[r] += 1 + (r.gpus * gpu_weight if gpu_weight > 0 and r.gpus > 0 and r.gpu >= capacity else 0)
+    total = sum(counts.values())
+    if not total:
+        return ()
+    kept, covered = [], 0
+    for shape, n in sorted(counts.items(), key=lambda kv: (-kv[1], _shape_key(kv[0]))):
+        if covered >= coverage * total:
+            break
+        kept.append((shape, n))
+        covered += n
+    kept = [(s, n) for s, n in kept if s.gpus > 0 and s.gpu > 0]
+    gpu_covered = sum(n for _, n in kept)
+    if not gpu_covered:
+        return ()
+    return tuple((s, n / gpu_covered) for s, n in kept)
+
+
+def _caps(capacity: int | Sequence[Sequence[int]], node: int, count: int) -> Sequence[int]:
+    return [capacity] * count if isinstance(capacity, int) else capacity[node]
+
+
+def _host_ok(node: int, cpus: int, nodes_free: Sequence[int], memory: int, nodes_memory: Sequence[int] | None) -> bool:
+    return nodes_free[node] >= cpus and (nodes_memory is None or nodes_memory[node] >= memory)
+
+
+def whole_devices(free: Sequence[int], caps: Sequence[int], gpus: int) -> tuple[int, ...] | None:
+    """The ``gpus`` lowest-indexed entirely free devices of one node, or None."""
+    chosen = tuple(d for d, f in enumerate(free) if f >= caps[d])[:gpus]
+    return chosen if len(chosen) == gpus else None
+
+
+def _devices(gpu: int, free: Sequence[int], caps: Sequence[int], gpus: int) -> list[int | None]:
+    """The devices of one node that can take the request (one entry for CPU-only and multi-device requests), in
+    index order, one per distinct free room (equal devices are interchangeable: the lower index stands for them)."""
+    if gpu <= 0 or gpus <= 0:
+        return [None]
+    if gpus > 1:
+        chosen = whole_devices(free, caps, gpus)
+        return [] if chosen is None else [chosen[0]]
+    out, seen = [], set()
+    for d, f in enumerate(free):
+        if f >= gpu and gpu <= caps[d] and (f, caps[d]) not in seen:
+            seen.add((f, caps[d]))
+            out.append(d)
+    return out
+
+
+def _after(free: Sequence[int], caps: Sequence[int], device: int | None, gpu: int, gpus: int) -> list[int]:
+    """A node's device room once the request is placed at ``device``."""
+    out = list(free)
+    if device is None or gpu <= 0 or gpus <= 0:
+        return out
+    if gpus > 1:
+        for d in whole_devices(free, caps, gpus) or ():
+            out[d] = 0
+    else:
+        out[device] -= gpu
+    return out
+
+
+def node_key(answer: tuple[tuple, int | None], node: int) -> tuple:
+    """How a node's answer (``evaluate_node``) ranks across nodes: least rank, then lower node and device."""
+    rank, device = answer
+    return rank + (node, -1 if device is None else device)
+
+
+def evaluate_node(policy: Policy, gpu: int, cpus: int, free: Sequence[int], cpus_free: int, *,
+                  caps: Sequence[int], gpus: int = 1, workload: Workload = (),
+                  frag: "FragmentationCache | None" = None, model: str | None = None) -> tuple[tuple, int | None] | None:
+    """One node's best answer under ``policy``: ``(rank, device)``, or None when the request does not fit (host RAM
+    and eligibility are the caller's). Across nodes the policy picks the least ``rank + (node, device)``, so a
+    simulator may cache this per node until the node changes."""
+    if cpus_free < cpus:
+        return None
+    best = None
+    fragment = None
+    if policy == "fgd" and workload:
+        def fragment(room, cores):
+            if frag is not None:
+                return frag(room, cores, caps, model)
+            return node_fragmentation(room, cores, workload, caps, model)
+        before = fragment(free, cpus_free)
+    for d in _devices(gpu, free, caps, gpus):
+        if policy == "first_fit":
+            return (), d
+        after = _after(free, caps, d, gpu, gpus)
+        rank = (after[d] if d is not None and gpus == 1 and gpu > 0 else 0, sum(after), cpus_free - cpus)
+        if fragment is not None:
+            rank = (round(fragment(after, cpus_free - cpus) - before, 6),) + rank
+        if best is None or (rank, d) < best:
+            best = (rank, d)
+    return best
+
+
+def _place(policy: Policy, gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int],
+           workload: Workload, capacity, gpus: int, memory: int, nodes_memory, allowed, frag,
+           models: Sequence[str] | None = None) -> Choice | None:
+    best, best_key = None, None
+    for n, free in enumerate(devices_free):
+        if (allowed is not None and not allowed[n]) or not _host_ok(n, cpus, nodes_free, memory, nodes_memory):
+            continue
+        found = evaluate_node(policy, gpu, cpus, free, nodes_free[n], caps=_caps(capacity, n, len(free)), gpus=gpus,
+                              workload=workload, frag=frag, model=None if models is None else models[n])
+        if found is None:
+            continue
+        key = node_key(found, n)
+        if best_key is None or key < best_key:
+            best, best_key = (n, found[1]), key
+            if policy == "first_fit":
+                break
+    return best
+
+
+def first_fit(gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int], *,
+              capacity: int | Sequence[Sequence[int]] = 1000, gpus: int = 1, memory: int = 0,
+              nodes_memory: Sequence[int] | None = None, allowed: Sequence[bool] | None = None) -> Choice | None:
+    """The first node, then its first device, with room for the request."""
+    return _place("first_fit", gpu, cpus, devices_free, nodes_free, (), capacity, gpus, memory, nodes_memory,
+                  allowed, None)
+
+
+def best_fit(gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int], *,
+             capacity: int | Sequence[Sequence[int]] = 1000, gpus: int = 1, memory: int = 0,
+             nodes_memory: Sequence[int] | None = None, allowed: Sequence[bool] | None = None) -> Choice | None:
+    """The device left with the least room; ties to the node left with the least free GPU, then the fewest free
+    cores, then the lower index. CPU-only requests go to the node left with the least free GPU and cores."""
+    return _place("best_fit", gpu, cpus, devices_free, nodes_free, (), capacity, gpus, memory, nodes_memory,
+                  allowed, None)
+
+
+def node_fragmentation(free: Sequence[int], cpus_free: int, workload: Workload,
+                       caps: Sequence[int] | None = None, model: str | None = None) -> float:
+    """The free GPU of one node that the workload's typical requests are expected not to be able to use. A typical
+    request restricted to other device models than the node's (``model``) can use none of it."""
+    total = sum(free)
+    if total <= 0:
+        return 0.0
+    frag = 0.0
+    for shape, p in workload:
+        if shape.gpus <= 0 or shape.gpu <= 0:
+            continue
+        if shape.models is not None and model is not None and model not in shape.models:
+            frag += p * total
+            continue
+        need = shape.gpu
+        fits = sum(1 for d, f in enumerate(free) if f >= need and (caps is None or need <= caps[d]))
+        if fits >= shape.gpus and cpus_free >= shape.cpus:
+            frag += p * sum(f for f in free if f < need)
+        else:
+            frag += p * total
+    return frag
+
+
+class FragmentationCache:
+    """Memo of ``node_fragmentation`` for one workload and one capacity: a node's fragmentation depends only on its
+    sorted device room and on which typical requests' core counts its free cores reach. Purely an accelerator for
+    simulations that call ``fgd`` thousands of times."""
+
+    def __init__(self, workload: Workload):
+        self.workload = tuple(workload)
+        self.cpu_steps = sorted({s.cpus for s, _ in self.workload})
+        self.memo: dict[tuple, float] = {}
+
+    def __call__(self, free: Sequence[int], cpus_free: int, caps: Sequence[int] | None,
+                 model: str | None = None) -> float:
+        reached = sum(1 for c in self.cpu_steps if cpus_free >= c)
+        key = (reached, tuple(sorted(free)), None if caps is None else tuple(sorted(caps)), model)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = node_fragmentation(free, cpus_free, self.workload, caps, model)
+        return hit
+
+
+def fgd(gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int],
+        workload: Workload, *, capacity: int | Sequence[Sequence[int]] = 1000, gpus: int = 1, memory: int = 0,
+        nodes_memory: Sequence[int] | None = None, allowed: Sequence[bool] | None = None,
+        cache: FragmentationCache | None = None, models: Sequence[str] | None = None) -> Choice | None:
+    """Where the cluster's expected fragmentation grows least; ties go to best fit. With an empty workload this is
+    best fit. ``cache`` (built for the same workload) only speeds it up."""
+    frag = cache if cache is not None and cache.workload == tuple(workload) else None
+    return _place("fgd", gpu, cpus, devices_free, nodes_free, tuple(workload), capacity, gpus, memory, nodes_memory,
+                  allowed, frag, models)
+
+
+def place(policy: Policy, gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int],
+          workload: Workload = (), **options) -> Choice | None:
+    """Place one request by ``policy`` ("first_fit", "best_fit" or "fgd").
+
+    gpu: share of one device the request needs, in the unit of ``devices_free`` (0: CPU-only).
+    cpus: cores (or millicores: the unit of ``nodes_free``) it needs on the same node.
+    devices_free: per node, the free room of each device. nodes_free: per node, the free cores.
+    workload: typical requests and their frequencies (``workload_of``), used by "fgd" only.
+    options: ``capacity`` (an int for every device, or per node per device; default 1000), ``gpus`` (whole devices
+    for a multi-device request), ``memory`` with ``nodes_memory`` (host RAM), ``allowed`` (per node: may it take
+    the request, e.g. its GPU model), ``cache`` and ``models`` (fgd only: per node, its device model, against
+    which typical requests restricted to some models are judged).
+    Returns ``(node, device)``, ``(node, None)`` for a CPU-only request, or None when nothing fits.
+    """
+    if policy == "first_fit":
+        options.pop("cache", None)
+        options.pop("models", None)
+        return first_fit(gpu, cpus, devices_free, nodes_free, **options)
+    if policy == "best_fit":
+        options.pop("cache", None)
+        options.pop("models", None)
+        return best_fit(gpu, cpus, devices_free, nodes_free, **options)
+    if policy == "fgd":
+        return fgd(gpu, cpus, devices_free, nodes_free, workload, **options)
+    raise ValueError(f"unknown placement policy '{policy}'; choose one of {', '.join(POLICIES)}")

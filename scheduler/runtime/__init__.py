@@ -1,0 +1,1 @@
+"""Ray: the cluster, one actor per job, the driver, monitoring, telemetry and gauges, doctor."""

@@ -1,0 +1,140 @@
+"""Watching a run: every few seconds, each running job's figures — what it reported (throughput, its own memory
+view) merged with what telemetry sees from outside (NVML per process, or psutil and the simulated device) — with
+advice, written to ``events.jsonl`` and ``state.sqlite`` and set as Ray gauges for the dashboard."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from scheduler.runtime import telemetry
+from scheduler.policy.advice import advise
+
+log = logging.getLogger("gpupack")
+EVERY_S = 2.0
+
+
+@dataclass
+class _JobView:
+    pid: int | None = None
+    env_ref: Any = None
+    reported: dict = field(default_factory=dict)  # the job's latest "sample"
+    epoch_peaks: list = field(default_factory=list)
+    last: dict = field(default_factory=dict)  # the latest merged figures
+
+
+class Watcher:
+    def __init__(self, driver):
+        self.d = driver
+        self.backend = telemetry.open_backend()
+        self.views: dict[str, _JobView] = {name: _JobView() for name in driver.live}
+        self.last_tick = 0.0
+        try:
+            from scheduler.runtime.gauges import Gauges
+
+            self.gauges = Gauges()
+        except Exception as e:  # metrics need ray[default]; a run goes on without them
+            log.warning("Ray metrics unavailable (%s): no dashboard gauges", e)
+            self.gauges = None
+
+    def started(self, name: str, actor) -> None:
+        self.views[name] = _JobView(env_ref=actor.environment.remote())
+
+    def observe(self, name: str, kind: str, ev: dict) -> None:
+        view = self.views[name]
+        if kind == "sample":
+            view.reported = ev
+        elif kind == "epoch" and ev.get("gpu_mem_peak_mib") is not None:
+            view.epoch_peaks.append(ev["gpu_mem_peak_mib"])
+
+    def _resolve_pids(self) -> None:
+        refs = {v.env_ref: (n, v) for n, v in self.views.items() if v.env_ref is not None}
+        if not refs:
+            return
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        for ref in ready:
+            name, view = refs[ref]
+            view.env_ref = None
+            try:
+                env = ray.get(ref)
+                view.pid = env["pid"]
+                self.d.record.event("process", name, pid=env["pid"], ray_node_id=env["node_id"],
+                                    cuda_visible_devices=env["CUDA_VISIBLE_DEVICES"])
+            except Exception:
+                view.pid = None
+
+    def tick(self, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self.last_tick < EVERY_S:
+            return
+        self.last_tick = now
+        self._resolve_pids()
+        running = {n for n, s in self.d.state.items() if s.value == "RUNNING"}
+        pids = {n: v.pid for n, v in self.views.items() if n in running and v.pid}
+        placement = self.d.dry.placement
+        device_of = {name: a.device for name, a in self.d.where.items()}
+        if isinstance(self.backend, telemetry.CpuTelemetry):
+            sim = {n: self.views[n].reported.get("gpu_mem_peak_mib") for n in pids}
+            totals = {d.index: d.memory_mib for d in placement.devices if d.node == "local"}
+            snap = self.backend.sample(pids, device_of, sim, sorted(totals), totals)
+        else:
+            snap = self.backend.sample(pids, device_of)
+        plan = self.d.plan.name
+        for js in snap.jobs:
+            view = self.views[js.job]
+            rep = view.reported
+            a = self.d.where[js.job]
+            share = a.gpu_memory_mib or None
+            used = js.gpu_memory_mib
+            figures = {
+                "gpu_memory_mib": used, "gpu_memory_simulated": js.simulated, "gpu_share_mib": share,
+                "gpu_share_used": None if (used is None or not share) else used / share,
+                "gpu_utilization": js.gpu_utilization, "cpu_percent": js.cpu_percent, "rss_mib": js.rss_mib,
+                "train_samples_per_s": rep.get("train_samples_per_s", rep.get("samples_per_s")),
+                "wall_samples_per_s": rep.get("wall_samples_per_s"),
+                "samples_per_s": rep.get("train_samples_per_s", rep.get("samples_per_s")),
+                "batches_per_min": rep.get("batches_per_min"),
+                "step_time_median_s": rep.get("step_time_median_s"), "step_time_p95_s": rep.get("step_time_p95_s"),
+                "data_wait_share": rep.get("data_wait_share"), "batch_size": rep.get("batch_size"),
+                "gpu_mem_peak_mib": rep.get("gpu_mem_peak_mib"), "gpu_mem_reserved_mib": rep.get("gpu_mem_reserved_mib"),
+            }
+            figures["advice"] = advise(self.d.plan.job(js.job).kind, rep.get("gpu_mem_peak_mib") or used, share,
+                                       rep.get("params"), rep.get("data_wait_share"), view.epoch_peaks,
+                                       figures["train_samples_per_s"], figures["wall_samples_per_s"])
+            view.last = figures
+            self.d.record.event("telemetry", js.job, device=a.device, **figures)
+            self.d.live[js.job].progress.update({k: v for k, v in figures.items() if v is not None})
+            self.d.record.update_job(js.job, progress=self.d.live[js.job].progress)
+            self._gauge_job(plan, js.job, a.device, figures)
+        for dev in snap.devices:
+            self.d.record.event("device", None, device=dev.index, memory_used_mib=dev.memory_used_mib,
+                                memory_total_mib=dev.memory_total_mib, utilization=dev.utilization, gone=dev.gone,
+                                backend=snap.backend)
+            if self.gauges:
+                self.gauges.set("gpupack_device_memory_used_bytes",
+                                None if dev.memory_used_mib is None else dev.memory_used_mib * telemetry.MIB,
+                                plan, device=str(dev.index))
+                self.gauges.set("gpupack_device_utilization_ratio", dev.utilization, plan, device=str(dev.index))
+
+    def _gauge_job(self, plan: str, job: str, device: int | None, f: dict) -> None:
+        if not self.gauges:
+            return
+        dev = "" if device is None else str(device)
+        mib = telemetry.MIB
+        self.gauges.set("gpupack_job_samples_per_second", f["train_samples_per_s"], plan, job, dev)
+        self.gauges.set("gpupack_job_wall_samples_per_second", f["wall_samples_per_s"], plan, job, dev)
+        self.gauges.set("gpupack_job_gpu_memory_bytes", None if f["gpu_memory_mib"] is None else f["gpu_memory_mib"] * mib,
+                        plan, job, dev)
+        self.gauges.set("gpupack_job_gpu_memory_share_bytes", None if not f["gpu_share_mib"] else f["gpu_share_mib"] * mib,
+                        plan, job, dev)
+        self.gauges.set("gpupack_job_gpu_utilization_ratio", f["gpu_utilization"], plan, job, dev)
+        self.gauges.set("gpupack_job_step_time_seconds", f["step_time_median_s"], plan, job, dev)
+        self.gauges.set("gpupack_job_data_wait_ratio", f["data_wait_share"], plan, job, dev)
+        self.gauges.set("gpupack_job_cpu_percent", f["cpu_percent"], plan, job, dev)
+
+    def close(self) -> None:
+        self.backend.close()

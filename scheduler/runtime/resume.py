@@ -1,0 +1,211 @@
+"""Nothing lost when the driver dies: finished folds kept as they finish, a dead driver recognised, a run resumed.
+
+- **Folds as they finish.** A job reports each finished fold with its predictions; the driver keeps it at once in
+  ``jobs/<job>/folds/fold<k>.pkl`` and rewrites ``oof.csv``/``test.csv`` from the folds kept so far, so a job (or a
+  driver) killed later loses no finished fold, and ``ensemble RUN`` blends them.
+- **A lost driver.** The driver records its pid, host and process start time in ``state.sqlite`` and a heartbeat
+  every few seconds. A run still marked "running" whose driver is gone (SIGKILL, the OOM killer, a closed laptop) is
+  *settled* by whichever verb looks at it first: status "interrupted" with the reason, its unfinished jobs CANCELLED.
+- **Resume.** ``submit --resume RUN`` runs again every job that had not SUCCEEDED, each with the folds it had
+  finished (the job skips them), in what was left of the training window when the driver stopped (``--budget``
+  gives a fresh budget instead), and blends everything.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import time
+from pathlib import Path
+
+from jobs.contract import FoldOutput, JobOutput
+from scheduler.store import outputs
+from scheduler.core.errors import UserError
+from scheduler.core.states import JobState
+from scheduler.store.record import RunRecord
+
+FOLDS_DIR = "folds"
+HEARTBEAT_S = 2.0
+
+
+# --- folds kept as they finish ------------------------------------------------------------------------------------
+
+
+def keep_fold(folder: Path, fold: FoldOutput, classes: list, test_ids, metric: str) -> None:
+    """Store one finished fold (atomically) and rewrite the job's prediction CSVs from every fold kept so far."""
+    store = folder / FOLDS_DIR
+    store.mkdir(parents=True, exist_ok=True)
+    tmp = store / f".fold{fold.fold}.pkl.tmp"
+    tmp.write_bytes(pickle.dumps({"fold": fold, "classes": list(classes), "test_ids": test_ids}))
+    os.replace(tmp, store / f"fold{fold.fold}.pkl")
+    kept = kept_folds(folder)
+    outputs.save(JobOutput(job=folder.name, classes=list(classes), test_ids=test_ids,
+                           folds=[kept[k] for k in sorted(kept)], metric=metric), folder)
+
+
+def kept_folds(folder: Path) -> dict[int, FoldOutput]:
+    """The folds a job finished in this run folder, by fold number (empty when none)."""
+    out = {}
+    for path in sorted((folder / FOLDS_DIR).glob("fold*.pkl")):
+        fold = pickle.loads(path.read_bytes())["fold"]
+        out[fold.fold] = fold
+    return out
+
+
+def forget_folds(folder: Path) -> None:
+    """A fresh run in a folder used before starts with no kept folds."""
+    for path in (folder / FOLDS_DIR).glob("fold*.pkl"):
+        path.unlink()
+
+
+# --- the driver and whether it is alive ---------------------------------------------------------------------------
+
+
+def driver_identity() -> dict:
+    import psutil
+
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": psutil.Process().create_time()}
+
+
+def driver_alive(info: dict) -> bool | None:
+    """Whether the run's recorded driver process still lives; None when this machine cannot tell (no driver
+    recorded, or one on another host)."""
+    return _alive(info.get("driver"))
+
+
+def _alive(d: dict | None) -> bool | None:
+    """Whether the process ``{pid, host, started}`` names still lives (not a later one that reuses its pid)."""
+    import psutil
+
+    if not d or d.get("host") != socket.gethostname() or d.get("started") is None:
+        return None
+    try:
+        p = psutil.Process(d["pid"])
+        return abs(p.create_time() - d["started"]) < 1.0 and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def stop_leftovers(record: RunRecord, grace_s: float = 5.0) -> list[str]:
+    """Stop the scripts of ``command`` jobs that outlived their driver (they run in their own process group, so
+    they survive a job process killed by force): SIGTERM to the group, SIGKILL after ``grace_s``. Returns the jobs."""
+    import json
+    import signal
+
+    import psutil
+
+    from jobs.command_job import PID_FILE
+
+    stopped = []
+    for path in sorted((record.dir / "jobs").glob(f"*/{PID_FILE}")):
+        d = json.loads(path.read_text())
+        if _alive(d):
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(d["pid"], sig)
+                    psutil.Process(d["pid"]).wait(grace_s)
+                except (ProcessLookupError, psutil.NoSuchProcess, psutil.TimeoutExpired, PermissionError):
+                    pass
+            stopped.append(path.parent.name)
+            record.event("note", path.parent.name, note=f"stopped its script (pid {d['pid']}), left running by a "
+                                                        "driver that was lost")
+        if d.get("host") == socket.gethostname():  # the process it names is gone now
+            path.unlink()
+    return stopped
+
+
+def last_alive(info: dict) -> float:
+    """The driver's last sign of life: its own end, else its last heartbeat, else the run's start."""
+    return info.get("finished") or info.get("heartbeat") or info.get("started") or time.time()
+
+
+def settle(record: RunRecord) -> dict:
+    """The run's info, after recording a lost driver: a run marked "running" whose driver is gone becomes
+    "interrupted" (reason, ``driver_lost``), its unfinished jobs CANCELLED. Any verb may call it; it writes only
+    then."""
+    info = record.run_info()
+    if info.get("status") != "running" or driver_alive(info) is not False:
+        return info
+    d, seen = info["driver"], last_alive(info)
+    reason = (f"driver lost: process {d['pid']} on {d['host']} is gone (last sign of life "
+              f"{time.strftime('%H:%M:%S', time.localtime(seen))}, {seen - info.get('started', seen):.0f} s into the "
+              f"run); `python -m scheduler submit --resume {record.dir}` goes on from what was saved")
+    for job in record.jobs():
+        if not JobState(job["state"]).terminal:
+            record.transition(job["name"], JobState.CANCELLED, reason="driver lost")
+    record.set_run(status="interrupted", driver_lost=True, reason=reason, finished=seen)
+    record.event("driver_lost", reason=reason, pid=d["pid"], host=d["host"], last_alive=seen)
+    return record.run_info()
+
+
+# --- resuming -----------------------------------------------------------------------------------------------------
+
+
+def training_left_s(info: dict, window_s: float) -> float:
+    """What the run's training window had left when its driver stopped: its deadline minus its last sign of life
+    (the whole ``window_s`` when it stopped before its window began)."""
+    deadline = info.get("deadline")
+    return window_s if deadline is None else max(0.0, deadline - last_alive(info))
+
+
+def check_resumable(record: RunRecord) -> dict:
+    info = settle(record)
+    if info.get("status") == "running":
+        alive = driver_alive(info)
+        d = info.get("driver") or {}
+        if alive:
+            raise UserError(f"run {record.dir} is still running (driver pid {d['pid']}); wait for it, or `cancel` it "
+                            "first")
+        raise UserError(f"run {record.dir} is marked running and its driver ({d.get('pid', '?')} on "
+                        f"{d.get('host', '?')}) cannot be checked from here; resume it on that host")
+    return info
+
+
+def reopen(record: RunRecord, dry, training_s: float) -> list[str]:
+    """Make a stopped run's folder ready for a new driver: every job that had not SUCCEEDED back to PENDING (at the
+    device the new placement gives it), the run "running" again under this process. Returns the jobs to run."""
+    if not record.claim(status="running", driver=driver_identity(), driver_lost=False, reason=None, finished=None,
+                        heartbeat=time.time(), resumes=record.run_info().get("resumes", 0) + 1):
+        raise UserError(f"run {record.dir} was resumed by another driver meanwhile")
+    stop_leftovers(record)
+    again = []
+    for job in record.jobs():
+        if job["state"] == JobState.SUCCEEDED.value:
+            continue
+        a = dry.placement.of(job["name"])
+        record.requeue(job["name"], "resumed")
+        record.update_job(job["name"], node=a.node, device=a.device, gpu_memory_mib=a.gpu_memory_mib)
+        again.append(job["name"])
+    kept = {name: sorted(kept_folds(record.dir / "jobs" / name)) for name in again}
+    record.event("resume", jobs=again, kept_folds=kept, training_left_s=round(training_s, 1))
+    return again
+
+
+def resume_plan(run_dir: Path, budget_s: float | None):
+    """The run's own plan, hardware and options, prepared again (the estimator's figures are cached). Returns the
+    DryRun, the data folder (None: the built-in one) and the training window (None: what the run had left)."""
+    from scheduler.policy import dryrun
+    from scheduler.core import plan as planmod
+
+    record = RunRecord.open_existing(run_dir)
+    info = check_resumable(record)
+    if not (record.dir / "plan.yaml").is_file():
+        raise UserError(f"run {record.dir} has no plan.yaml to resume from")
+    plan = planmod.load(record.dir / "plan.yaml")
+    plan = plan.model_copy(update={"budget": budget_s or info.get("budget_s") or plan.budget})
+    if info.get("address_arg"):
+        from scheduler.runtime import cluster as runtime
+
+        runtime.connect(info["address_arg"])
+        hardware = runtime.cluster_hardware()
+    else:
+        hardware = dryrun.resolve_hardware(plan, info.get("hardware_arg"))
+    from scheduler.store import datasource
+
+    choice = datasource.DataChoice(None if info.get("builtin") else Path(info["data_dir"]), info.get("builtin"))
+    plan = datasource.with_metric(plan, choice)
+    rows = datasource.inspect(choice, plan)["train_rows"]  # the same statistics cap as the first run
+    dry = dryrun.prepare(plan, hardware, estimated=not info.get("trust_plan_memory", False), train_rows=rows)
+    training_s = plan.budget * (1 - plan.reserve_for_inference) if budget_s else None
+    return dry, choice, training_s

@@ -1,0 +1,151 @@
+"""``submit``: a plan from YAML to ``submission.csv`` — pack, run, blend, write — and the summary it prints."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from scheduler.policy import ensemble
+from scheduler.store import outputs
+from scheduler.runtime import resume
+from scheduler.core.errors import UserError
+from scheduler.policy.dryrun import DryRun
+from scheduler.runtime.driver import Driver, RunOptions, new_run_dir, prepare_folder
+from scheduler.core.errors import UserError
+from scheduler.core.states import JobState
+from scheduler.store.record import RunRecord
+
+
+def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None]) -> dict:
+    """Run ``dry``'s placement to a submission. Always writes one, even after Ctrl-C (then re-raises), and always
+    leaves the run with an end status (finished, failed, interrupted, crashed), never "running"."""
+    if opts.data_dir is not None:
+        from jobs.data import load_competition
+
+        load_competition(opts.data_dir)  # a bad folder is the user's error: found before any run folder exists
+    if opts.resume:
+        record = RunRecord.open_existing(opts.run_dir)
+        info = resume.check_resumable(record)
+        if opts.training_s is None:  # the rule: what the training window had left when the driver stopped
+            window_s = dry.plan.budget * (1 - dry.plan.reserve_for_inference)
+            opts = dataclasses.replace(opts, training_s=resume.training_left_s(info, window_s))
+        resume.reopen(record, dry, opts.training_s)
+    else:
+        record = prepare_folder(dry, opts.run_dir, opts.plan_file, opts.asked)
+    driver = Driver(dry, opts, record, on_update, on_start)
+    interrupted, crash = False, None
+    try:
+        driver.run()
+    except KeyboardInterrupt:
+        interrupted = True
+    except UserError:  # e.g. a cluster without the resources the placement needs: nothing ran
+        record.set_run(status="error", finished=time.time())
+        raise
+    except Exception as e:  # the program's fault: keep its traceback, but first save what the jobs finished
+        crash = e
+    status = "interrupted" if interrupted else ("crashed" if crash else _end_status(record))
+    if crash is not None and "data_dir" not in record.run_info():
+        record.set_run(status=status, finished=time.time())
+        raise crash  # it failed before there was anything to blend
+    try:
+        summary = write_submission(record, dry.plan.ensemble.method, dry.plan.metric)
+    except BaseException:
+        record.set_run(status="crashed", finished=time.time())
+        raise
+    record.set_run(status=status, finished=time.time())
+    record.event("run_end", status=status, ensemble_cv=summary["ensemble_cv"],
+                 submission_source=summary["submission_source"])
+    summary["status"] = status
+    try:
+        from scheduler.store.report import build
+
+        summary["report"] = str(build(record.dir))
+    except Exception as e:  # the submission is written; a failed picture must not hide it
+        summary["report"] = None
+        record.event("note", note=f"report.html could not be made: {e!r}")
+    if interrupted:
+        raise KeyboardInterrupt(summary)
+    if crash is not None:
+        raise crash
+    return summary
+
+
+def _end_status(record: RunRecord) -> str:
+    """"failed" when every job failed (the submission is then a fallback), else "finished"."""
+    states = [j["state"] for j in record.jobs()]
+    return "failed" if states and all(s == JobState.FAILED.value for s in states) else "finished"
+
+
+SOURCES = {
+    "folds": "the jobs' finished folds, blended",
+    "partial": "a partial model (a fold cut short, at its best epoch): NO JOB FINISHED A FOLD",
+    "prior": "the class frequencies of train.csv, not a model: NO JOB FINISHED A FOLD",
+}
+
+
+def write_submission(record: RunRecord, method: str, metric: str) -> dict:
+    """Blend what the run's jobs saved and write ``submission.csv``, from the best there is: finished folds, else the
+    best partial model, else the class prior. ``submission_source`` says which ("folds", "partial", "prior")."""
+    from jobs.data import load_competition
+
+    info = record.run_info()
+    comp = load_competition(Path(info["data_dir"]), metric)
+    folders = sorted((record.dir / "jobs").glob("*"))
+    saved = [p for p in (outputs.load(d) for d in folders) if p is not None]
+    preds, notes = ensemble.align_columns(saved, comp.classes)
+    if saved and not preds:
+        raise UserError(f"run {record.dir}: its jobs predicted {saved[0].classes[:8]}, but the metric {metric} on "
+                        f"this competition needs {comp.classes[:8]} ({comp.form.describe()})")
+    truth = comp.truth()  # what the metric compares with: class indices, values, or several targets
+    test_ids = comp.test_ids
+    if preds:
+        source = "folds"
+        blend = ensemble.blend(preds, truth, test_ids, metric, method)
+        test_pred, classes, notes = blend.test_pred, blend.classes, list(blend.notes)
+        ens_cv, weights, job_scores = blend.oof_score, blend.weights, blend.job_scores
+    elif partials := [p for p in (outputs.load_partial(d) for d in folders) if p]:
+        from scheduler.core.scoring import get as get_metric
+
+        source = "partial"
+        m = get_metric(metric)
+        score, best = partials[0]
+        for s, p in partials[1:]:
+            if m.better(s, score):
+                score, best = s, p
+        test_pred = pd.DataFrame(best.test_pred, index=best.test_ids).reindex(test_ids).to_numpy()
+        classes, ens_cv, weights, job_scores = best.classes, None, {best.job: 1.0}, {best.job: score}
+        notes.append(f"NO JOB FINISHED A FOLD: this submission comes from {best.job}'s partial model (a fold cut short "
+                     f"by the budget, {metric} {score:.4f} on its validation rows), not from a cross-validated job")
+    else:
+        source = "prior"
+        test_pred = comp.prior(len(test_ids))
+        classes, ens_cv, weights, job_scores = comp.classes, None, {}, {}
+        what = "class frequencies" if comp.task == "classification" else "target means"
+        notes.append(f"NO JOB FINISHED A FOLD: this submission is the {what} of train.csv, not a model")
+    frame = ensemble.submission_frame(comp.sample_submission, test_ids, test_pred, classes, comp.form)
+    path = record.dir / "submission.csv"
+    frame.to_csv(path, index=False)
+    held_out = comp.held_out(frame, metric)
+    for note in notes:
+        record.event("note", note=note)
+    record.event("ensemble", method=method, metric=metric, weights=weights, ensemble_cv=ens_cv, job_scores=job_scores,
+                 held_out_score=held_out, submission_source=source, form=comp.form.kind)
+    jobs = []
+    for row in record.jobs():
+        res_path = record.dir / "jobs" / row["name"] / "result.json"
+        res = json.loads(res_path.read_text()) if res_path.is_file() else {}
+        jobs.append({"name": row["name"], "kind": row["kind"], "state": row["state"], "wave": row["wave"],
+                     "device": row["device"], "cv_score": res.get("cv_score"), "folds": len(res.get("folds", [])),
+                     "weight": weights.get(row["name"], 0.0), "notes": res.get("notes", [])})
+    return {"run_dir": str(record.dir), "submission": str(path), "jobs": jobs, "ensemble_cv": ens_cv,
+            "ensemble_method": method, "metric": metric, "held_out_score": held_out, "notes": notes,
+            "submission_source": source, "submission_source_text": SOURCES[source]}
+
+
+def default_run_dir(plan_name: str, run_dir: str | None) -> Path:
+    return Path(run_dir) if run_dir else new_run_dir(Path("runs"), plan_name)

@@ -1,0 +1,1 @@
+"""The agents' service: leases and queue, store, auth, processes, REST + MCP + client."""

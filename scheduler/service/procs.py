@@ -1,0 +1,156 @@
+"""A service job's processes and files: the tiny wrapper that records its exit code (so that a restarted service can
+tell how a job it did not see end has ended), the job's process group (its children end with it, even when the
+wrapper was killed while the service was down), measurements from outside (a missing figure is None, never an
+error), and the state folder's modes (0700 folders, 0600 files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from scheduler.core.hardware import Hardware
+
+
+_WRAPPER = r"""
+import os, signal, subprocess, sys
+signal.signal(signal.SIGTERM, lambda *a: None)  # the group kill reaches the child too; wait for it to end
+try:
+    p = subprocess.Popen(sys.argv[2:])
+except OSError as e:
+    print(f"gpupack: cannot start {sys.argv[2]!r}: {e}", flush=True)
+    rc = 127
+else:
+    while True:
+        try:
+            rc = p.wait()
+            break
+        except InterruptedError:
+            pass
+with open(os.open(sys.argv[1] + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+    f.write(str(rc))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+sys.exit(rc if rc >= 0 else 128 - rc)
+"""
+
+_nvml_cache: tuple[float, dict] = (0.0, {})
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` made (with its parents) or tightened to 0700."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def private_file(path: Path) -> None:
+    """``path`` made (empty) or tightened to 0600."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    os.chmod(path, 0o600)
+
+
+def group_members(pgid: int, job_id: str) -> list:
+    """The live processes of a job's process group: in the group, and carrying the job's ``GPUPACK_JOB`` in their
+    environment (once a group has emptied, its id may be reused by someone else's)."""
+    import psutil
+
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError, OSError):
+        return []
+    members = []
+    for p in psutil.process_iter():
+        try:
+            if (os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE
+                    and p.environ().get("GPUPACK_JOB") == job_id):
+                members.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return members
+
+
+def signal_group(pgid: int, job_id: str, sig: int) -> bool:
+    """Send ``sig`` to a job's process group if it still holds processes of that job; True when it did."""
+    if not group_members(pgid, job_id):
+        return False
+    try:
+        os.killpg(pgid, sig)  # the group cannot have been reused while one of the job's processes is in it
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+class Orphans:
+    """A job whose wrapper ended while the service was down, followed through the processes left in its group: it
+    runs until they end, and its lease ending ends them."""
+
+    def __init__(self, members: list):
+        self.members = members
+
+    def done(self) -> bool:
+        import psutil
+
+        for p in self.members:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    return False
+            except psutil.Error:
+                continue
+        return True
+
+
+def _local_node(hw: Hardware) -> str:
+    return hw.nodes[0].name if len(hw.nodes) == 1 else "local"
+
+
+def _nvml_readings() -> dict:
+    global _nvml_cache
+    if time.time() - _nvml_cache[0] < 2.0:
+        return _nvml_cache[1]
+    from scheduler.core.hardware import NoGpuFound, read_gpus
+
+    try:
+        readings = {r.index: r for r in read_gpus()}
+    except (NoGpuFound, Exception):
+        readings = {}
+    _nvml_cache = (time.time(), readings)
+    return readings
+
+
+def _gpu_mib_of(pids: set[int]) -> int | None:
+    """GPU memory held by these processes, from NVML's per-process list; None without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        total = 0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                if p.pid in pids and p.usedGpuMemory:
+                    total += p.usedGpuMemory // 2**20
+        return int(total)
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _last_metrics(path: Path) -> dict | None:
+    """The last line of the job's optional ``metrics.jsonl`` (``{"samples_per_s": …, "step_time_s": …}``)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4096))
+            lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+        value = json.loads(lines[-1]) if lines else None
+        return value if isinstance(value, dict) else None
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,108 @@
+"""Which competition a plan runs on — a folder, or one of the shelf's built-in ones — read and checked against the
+plan before anything trains, so that ``submit --dry-run`` can say what the submission will look like, and why.
+
+``--data`` (or the plan's ``data:``) names a folder; a name that is no folder but a built-in competition
+(``digits``, ``breast_cancer``, ``wine``, ``diabetes``, ``iris``) is that one; nothing at all is ``digits``. A plan
+that does not say its ``metric`` takes the built-in competition's own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from scheduler.core.errors import UserError
+from scheduler.core.plan import Plan
+
+
+@dataclass(frozen=True)
+class DataChoice:
+    dir: Path | None  # a competition folder
+    builtin: str | None  # or a built-in competition, written into the run's folder
+
+    def label(self) -> str:
+        return f"built-in '{self.builtin}'" if self.builtin else str(self.dir)
+
+
+def choose(cli_data: str | None, plan: Plan, plan_file: Path | None) -> DataChoice:
+    """``--data``, else the plan's ``data:`` (relative to the plan file), else the built-in digits."""
+    from jobs import shelf
+    from jobs.data import DIGITS
+
+    if cli_data:
+        given, path = cli_data, Path(cli_data)
+    elif plan.data:
+        given = plan.data
+        path = (plan_file.parent if plan_file else Path(".")) / plan.data
+    else:
+        return DataChoice(None, DIGITS)
+    if path.is_dir():
+        return DataChoice(path, None)
+    if given in shelf.SHELF:
+        return DataChoice(None, given)
+    where = "--data" if cli_data else f"{plan_file or 'the plan'}: data"
+    raise UserError(f"{where}: '{given}' is no competition folder ({path} does not exist) and no built-in "
+                    f"competition; built-ins: {', '.join(shelf.NAMES)}")
+
+
+def with_metric(plan: Plan, choice: DataChoice) -> Plan:
+    """The plan, with the built-in competition's metric when the plan does not name one."""
+    from jobs import shelf
+
+    if choice.builtin and "metric" not in plan.model_fields_set:
+        return plan.model_copy(update={"metric": shelf.get(choice.builtin).metric})
+    return plan
+
+
+@functools.lru_cache(maxsize=None)
+def _materialised(name: str) -> Path:
+    """A built-in competition written once per process into a temporary folder, for reading before a run."""
+    from jobs import shelf
+
+    folder = Path(tempfile.mkdtemp(prefix=f"gpupack-{name}-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return shelf.write(name, folder)
+
+
+def inspect(choice: DataChoice, plan: Plan) -> dict:
+    """Read and check the competition for ``plan``: its form, its rows, and whether every job can train on it.
+
+    Raises a UserError (exit status 2) for every fault, before anything trains.
+    """
+    from jobs.data import load_competition
+
+    comp = load_competition(_materialised(choice.builtin) if choice.builtin else choice.dir, plan.metric)
+    for job in plan.jobs:
+        check_job(job, comp)
+    return {
+        "source": choice.label(),
+        "dir": None if choice.builtin else str(choice.dir),
+        "builtin": choice.builtin,
+        "metric": plan.metric,
+        "train_rows": len(comp.train),
+        "test_rows": len(comp.test),
+        "features": len(comp.feature_cols),
+        "images": comp.has_images,
+        "form": comp.form.to_json(),
+        "submission": comp.form.describe(),
+        "warnings": list(comp.warnings),
+    }
+
+
+def check_job(job, comp) -> None:
+    """A job that cannot train on ``comp`` is the plan's fault: say so now, not after the run has started."""
+    where = f"job '{job.name}' ({job.kind})"
+    if job.kind == "timm":
+        if comp.task != "classification":
+            raise UserError(f"{where} classifies images, but this competition asks for {comp.form.kind} "
+                            f"({comp.form.reason}); use a lightgbm or command job")
+        if not comp.has_images:
+            raise UserError(f"{where} needs images, but {comp.root} has no train/ and test/ folders of <id>.<ext> "
+                            f"images (nor train_images/ and test_images/, images/, or a column of paths)")
+    if job.kind == "lightgbm" and not comp.feature_cols:
+        raise UserError(f"{where} needs numeric feature columns in both train.csv and test.csv; "
+                        f"{comp.root / 'train.csv'} has none besides the id and the target")
