@@ -1,6 +1,7 @@
 """Watching a run: every few seconds, each running job's figures — what it reported (throughput, its own memory
 view) merged with what telemetry sees from outside (NVML per process, or psutil and the simulated device) — with
-advice, written to ``events.jsonl`` and ``state.sqlite`` and set as Ray gauges for the dashboard."""
+advice, written to ``events.jsonl`` and set as Ray gauges for the dashboard. ``tick`` hands each job's figures back:
+the driver puts them into the job's progress (the monitor never touches the driver's state)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ class _JobView:
 
 
 class Watcher:
-    def __init__(self, driver):
-        self.d = driver
+    def __init__(self, record, plan, devices):
+        self.record, self.plan, self.devices = record, plan, devices
         self.backend = telemetry.open_backend()
-        self.views: dict[str, _JobView] = {name: _JobView() for name in driver.live}
+        self.views: dict[str, _JobView] = {j.name: _JobView() for j in plan.jobs}
         self.last_tick = 0.0
         try:
             from scheduler.runtime.gauges import Gauges
@@ -62,32 +63,32 @@ class Watcher:
             try:
                 env = ray.get(ref)
                 view.pid = env["pid"]
-                self.d.record.event("process", name, pid=env["pid"], ray_node_id=env["node_id"],
+                self.record.event("process", name, pid=env["pid"], ray_node_id=env["node_id"],
                                     cuda_visible_devices=env["CUDA_VISIBLE_DEVICES"])
             except Exception:
                 view.pid = None
 
-    def tick(self, force: bool = False) -> None:
+    def tick(self, running: set[str], where: dict, force: bool = False) -> dict[str, dict]:
+        """Every ``EVERY_S``: the figures of each job in ``running`` (placed as ``where`` says), by job."""
         now = time.time()
         if not force and now - self.last_tick < EVERY_S:
-            return
+            return {}
         self.last_tick = now
         self._resolve_pids()
-        running = {n for n, s in self.d.state.items() if s.value == "RUNNING"}
         pids = {n: v.pid for n, v in self.views.items() if n in running and v.pid}
-        placement = self.d.dry.placement
-        device_of = {name: a.device for name, a in self.d.where.items()}
+        device_of = {name: a.device for name, a in where.items()}
         if isinstance(self.backend, telemetry.CpuTelemetry):
             sim = {n: self.views[n].reported.get("gpu_mem_peak_mib") for n in pids}
-            totals = {d.index: d.memory_mib for d in placement.devices if d.node == "local"}
+            totals = {d.index: d.memory_mib for d in self.devices if d.node == "local"}
             snap = self.backend.sample(pids, device_of, sim, sorted(totals), totals)
         else:
             snap = self.backend.sample(pids, device_of)
-        plan = self.d.plan.name
+        plan = self.plan.name
+        out: dict[str, dict] = {}
         for js in snap.jobs:
             view = self.views[js.job]
             rep = view.reported
-            a = self.d.where[js.job]
+            a = where[js.job]
             share = a.gpu_memory_mib or None
             used = js.gpu_memory_mib
             figures = {
@@ -102,16 +103,15 @@ class Watcher:
                 "data_wait_share": rep.get("data_wait_share"), "batch_size": rep.get("batch_size"),
                 "gpu_mem_peak_mib": rep.get("gpu_mem_peak_mib"), "gpu_mem_reserved_mib": rep.get("gpu_mem_reserved_mib"),
             }
-            figures["advice"] = advise(self.d.plan.job(js.job).kind, rep.get("gpu_mem_peak_mib") or used, share,
+            figures["advice"] = advise(self.plan.job(js.job).kind, rep.get("gpu_mem_peak_mib") or used, share,
                                        rep.get("params"), rep.get("data_wait_share"), view.epoch_peaks,
                                        figures["train_samples_per_s"], figures["wall_samples_per_s"])
             view.last = figures
-            self.d.record.event("telemetry", js.job, device=a.device, **figures)
-            self.d.live[js.job].progress.update({k: v for k, v in figures.items() if v is not None})
-            self.d.record.update_job(js.job, progress=self.d.live[js.job].progress)
+            self.record.event("telemetry", js.job, device=a.device, **figures)
+            out[js.job] = figures
             self._gauge_job(plan, js.job, a.device, figures)
         for dev in snap.devices:
-            self.d.record.event("device", None, device=dev.index, memory_used_mib=dev.memory_used_mib,
+            self.record.event("device", None, device=dev.index, memory_used_mib=dev.memory_used_mib,
                                 memory_total_mib=dev.memory_total_mib, utilization=dev.utilization, gone=dev.gone,
                                 backend=snap.backend)
             if self.gauges:
@@ -119,6 +119,7 @@ class Watcher:
                                 None if dev.memory_used_mib is None else dev.memory_used_mib * telemetry.MIB,
                                 plan, device=str(dev.index))
                 self.gauges.set("gpupack_device_utilization_ratio", dev.utilization, plan, device=str(dev.index))
+        return out
 
     def _gauge_job(self, plan: str, job: str, device: int | None, f: dict) -> None:
         if not self.gauges:

@@ -21,9 +21,11 @@ from scheduler.core.states import JobState
 from scheduler.store.record import RunRecord
 
 
-def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None]) -> dict:
+def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None],
+           driver: type = Driver) -> dict:
     """Run ``dry``'s placement to a submission. Always writes one, even after Ctrl-C (then re-raises), and always
-    leaves the run with an end status (finished, failed, interrupted, crashed), never "running"."""
+    leaves the run with an end status (finished, failed, interrupted, crashed), never "running". ``driver``: Ray's,
+    or ``inprocess.InProcessDriver`` (the same decisions, the jobs run in this process)."""
     if opts.data_dir is not None:
         from jobs.data import load_competition
 
@@ -37,10 +39,9 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
         resume.reopen(record, dry, opts.training_s)
     else:
         record = prepare_folder(dry, opts.run_dir, opts.plan_file, opts.asked)
-    driver = Driver(dry, opts, record, on_update, on_start)
     interrupted, crash = False, None
     try:
-        driver.run()
+        driver(dry, opts, record, on_update, on_start).run()
     except KeyboardInterrupt:
         interrupted = True
     except UserError:  # e.g. a cluster without the resources the placement needs: nothing ran

@@ -1,0 +1,287 @@
+"""The run loop as a state machine (dask's worker state machine is the model): ``RunState.handle(*events)`` takes
+what happened to a plan's jobs and answers what to do, as plain instructions. Every retry, move, rebalance, cancel,
+deadline and budget decision of a run is made here; a driver (Ray's, or the in-process one) only turns what it sees
+into events and the instructions into actor calls and writes to the run folder. Pure: no clock, no Ray, no files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from scheduler.core.states import JobState, legal
+from scheduler.policy import budget
+from scheduler.policy.runmessages import (  # noqa: F401  (the messages are the state machine's vocabulary)
+    Start, JobStarted, JobReported, JobFigures, JobFinished, JobFailed, Cluster, CapacitySeen, CancelAsked, Tick,
+    Interrupted, Abandon, Launch, AskStop, Kill, SetLimits, Move, Transition, Record, Log, Progress, Window)
+
+DeviceKey = tuple[str, int]
+REBALANCE_S = 5.0
+
+
+@dataclass
+class JobRun:
+    """What the state machine knows of one job's current attempt."""
+
+    state: JobState = JobState.PENDING
+    attempt: int = 0
+    launched: bool = False  # an actor (or a process) holds it now
+    started: float | None = None
+    cancelling_since: float | None = None
+    progress: dict = field(default_factory=dict)
+    timing: dict = field(default_factory=dict)  # epoch seconds and epochs per fold, for the budget
+    limits: dict = field(default_factory=dict)  # cuts made by the budget
+
+
+class RunState:
+    def __init__(self, plan, assignments, window: Window, whole: frozenset = frozenset(), done: frozenset = frozenset(),
+                 best_fit: Callable[[float, dict], DeviceKey | None] | None = None):
+        self.plan, self.window, self.whole = plan, window, set(whole)
+        self.where = {a.job: a for a in assignments}
+        self.jobs = {j.name: JobRun(JobState.SUCCEEDED if j.name in done else JobState.PENDING) for j in plan.jobs}
+        self.grace_s = budget.grace_s(plan.budget, plan.reserve_for_inference)
+        self.best_fit = best_fit or (lambda mib, room: None)
+        self.interrupted = False
+        self._known: set | None = None
+        self._last_rebalance = 0.0
+
+    @property
+    def states(self) -> dict[str, JobState]:
+        return {n: j.state for n, j in self.jobs.items()}
+
+    def rebalance_due(self, now: float) -> bool:
+        return now - self._last_rebalance >= REBALANCE_S
+
+    def done(self) -> bool:
+        return all(j.state.terminal for j in self.jobs.values())
+
+    def handle(self, *events) -> list:
+        out: list = []
+        for ev in events:
+            out += getattr(self, f"_on_{type(ev).__name__}")(ev)
+        return out
+
+    # --- helpers -----------------------------------------------------------------------------------------------
+
+    def _set(self, name: str, new: JobState, **fields) -> Transition:
+        old = self.jobs[name].state
+        if new != old and not legal(old, new):
+            raise ValueError(f"job {name}: {old.value} → {new.value} is not a legal move")
+        self.jobs[name].state = new
+        return Transition(name, new, fields)
+
+    def _launch(self, name: str, count_attempt: bool = True) -> Launch:
+        j = self.jobs[name]
+        j.attempt += 1 if count_attempt else 0
+        j.launched, j.started, j.cancelling_since = True, None, None
+        j.progress.setdefault("folds", getattr(self.plan.job(name), "folds", None))
+        return Launch(name, self.where[name], j.attempt, j.progress)
+
+    def _move(self, name: str, node: str, device: int | None, why: str) -> Move:
+        old = self.where[name]
+        self.where[name] = dataclasses.replace(old, node=node, device=device)
+        return Move(name, node, device, why, old.node, old.device)
+
+    def _past_deadline(self, now: float) -> bool:
+        return now >= self.window.deadline
+
+    # --- events ------------------------------------------------------------------------------------------------
+
+    def _on_Start(self, ev: Start) -> list:
+        if self.done():
+            return []  # a resumed run whose jobs had all SUCCEEDED: nothing to start
+        if self._past_deadline(ev.now):  # a resumed run whose window was spent: blend what was saved
+            return [self._set(n, JobState.CANCELLED, reason="no training time left in the budget")
+                    for n, j in self.jobs.items() if not j.state.terminal]
+        return [self._launch(a.job) for a in sorted(self.where.values(), key=lambda a: a.wave)
+                if not self.jobs[a.job].state.terminal]
+
+    def _on_JobStarted(self, ev: JobStarted) -> list:
+        j = self.jobs[ev.job]
+        if j.started is not None or j.state != JobState.PENDING:
+            return []
+        j.started = ev.now
+        return [self._set(ev.job, JobState.RUNNING, attempt=j.attempt)]
+
+    def _on_JobReported(self, ev: JobReported) -> list:
+        if ev.kind not in ("epoch", "fold"):
+            return []
+        j = self.jobs[ev.job]
+        self._time(j, ev)
+        j.progress.update({k: v for k, v in ev.fields.items() if k != "time"})
+        if ev.kind == "fold":
+            j.progress["folds_done"] = j.progress.get("folds_done", 0) + 1
+        return [Progress(ev.job, dict(j.progress))]
+
+    @staticmethod
+    def _time(j: JobRun, ev: JobReported) -> None:
+        """Seconds per epoch and epochs per fold, for the budget, from the job's own clock."""
+        t, at = j.timing, ev.now
+        if ev.kind == "epoch":
+            since = t.get("mark", j.started or at)
+            t.setdefault("epoch_s", []).append(max(0.0, at - since))
+            t["epoch_in_fold"], t["epochs"] = ev.fields.get("epoch", 0), ev.fields.get("epochs")
+        else:
+            t["folds_done"] = t.get("folds_done", 0) + 1
+            t.setdefault("fold_epochs", []).append(ev.fields.get("epochs") or t.get("epoch_in_fold", 0))
+            t["epoch_in_fold"] = 0
+        t["mark"] = at
+
+    def _on_JobFigures(self, ev: JobFigures) -> list:
+        j = self.jobs[ev.job]
+        j.progress.update({k: v for k, v in ev.figures.items() if v is not None})
+        return [Progress(ev.job, dict(j.progress))]
+
+    def _on_JobFinished(self, ev: JobFinished) -> list:
+        j = self.jobs[ev.job]
+        j.launched = False
+        out = []
+        if j.state == JobState.PENDING:  # it ran and ended before a poll saw it start
+            out.append(self._set(ev.job, JobState.RUNNING, attempt=j.attempt))
+        # stopped by a cancel or by the deadline (which the job may notice before the driver asks): CANCELLED, and
+        # what it finished is kept all the same
+        cancelled = j.cancelling_since is not None or self._past_deadline(ev.now)
+        out.append(self._set(ev.job, JobState.CANCELLED if cancelled else JobState.SUCCEEDED, folds=ev.folds,
+                             cv_score=ev.cv_score))
+        return out
+
+    def _on_JobFailed(self, ev: JobFailed) -> list:
+        j, name = self.jobs[ev.job], ev.job
+        j.launched = False
+        out: list = []
+        if j.state == JobState.PENDING:
+            out.append(self._set(name, JobState.RUNNING, attempt=j.attempt))
+        out.append(Log(name, f"attempt {j.attempt} failed: {ev.detail or ev.error}"))
+        if j.attempt <= self.plan.job(name).retries and not self.interrupted and not self._past_deadline(ev.now):
+            moves = self._placeable(name, ev.cluster)
+            if moves is None:
+                return out + [self._set(name, JobState.FAILED, error=ev.error, attempts=j.attempt,
+                                        reason="its node is gone and no other device can hold it")]
+            return out + moves + [self._set(name, JobState.PENDING, retry=j.attempt, error=ev.error),
+                                  self._launch(name)]
+        return out + [self._set(name, JobState.FAILED, error=ev.error, attempts=j.attempt)]
+
+    def _placeable(self, name: str, cluster: Cluster | None) -> list | None:
+        """Keep ``name`` where it was if its node is alive ([]); else the move to the device that fits it best now
+        (or, failing that, one that could hold it later). None when no alive device can ever hold it."""
+        a = self.where[name]
+        if cluster is None or a.node in cluster.alive:
+            return []
+        if a.device is None or name in self.whole:
+            nodes = sorted(cluster.alive)
+            if not nodes or name in self.whole:
+                return None
+            return [self._move(name, nodes[0], None, "its node was lost")]
+        target = self.best_fit(a.gpu_memory_mib, cluster.free) or self.best_fit(a.gpu_memory_mib, cluster.capacity)
+        if target is None:
+            return None
+        return [self._move(name, target[0], target[1], "its node was lost")]
+
+    def _on_CapacitySeen(self, ev: CapacitySeen) -> list:
+        """A node that joined serves the jobs still waiting: move one whose own device is full to a new device."""
+        if not self.rebalance_due(ev.now):
+            return []
+        self._last_rebalance = ev.now
+        current = set(ev.cluster.capacity)
+        if self._known is None:
+            self._known = current
+            return []
+        new, self._known = current - self._known, current
+        if not new:
+            return []
+        out: list = [Record("devices_joined", None, {"devices": [f"{n}:{i}" for n, i in sorted(new)]})]
+        room = {k: v for k, v in ev.cluster.free.items() if k in new}
+        for name, j in self.jobs.items():
+            a = self.where[name]
+            if j.state != JobState.PENDING or not j.launched or a.device is None or name in self.whole:
+                continue
+            target = self.best_fit(a.gpu_memory_mib, room)
+            if target is None:
+                continue
+            room[target] -= a.gpu_memory_mib
+            out += [Kill(name, "moved before it started"),  # it never started: nothing is lost
+                    self._move(name, target[0], target[1], "a new node joined with room for it"),
+                    self._launch(name, count_attempt=False)]
+        return out
+
+    def _cancel(self, names, why: str, now: float) -> list:
+        out: list = []
+        for name in names:
+            j = self.jobs[name]
+            if j.state.terminal or j.cancelling_since is not None:
+                continue
+            out.append(Record("cancel", name, {"reason": why}))
+            if not j.launched:
+                out.append(self._set(name, JobState.CANCELLED, reason=why))
+                continue
+            j.cancelling_since = now
+            out.append(AskStop(name, why))
+        return out
+
+    def _on_CancelAsked(self, ev: CancelAsked) -> list:
+        return self._cancel(list(self.jobs) if "*" in ev.jobs else list(ev.jobs), ev.reason, ev.now)
+
+    def _on_Interrupted(self, ev: Interrupted) -> list:
+        self.interrupted = True
+        return self._cancel([n for n, j in self.jobs.items() if not j.state.terminal], ev.reason, ev.now)
+
+    def _on_Abandon(self, ev: Abandon) -> list:
+        out: list = []
+        for name, j in self.jobs.items():
+            if not j.state.terminal:
+                if j.launched:
+                    out.append(Kill(name, ev.reason))
+                    j.launched = False
+                out.append(self._set(name, JobState.CANCELLED, reason=ev.reason))
+        return out
+
+    def _on_Tick(self, ev: Tick) -> list:
+        return self._budget(ev.now) + self._enforce(ev.now)
+
+    def _enforce(self, now: float) -> list:
+        """The deadline, and force on jobs that do not answer a cancel."""
+        out: list = []
+        unfinished = {n: j.cancelling_since for n, j in self.jobs.items() if not j.state.terminal}
+        for stop in budget.deadline_actions(now, self.window.deadline, self.grace_s, unfinished):
+            j = self.jobs[stop.job]
+            if stop.action == "ask":
+                out += self._cancel([stop.job], stop.reason, now)
+            elif j.launched:
+                j.launched = False
+                out += [Kill(stop.job, stop.reason, drain=True), Log(stop.job, f"{stop.reason}: killed"),
+                        self._set(stop.job, JobState.CANCELLED, reason=f"killed: {stop.reason}")]
+        for name, j in self.jobs.items():  # a job asked to stop before it started has nothing to hand back
+            if j.state == JobState.PENDING and j.cancelling_since is not None and j.launched:
+                j.launched = False
+                out += [Kill(name, "cancelled before it started"),
+                        self._set(name, JobState.CANCELLED, reason="cancelled before it started")]
+        return out
+
+    def _budget(self, now: float) -> list:
+        """Estimate the plan's finish from measured epochs; cut folds, then epochs, when it passes 80 %."""
+        progress = []
+        for name, j in self.jobs.items():
+            if j.state != JobState.RUNNING or j.cancelling_since is not None:
+                continue
+            spec, t = self.plan.job(name), j.timing
+            planned_epochs = t.get("epochs") or getattr(spec, "epochs", 1)
+            per_epoch, provisional = budget.epoch_seconds(t.get("epoch_s", []))
+            progress.append(budget.JobProgress(
+                name=name, folds=min(spec.folds, j.limits.get("folds", spec.folds)),
+                epochs=min(planned_epochs, j.limits.get("epochs", planned_epochs)),
+                folds_done=t.get("folds_done", 0), epoch_in_fold=t.get("epoch_in_fold", 0),
+                seconds_per_epoch=per_epoch, provisional=provisional,
+                epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
+                cuttable=spec.kind == "timm"))
+        for p in progress:
+            eta = budget.remaining_s(p)
+            if eta is not None:
+                self.jobs[p.name].progress["eta_s"] = round(eta, 1)
+        out: list = []
+        for cut in budget.decide_cuts(progress, now, self.window.started_at, self.window.deadline):
+            self.jobs[cut.job].limits[cut.what] = cut.new
+            out += [SetLimits(cut.job, {cut.what: cut.new}),
+                    Record("budget_cut", cut.job, {"what": cut.what, "old": cut.old, "new": cut.new,
+                                                   "reason": cut.reason})]
+        return out

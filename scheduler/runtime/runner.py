@@ -1,0 +1,220 @@
+"""What every driver of a plan run shares, Ray's or the in-process one: the run folder, the jobs' settings, and the
+writes that carry out ``RunState``'s instructions. A driver adds only how a job is started, asked, limited and killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scheduler.core.hardware import memory_fraction
+from scheduler.core.states import JobState
+from scheduler.policy import runloop as rl
+from scheduler.policy.dryrun import DryRun
+from scheduler.runtime import resume
+from scheduler.store import outputs
+from scheduler.store.record import RunRecord
+
+
+@dataclass
+class RunOptions:
+    run_dir: Path
+    data_dir: Path | None = None  # None: a built-in competition (``builtin``), written into the run folder
+    address: str | None = None
+    dashboard: bool = True
+    poll_s: float = 0.5
+    plan_file: Path | None = None
+    resume: bool = False  # go on with a stopped run in run_dir: only the jobs that had not SUCCEEDED run
+    training_s: float | None = None  # the training window; None: the plan's budget less its reserve
+    asked: dict = field(default_factory=dict)  # how the run was asked for (hardware_arg, …), kept for --resume
+    builtin: str | None = None  # the shelf's competition to write when there is no data_dir (default digits)
+
+
+def ensure_data(data_dir: Path | None, run_dir: Path, builtin: str | None = None,
+                metric: str | None = None) -> tuple[Path, str | None]:
+    """The competition folder to use, and the name of the built-in one when it is that."""
+    if data_dir is not None:  # submit() has checked it before making the run folder
+        return Path(data_dir).resolve(), None
+    from jobs import shelf
+    from jobs.data import DIGITS
+
+    name = builtin or DIGITS
+    path = run_dir / "data"
+    shelf.write(name, path)
+    return path.resolve(), name
+
+
+def rehearsal_threads(cpus: int, wave_cpus: int) -> int:
+    """Threads for a CPU rehearsal: this machine's cores shared out as the plan shares the card's node."""
+    physical = os.cpu_count() or 1
+    return max(1, min(cpus or 1, round(physical * (cpus or 1) / max(1, wave_cpus))))
+
+
+def short(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[-1][:300] if text else type(error).__name__
+
+
+class Runner:
+    """Holds the run's ``RunState`` and carries out its instructions that touch only the run folder."""
+
+    def __init__(self, dry: DryRun, opts: RunOptions, record: RunRecord, best_fit=None):
+        self.dry, self.plan, self.opts, self.record = dry, dry.plan, opts, record
+        self.started_at = time.time()
+        window_s = self.plan.budget * (1 - self.plan.reserve_for_inference)
+        self.deadline = self.started_at + (window_s if opts.training_s is None else opts.training_s)
+        done = frozenset(r["name"] for r in record.jobs() if r["state"] == JobState.SUCCEEDED.value)
+        self.run_state = rl.RunState(self.plan, dry.placement.assignments, rl.Window(self.started_at, self.deadline),
+                                     whole=frozenset(dry.whole), done=done, best_fit=best_fit)
+        self.grace_s = self.run_state.grace_s
+        self.devices = list(dry.placement.devices)
+        self.cuda = False
+        self.data_dir: Path | None = None
+        self.builtin: str | None = None
+
+    @property
+    def state(self) -> dict[str, JobState]:
+        return self.run_state.states
+
+    @property
+    def where(self) -> dict:
+        return self.run_state.where
+
+    def begin(self) -> None:
+        """The data, and the run's first record: what it runs on and until when."""
+        self.data_dir, self.builtin = ensure_data(self.opts.data_dir, self.record.dir, self.opts.builtin,
+                                                  self.plan.metric)
+        self.record.set_run(rehearsal=not self.cuda, data_dir=str(self.data_dir), deadline=self.deadline,
+                            builtin=self.builtin)
+        self.record.event("run_start", plan=self.plan.name, rehearsal=not self.cuda, budget_s=self.plan.budget,
+                          training_deadline_s=round(self.deadline - self.started_at, 1), resumed=self.opts.resume)
+
+    def settings(self, name: str) -> dict:
+        a = self.where[name]
+        wave_cpus = sum(x.cpus for x in self.dry.placement.assignments if x.wave == a.wave)
+        device = next((d for d in self.devices if d.node == a.node and d.index == a.device), None)
+        if name in self.dry.whole:
+            device = None  # whole devices: no fraction to cap
+        return {
+            "metric": self.plan.metric,
+            "seed": self.plan.seed,
+            "deadline": self.deadline,
+            "threads": a.cpus if self.cuda else rehearsal_threads(a.cpus, wave_cpus),
+            "gpu_memory_mib": a.gpu_memory_mib or None,
+            # of the plan's card; the job's process recomputes it against the card really there
+            "memory_fraction": memory_fraction(a.gpu_memory_mib, device.memory_mib) if device else None,
+            "builtin": self.builtin,
+            "kept_folds": resume.kept_folds(self.record.dir / "jobs" / name),  # an earlier attempt's, or run's
+        }
+
+    def log(self, name: str, line: str) -> None:
+        path = self.record.dir / "jobs" / name / "log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(line.rstrip("\n") + "\n")
+
+    def take_events(self, name: str, events: list[dict]) -> None:
+        """What a job reported: its log lines to its log, a finished fold kept, every other event recorded and
+        handed to the state machine."""
+        for ev in events:
+            kind = ev.pop("event")
+            if kind == "log":
+                self.log(name, ev.get("line", ""))
+                continue
+            if kind == "fold" and "output" in ev:  # kept before it is logged: a reader that sees it may rely on it
+                resume.keep_fold(self.record.dir / "jobs" / name, ev.pop("output"), ev.pop("classes"),
+                                 ev.pop("test_ids"), self.plan.metric)
+            self.record.event(kind, name, **{k: v for k, v in ev.items() if k != "time"}, job_time=ev.get("time"))
+            self.observed(name, kind, ev)
+            self.handle(rl.JobReported(name, kind, ev, ev.get("time") or time.time()))
+
+    def observed(self, name: str, kind: str, ev: dict) -> None:
+        """A report, for whoever watches the run (the Ray driver's monitor)."""
+
+    def keep(self, name: str, out) -> None:
+        outputs.save(out, self.record.dir / "jobs" / name)
+        self.record.update_job(name, cv_score=out.cv_score())
+        for note in out.notes:
+            self.record.event("note", name, note=note)
+
+    def finished(self, name: str, out) -> None:
+        self.keep(name, out)
+        self.handle(rl.JobFinished(name, len(out.folds), out.cv_score(), time.time()))
+
+    # --- carrying out instructions ------------------------------------------------------------------------------
+
+    def handle(self, *events) -> None:
+        for ins in self.run_state.handle(*events):
+            self.apply(ins)
+
+    def apply(self, ins) -> None:
+        if isinstance(ins, rl.Transition):
+            self.record.transition(ins.job, ins.state, **ins.fields)
+        elif isinstance(ins, rl.Record):
+            self.record.event(ins.kind, ins.job, **ins.fields)
+        elif isinstance(ins, rl.Progress):
+            self.record.update_job(ins.job, progress=ins.progress)
+        elif isinstance(ins, rl.Log):
+            self.log(ins.job, ins.line)
+        elif isinstance(ins, rl.Move):
+            self.moved(ins)
+            self.record.update_job(ins.job, node=ins.node, device=ins.device)
+            self.record.event("moved", ins.job, reason=ins.reason, old_node=ins.old_node, old_device=ins.old_device,
+                              node=ins.node, device=ins.device)
+        elif isinstance(ins, rl.Launch):
+            self.launch(ins)
+            a = ins.where
+            self.record.update_job(ins.job, attempts=ins.attempt, progress=ins.progress)
+            self.record.event("launch", ins.job, attempt=ins.attempt, wave=a.wave, node=a.node, device=a.device,
+                              gpu_memory_mib=a.gpu_memory_mib, cpus=a.cpus)
+        elif isinstance(ins, rl.AskStop):
+            self.ask_stop(ins.job)
+        elif isinstance(ins, rl.SetLimits):
+            self.set_limits(ins.job, ins.limits)
+        elif isinstance(ins, rl.Kill):
+            self.kill(ins.job, ins.drain)
+        else:
+            raise TypeError(f"unknown instruction {ins!r}")
+
+    def launch(self, ins: rl.Launch) -> None:
+        raise NotImplementedError
+
+    def ask_stop(self, name: str) -> None:
+        raise NotImplementedError
+
+    def set_limits(self, name: str, limits: dict) -> None:
+        raise NotImplementedError
+
+    def kill(self, name: str, drain: bool) -> None:
+        raise NotImplementedError
+
+    def moved(self, ins: rl.Move) -> None:
+        """A device the plan did not name, for the job's settings (the Ray driver reads its size from Ray)."""
+
+
+def new_run_dir(base: Path, plan_name: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = base / f"{plan_name}-{stamp}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = base / f"{plan_name}-{stamp}-{n}"
+    return path
+
+
+def prepare_folder(dry: DryRun, run_dir: Path, plan_file: Path | None, asked: dict | None = None) -> RunRecord:
+    record = RunRecord(run_dir)
+    if plan_file is not None:
+        shutil.copy(plan_file, run_dir / "plan.yaml")
+    (run_dir / "placement.json").write_text(json.dumps(dry.to_json(), indent=2))
+    record.set_run(plan=dry.plan.name, started=time.time(), status="running", band=list(dry.plan.band),
+                   budget_s=dry.plan.budget, hardware=dry.hardware.profile, metric=dry.plan.metric,
+                   ensemble_method=dry.plan.ensemble.method, driver=resume.driver_identity(), **(asked or {}))
+    for a in dry.placement.assignments:
+        record.add_job(a.job, dry.plan.job(a.job).kind, a.wave, a.node, a.device, a.gpu_memory_mib, a.cpus)
+        resume.forget_folds(run_dir / "jobs" / a.job)
+    return record

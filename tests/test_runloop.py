@@ -1,0 +1,182 @@
+"""The run loop's state machine with plain lists of events and instructions: no Ray, no clock, no files."""
+
+from dataclasses import dataclass
+
+from scheduler.core import plan as planmod
+from scheduler.core.states import JobState
+from scheduler.policy import runloop as rl
+
+HARDWARE = {"profile": "A100-40GB", "gpus_per_node": 2, "cpus": 16}
+T0 = 1000.0
+
+
+@dataclass(frozen=True)
+class Where:  # stands for packing.Assignment: what the state machine reads of a placement
+    job: str
+    node: str = "n0"
+    device: int | None = 0
+    gpu_memory_mib: int = 4000
+    cpus: int = 1
+    wave: int = 0
+
+
+def cmd(name, retries=1):
+    return {"name": name, "kind": "command", "command": ["true"], "folds": 2, "retries": retries,
+            "resources": {"cpus": 1, "gpu_memory": "4GB"}}
+
+
+def timm(name):
+    return {"name": name, "kind": "timm", "model": "resnet18", "epochs": 10, "folds": 5,
+            "resources": {"cpus": 1, "gpu_memory": "4GB"}}
+
+
+def best_fit(mib, room):
+    fits = [(left - mib, key) for key, left in room.items() if left >= mib]
+    return min(fits)[1] if fits else None
+
+
+def machine(*jobs, budget="100s", where=None):
+    plan = planmod.from_dict({"name": "t", "hardware": HARDWARE, "budget": budget, "jobs": list(jobs)})
+    window = plan.budget * (1 - plan.reserve_for_inference)
+    where = where or [Where(j["name"], wave=i) for i, j in enumerate(jobs)]
+    return rl.RunState(plan, where, rl.Window(T0, T0 + window), best_fit=best_fit)
+
+
+def kinds(instructions):
+    return [type(i).__name__ for i in instructions]
+
+
+def started(s, *names):
+    launches = s.handle(rl.Start(T0))
+    assert [i.job for i in launches if isinstance(i, rl.Launch)] == list(names)
+    return s.handle(*(rl.JobStarted(n, T0 + 1) for n in names))
+
+
+def test_start_launches_every_job_in_wave_order_and_a_poll_marks_it_running():
+    s = machine(cmd("a"), cmd("b"))
+    out = s.handle(rl.Start(T0))
+    assert [(i.job, i.attempt) for i in out] == [("a", 1), ("b", 1)] and kinds(out) == ["Launch", "Launch"]
+    assert s.handle(rl.JobStarted("a", T0 + 1)) == [rl.Transition("a", JobState.RUNNING, {"attempt": 1})]
+    assert s.handle(rl.JobStarted("a", T0 + 2)) == []  # once
+    assert s.states == {"a": JobState.RUNNING, "b": JobState.PENDING}
+
+
+def test_a_crash_is_retried_then_the_job_fails_after_its_retries():
+    s = machine(cmd("a", retries=1))
+    started(s, "a")
+    out = s.handle(rl.JobFailed("a", "boom", T0 + 5, detail="Traceback…\nboom"))
+    assert kinds(out) == ["Log", "Transition", "Launch"]
+    assert out[0] == rl.Log("a", "attempt 1 failed: Traceback…\nboom")
+    assert out[1] == rl.Transition("a", JobState.PENDING, {"retry": 1, "error": "boom"})
+    assert out[2].attempt == 2
+    s.handle(rl.JobStarted("a", T0 + 6))
+    out = s.handle(rl.JobFailed("a", "boom again", T0 + 9))
+    assert kinds(out) == ["Log", "Transition"]
+    assert out[1] == rl.Transition("a", JobState.FAILED, {"error": "boom again", "attempts": 2})
+    assert s.done()
+
+
+def test_a_job_that_ends_before_a_poll_saw_it_start_still_passes_through_running():
+    s = machine(cmd("a"))
+    s.handle(rl.Start(T0))
+    out = s.handle(rl.JobFinished("a", 2, 0.9, T0 + 3))
+    assert [(i.state, i.fields) for i in out] == [(JobState.RUNNING, {"attempt": 1}),
+                                                  (JobState.SUCCEEDED, {"folds": 2, "cv_score": 0.9})]
+
+
+def test_the_deadline_asks_then_kills_after_the_grace():
+    s = machine(cmd("a"), cmd("b"))
+    started(s, "a", "b")
+    deadline, grace = s.window.deadline, s.grace_s
+    assert s.handle(rl.Tick(deadline - 1)) == []
+    out = s.handle(rl.Tick(deadline))
+    assert kinds(out) == ["Record", "AskStop", "Record", "AskStop"]
+    assert out[0] == rl.Record("cancel", "a", {"reason": "training deadline reached"})
+    # a answers: what it finished is kept, and it is CANCELLED
+    assert s.handle(rl.JobFinished("a", 1, 0.5, deadline + 1))[-1].state == JobState.CANCELLED
+    assert s.handle(rl.Tick(deadline + grace - 0.1)) == []
+    out = s.handle(rl.Tick(deadline + grace))
+    why = f"did not stop within {grace:.0f}s of being asked"
+    assert out == [rl.Kill("b", why, drain=True), rl.Log("b", f"{why}: killed"),
+                   rl.Transition("b", JobState.CANCELLED, {"reason": f"killed: {why}"})]
+    assert s.done()
+
+
+def test_reported_epochs_make_a_budget_cut_folds_first():
+    s = machine(timm("r18"), budget="100s")  # a 90 s window: 80 % is 72 s
+    started(s, "r18")
+    out = s.handle(rl.JobReported("r18", "epoch", {"epoch": 1, "epochs": 10}, T0 + 11))
+    assert kinds(out) == ["Progress"] and out[0].progress["epoch"] == 1
+    # one epoch alone is provisional: 10 s × 50 epochs passes the deadline itself, so it counts
+    out = s.handle(rl.Tick(T0 + 11))
+    cuts = [i for i in out if isinstance(i, rl.Record)]
+    assert kinds(out)[:2] == ["SetLimits", "Record"] and cuts[0].fields["what"] == "folds"
+    assert out[0] == rl.SetLimits("r18", {"folds": 3}) and "80 %" in cuts[0].fields["reason"]
+    assert s.jobs["r18"].limits["folds"] < 5 and s.jobs["r18"].progress["eta_s"] > 0
+
+
+def test_a_provisional_first_epoch_inside_the_deadline_cuts_nothing():
+    s = machine(timm("r18"), budget="10000s")
+    started(s, "r18")
+    s.handle(rl.JobReported("r18", "epoch", {"epoch": 1, "epochs": 10}, T0 + 60))  # start-up included
+    assert s.handle(rl.Tick(T0 + 60)) == []
+
+
+def test_a_lost_nodes_job_moves_to_the_best_fitting_device():
+    s = machine(cmd("a"), where=[Where("a", node="n1", device=1, gpu_memory_mib=4000)])
+    started(s, "a")
+    cluster = rl.Cluster(frozenset({"n0", "n2"}), free={("n0", 0): 9000, ("n2", 1): 5000},
+                         capacity={("n0", 0): 9000, ("n2", 1): 9000})
+    out = s.handle(rl.JobFailed("a", "node died", T0 + 5, cluster))
+    assert out[1] == rl.Move("a", "n2", 1, "its node was lost", "n1", 1)
+    assert kinds(out) == ["Log", "Move", "Transition", "Launch"] and out[3].where.node == "n2"
+    assert s.where["a"].device == 1
+
+
+def test_a_lost_nodes_job_fails_when_no_device_can_ever_hold_it():
+    s = machine(cmd("a"), where=[Where("a", node="n1", device=0, gpu_memory_mib=4000)])
+    started(s, "a")
+    out = s.handle(rl.JobFailed("a", "node died", T0 + 5, rl.Cluster(frozenset({"n0"}), {}, {("n0", 0): 100})))
+    assert out[-1].state == JobState.FAILED and "no other device" in out[-1].fields["reason"]
+
+
+def test_a_joined_device_takes_a_waiting_job():
+    s = machine(cmd("a"), cmd("b"), where=[Where("a"), Where("b", wave=1)])
+    s.handle(rl.Start(T0), rl.JobStarted("a", T0 + 1))
+    assert s.handle(rl.CapacitySeen(rl.Cluster(capacity={("n0", 0): 9000}), T0 + 10)) == []  # the first look
+    seen = rl.Cluster(free={("n1", 0): 9000}, capacity={("n0", 0): 9000, ("n1", 0): 9000})
+    assert s.handle(rl.CapacitySeen(seen, T0 + 12)) == []  # within 5 s of the last look
+    out = s.handle(rl.CapacitySeen(seen, T0 + 16))
+    assert kinds(out) == ["Record", "Kill", "Move", "Launch"]
+    assert out[0] == rl.Record("devices_joined", None, {"devices": ["n1:0"]})
+    assert out[3].job == "b" and out[3].attempt == 1  # a move is not an attempt
+
+
+def test_cancel_asks_a_launched_job_and_ends_one_that_never_started():
+    s = machine(cmd("a"), cmd("b"))
+    s.handle(rl.Start(T0), rl.JobStarted("a", T0 + 1))  # b is launched but has not started: it waits for room
+    out = s.handle(rl.CancelAsked(("*",), "cancel requested", T0 + 2))
+    assert kinds(out) == ["Record", "AskStop", "Record", "AskStop"]
+    assert s.handle(rl.CancelAsked(("a",), "again", T0 + 3)) == []  # asked once
+    out = s.handle(rl.Tick(T0 + 3))  # b never started: nothing to hand back, killed at once
+    assert out == [rl.Kill("b", "cancelled before it started"),
+                   rl.Transition("b", JobState.CANCELLED, {"reason": "cancelled before it started"})]
+    assert s.handle(rl.JobFinished("a", 1, 0.7, T0 + 4))[-1].state == JobState.CANCELLED
+
+
+def test_an_interrupt_stops_retries_and_abandon_ends_what_is_left():
+    s = machine(cmd("a", retries=3), cmd("b"))
+    started(s, "a", "b")
+    s.handle(rl.Interrupted("interrupted (Ctrl-C)", T0 + 2))
+    out = s.handle(rl.JobFailed("a", "killed", T0 + 3))
+    assert out[-1].state == JobState.FAILED  # no retry once interrupted
+    out = s.handle(rl.Abandon("interrupted (Ctrl-C)"))
+    assert out == [rl.Kill("b", "interrupted (Ctrl-C)"),
+                   rl.Transition("b", JobState.CANCELLED, {"reason": "interrupted (Ctrl-C)"})]
+
+
+def test_a_resumed_run_past_its_window_cancels_what_is_unfinished():
+    plan = planmod.from_dict({"name": "t", "hardware": HARDWARE, "budget": "100s", "jobs": [cmd("a"), cmd("b")]})
+    s = rl.RunState(plan, [Where("a"), Where("b")], rl.Window(T0, T0 + 10), done=frozenset({"a"}))
+    assert s.handle(rl.Start(T0 + 20)) == [
+        rl.Transition("b", JobState.CANCELLED, {"reason": "no training time left in the budget"})]
