@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 
 from scheduler.core import hardware
 from scheduler.service import ledger
+from scheduler.service import queue as queue_module
 from scheduler.service import service as service_module
 from scheduler.service.http import build_app, build_mcp
 from scheduler.service.service import FixedBackend, Service
@@ -224,8 +225,8 @@ def test_a_request_does_not_place_the_whole_queue_again(tmp_path, monkeypatch):
     s.request_slot({"gpu_memory_mib": LIMIT})
     queued = [s.request_slot({"gpu_memory_mib": 1000 + i, "priority": i % 3}) for i in range(300)]
     assert {q["state"] for q in queued} == {"queued"}
-    place = _Counting(service_module.place_online)
-    monkeypatch.setattr(service_module, "place_online", place)
+    place = _Counting(queue_module.place_online)
+    monkeypatch.setattr(queue_module, "place_online", place)
     step = _Counting(ledger.StartSimulation.step)
     monkeypatch.setattr(ledger.StartSimulation, "step", lambda self, *a: step(self, *a))
     def estimates_fresh():  # the service's thread brings them up to date after each change

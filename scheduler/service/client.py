@@ -16,15 +16,11 @@ from typing import Any, Iterator
 
 import httpx
 
+from scheduler.service.validate import ServiceError  # the one error class: a refusal, with its status
+
 DEFAULT_URL = "http://127.0.0.1:8780"
 
 
-class ServiceError(Exception):
-    """The service refused: ``status`` is the HTTP status, ``error`` its one-line reason."""
-
-    def __init__(self, status: int, error: str):
-        super().__init__(f"{status}: {error}")
-        self.status, self.error = status, error
 
 
 def find_token(token: str | None = None, state_dir: str | Path | None = None) -> str | None:
@@ -71,13 +67,13 @@ class Client:
         try:
             r = self._http.request(method, path, **kw)
         except httpx.HTTPError as e:
-            raise ServiceError(0, f"cannot reach the gpupack service at {self.url} ({e}); is `serve` running?") from None
+            raise ServiceError.answered(0, f"cannot reach the gpupack service at {self.url} ({e}); is `serve` running?") from None
         if r.status_code >= 400:
-            raise ServiceError(r.status_code, _error_of(r))
+            raise ServiceError.answered(r.status_code, _error_of(r))
         try:
             return r.json()
         except ValueError:
-            raise ServiceError(r.status_code, f"the service answered something that is not JSON: {r.text[:200]!r}") from None
+            raise ServiceError.answered(r.status_code, f"the service answered something that is not JSON: {r.text[:200]!r}") from None
 
     # -- slots --
 
@@ -138,10 +134,10 @@ class Client:
                                    timeout=None) as r:
                 if r.status_code >= 400:
                     r.read()
-                    raise ServiceError(r.status_code, _error_of(r))
+                    raise ServiceError.answered(r.status_code, _error_of(r))
                 yield from r.iter_text()
         except httpx.HTTPError as e:
-            raise ServiceError(0, f"cannot reach the gpupack service at {self.url} ({e}); is `serve` running?") from None
+            raise ServiceError.answered(0, f"cannot reach the gpupack service at {self.url} ({e}); is `serve` running?") from None
 
     def cancel_job(self, job_id: str) -> dict:
         return self._call("POST", f"/api/jobs/{job_id}/stop")
