@@ -88,6 +88,9 @@ class Service:
     def _transaction(self):
         return self.store.transaction()
 
+    def health(self) -> dict:
+        return {"ok": True, "service": "gpupack"}
+
     # -- identities --
 
     def identify(self, token: str | None) -> Identity:
