@@ -19,6 +19,7 @@ import os
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from scheduler.core.hardware import LOCAL_NODE, Hardware, memory_fraction, physical_memory_mib
@@ -38,17 +39,26 @@ from scheduler.service.validate import (  # noqa: F401  (the errors are part of 
 )
 
 
+@dataclass(frozen=True)
+class Settings:
+    band_high: float = 0.90  # a device's limit: this fraction of its memory
+    heartbeat_timeout_s: float = 60.0  # a request's heartbeat_s when it names none
+    aging_s: float = AGING_S
+    tick_s: float = 1.0  # the reclaimer's period
+
+
 class Service:
     """The facade: auth (:mod:`~scheduler.service.auth`), SQLite (:mod:`~scheduler.service.store`), the ledger and
     the queue (:mod:`~scheduler.service.queue`, pure), the jobs' processes (:mod:`~scheduler.service.supervisor`),
     wired under one lock. Every public method returns JSON-ready dicts and raises :class:`ServiceError` on refusal;
     :mod:`scheduler.service.ops` declares them once for REST, MCP and the client."""
 
-    def __init__(self, hardware: Hardware, state_dir: str | Path, band_high: float = 0.90,
-                 backend: LedgerBackend | None = None, heartbeat_timeout_s: float = 60.0, aging_s: float = AGING_S,
-                 tick_s: float = 1.0, start_threads: bool = True):
+    def __init__(self, hardware: Hardware, state_dir: str | Path, backend: LedgerBackend | None = None,
+                 start_threads: bool = True, **settings):
+        """``settings``: those of :class:`Settings` (band_high, heartbeat_timeout_s, aging_s, tick_s)."""
+        cfg = Settings(**settings)
         self.hardware = hardware
-        self.band_high = band_high
+        self.band_high = band_high = cfg.band_high
         self.devices = {d.key: d for d in hardware.devices}
         if not self.devices:
             raise ValueError("the service needs at least one GPU device (a profile or a detected card)")
@@ -59,7 +69,7 @@ class Service:
                          or d.memory_mib for k, d in self.devices.items()}
         self.node_cpus = {n.name: n.cpus for n in hardware.nodes if n.devices}
         self.backend = backend or FixedBackend()
-        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.heartbeat_timeout_s = cfg.heartbeat_timeout_s
         self.state_dir = Path(state_dir).expanduser()
         self.db_path = self.state_dir / "service.sqlite"
         self._lock = threading.RLock()
@@ -70,20 +80,12 @@ class Service:
         self.slots: dict[str, Slot] = {}  # live ones: queued and granted
         self.by_request: dict[tuple[str, str], str] = {}
         self.jobs: dict[str, Job] = {}  # live ones: PENDING and RUNNING
-        self.queue = Queue(self.limits, self.node_cpus, self.slots, aging_s)
+        self.queue = Queue(self.limits, self.node_cpus, self.slots, cfg.aging_s)
         self.procs = Supervisor(self.store, self.jobs)
-        self._thread = Reclaimer(self.tick, self._refresh_if_stale, tick_s) if start_threads else None
+        self._thread = Reclaimer(self.tick, self._refresh_if_stale, cfg.tick_s) if start_threads else None
         self._load()
         if self._thread:
             self._thread.thread.start()
-
-    @property
-    def _procs(self) -> dict:
-        return self.procs.procs
-
-    @property
-    def _est(self) -> QueueEstimates | None:
-        return self.queue.est
 
     def _transaction(self):
         return self.store.transaction()
