@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 
 from scheduler.core import hardware
 from scheduler.service import ledger
+from scheduler.service import queue as queue_module
 from scheduler.service import service as service_module
 from scheduler.service.http import build_app, build_mcp
 from scheduler.service.service import FixedBackend, Service
@@ -224,13 +225,13 @@ def test_a_request_does_not_place_the_whole_queue_again(tmp_path, monkeypatch):
     s.request_slot({"gpu_memory_mib": LIMIT})
     queued = [s.request_slot({"gpu_memory_mib": 1000 + i, "priority": i % 3}) for i in range(300)]
     assert {q["state"] for q in queued} == {"queued"}
-    place = _Counting(service_module.place_online)
-    monkeypatch.setattr(service_module, "place_online", place)
+    place = _Counting(queue_module.place_online)
+    monkeypatch.setattr(queue_module, "place_online", place)
     step = _Counting(ledger.StartSimulation.step)
     monkeypatch.setattr(ledger.StartSimulation, "step", lambda self, *a: step(self, *a))
     def estimates_fresh():  # the service's thread brings them up to date after each change
         with s._lock:
-            return s._est is not None and s._est.key == s._estimates_key()
+            return s.queue.est is not None and s.queue.est.key == s._estimates_key()
 
     for priority in (0, 1, 100):  # the tail, the middle, the head
         s.get_slot(queued[0]["slot_id"])
@@ -319,7 +320,7 @@ def test_an_orphaned_job_ends_with_its_lease_after_a_restart(tmp_path, ended):
     job = s.submit_job(slot["slot_id"], [sys.executable, "-c", "import time; print('up', flush=True); "
                                                                "time.sleep(120)"])
     assert _wait(lambda: "up" in s.job_logs(job["job_id"])["text"])
-    wrapper = s._procs[job["job_id"]]
+    wrapper = s.procs.procs[job["job_id"]]
     (child,) = psutil.Process(wrapper.pid).children()
     s.close()  # the service dies; its jobs go on
     os.kill(wrapper.pid, signal.SIGKILL)  # and the wrapper is killed while it is down

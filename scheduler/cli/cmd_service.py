@@ -13,6 +13,7 @@ import sys
 import time
 
 from scheduler.core.errors import UserError
+from scheduler.core.states import SlotState
 
 
 def add_verbs(subparsers) -> None:
@@ -163,7 +164,7 @@ def _request_body(args) -> dict:
 
 
 def _wait_granted(client, slot: dict) -> dict:
-    while slot["state"] == "queued":
+    while slot["state"] == SlotState.QUEUED:
         time.sleep(min(5.0, max(1.0, slot.get("heartbeat_s", 60) / 4)))
         slot = client.renew(slot["slot_id"])
     return slot

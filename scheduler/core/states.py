@@ -28,3 +28,16 @@ _LEGAL = {
 
 def legal(old: JobState, new: JobState) -> bool:
     return new in _LEGAL[old]
+
+
+class SlotState(str, enum.Enum):
+    """A service slot's life: a request waits (QUEUED), holds its lease (GRANTED), then ends (RELEASED, EXPIRED)."""
+
+    QUEUED = "queued"
+    GRANTED = "granted"
+    RELEASED = "released"
+    EXPIRED = "expired"
+
+    def __str__(self) -> str:
+        return self.value
+

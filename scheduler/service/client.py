@@ -1,4 +1,5 @@
-"""The Python client for the gpupack service: one method per service call, each returning the service's JSON.
+"""The Python client for the gpupack service: one method per declared operation (:mod:`scheduler.service.ops`),
+each returning the service's JSON.
 
     from scheduler.service.client import Client
     c = Client()                                     # GPUPACK_URL / GPUPACK_TOKEN, or the local state folder's token
@@ -9,6 +10,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import uuid
 from pathlib import Path
@@ -16,15 +18,12 @@ from typing import Any, Iterator
 
 import httpx
 
+from scheduler.service.ops import OPS, Op
+from scheduler.service.validate import ServiceError  # the one error class: a refusal, with its status
+
 DEFAULT_URL = "http://127.0.0.1:8780"
 
 
-class ServiceError(Exception):
-    """The service refused: ``status`` is the HTTP status, ``error`` its one-line reason."""
-
-    def __init__(self, status: int, error: str):
-        super().__init__(f"{status}: {error}")
-        self.status, self.error = status, error
 
 
 def find_token(token: str | None = None, state_dir: str | Path | None = None) -> str | None:
@@ -71,65 +70,35 @@ class Client:
         try:
             r = self._http.request(method, path, **kw)
         except httpx.HTTPError as e:
-            raise ServiceError(0, f"cannot reach the gpupack service at {self.url} ({e}); is `serve` running?") from None
+            raise ServiceError.answered(0, f"cannot reach the gpupack service at {self.url} ({e}); is `serve` running?") from None
         if r.status_code >= 400:
-            raise ServiceError(r.status_code, _error_of(r))
+            raise ServiceError.answered(r.status_code, _error_of(r))
         try:
             return r.json()
         except ValueError:
-            raise ServiceError(r.status_code, f"the service answered something that is not JSON: {r.text[:200]!r}") from None
+            raise ServiceError.answered(r.status_code, f"the service answered something that is not JSON: {r.text[:200]!r}") from None
 
-    # -- slots --
-
-    def request_slot(self, gpu_memory: str | None = None, cpus: int = 1, minutes: float = 30, priority: int = 0,
-                     label: str = "", model: str | None = None, image_size: int | None = None,
-                     batch_size: int | None = None, heartbeat_s: float | None = None,
-                     client_request_id: str | None = None) -> dict:
-        """A lease or a queued request. A fresh ``client_request_id`` is made when none is given, and a retry of a
-        lost answer reuses it, so a network failure never takes two slots."""
-        body = {k: v for k, v in dict(gpu_memory=gpu_memory, cpus=cpus, minutes=minutes, priority=priority,
-                                      label=label, model=model, image_size=image_size, batch_size=batch_size,
-                                      heartbeat_s=heartbeat_s,
-                                      client_request_id=client_request_id or uuid.uuid4().hex).items()
-                if v is not None}
-        for attempt in range(3):
+    def _op(self, op: Op, values: dict) -> Any:
+        """A declared operation: path parameters into the path, query ones as the query, the rest as the JSON body
+        (None left out). An operation with a ``retry_key`` is retried when its answer is lost: the key (made here
+        when none is given) makes the retry the same request, so a network failure never takes two slots."""
+        if op.retry_key and values.get(op.retry_key) is None:
+            values[op.retry_key] = uuid.uuid4().hex
+        path = op.path.format(**{p.name: values[p.name] for p in op.params if p.where == "path"})
+        kw: dict = {}
+        query = {p.name: values[p.name] for p in op.params if p.where == "query" and values[p.name] is not None}
+        if query:
+            kw["params"] = query
+        if any(p.where == "body" for p in op.params):
+            kw["json"] = {p.name: values[p.name] for p in op.params
+                          if p.where == "body" and values[p.name] is not None}
+        for attempt in range(3 if op.retry_key else 1):
             try:
-                return self._call("POST", "/api/slots", json=body)
+                return self._call(op.method, path, **kw)
             except ServiceError as e:
-                if e.status != 0 or attempt == 2:
+                if e.status != 0 or attempt == 2 or not op.retry_key:
                     raise
         raise AssertionError("unreachable")
-
-    def get_slot(self, slot_id: str) -> dict:
-        return self._call("GET", f"/api/slots/{slot_id}")
-
-    def renew(self, slot_id: str) -> dict:
-        return self._call("POST", f"/api/slots/{slot_id}/renew")
-
-    def release(self, slot_id: str) -> dict:
-        return self._call("DELETE", f"/api/slots/{slot_id}")
-
-    def list_slots(self) -> dict:
-        return self._call("GET", "/api/slots")
-
-    # -- jobs --
-
-    def submit_job(self, slot_id: str, argv: list[str], cwd: str | None = None, env: dict | None = None) -> dict:
-        body = {"slot_id": slot_id, "argv": list(argv)}
-        if cwd is not None:
-            body["cwd"] = cwd
-        if env:
-            body["env"] = env
-        return self._call("POST", "/api/jobs", json=body)
-
-    def job_status(self, job_id: str) -> dict:
-        return self._call("GET", f"/api/jobs/{job_id}")
-
-    def job_logs(self, job_id: str, tail: int = 100, offset: int | None = None) -> dict:
-        params: dict = {"tail": tail}
-        if offset is not None:
-            params["offset"] = offset
-        return self._call("GET", f"/api/jobs/{job_id}/logs", params=params)
 
     def follow_logs(self, job_id: str, tail: int = 100) -> Iterator[str]:
         """The log's text as it grows, until the job ends."""
@@ -138,19 +107,28 @@ class Client:
                                    timeout=None) as r:
                 if r.status_code >= 400:
                     r.read()
-                    raise ServiceError(r.status_code, _error_of(r))
+                    raise ServiceError.answered(r.status_code, _error_of(r))
                 yield from r.iter_text()
         except httpx.HTTPError as e:
-            raise ServiceError(0, f"cannot reach the gpupack service at {self.url} ({e}); is `serve` running?") from None
+            raise ServiceError.answered(0, f"cannot reach the gpupack service at {self.url} ({e}); is `serve` running?") from None
 
-    def cancel_job(self, job_id: str) -> dict:
-        return self._call("POST", f"/api/jobs/{job_id}/stop")
 
-    def gpu_status(self) -> dict:
-        return self._call("GET", "/api/gpus")
 
-    def create_token(self, name: str) -> dict:
-        return self._call("POST", "/api/tokens", json={"name": name})
+def _method(op: Op):
+    """The client's method for a declared operation, with the declared signature."""
+    sig = op.signature("client", [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)], dict)
 
-    def health(self) -> dict:
-        return self._call("GET", "/api/health")
+    def method(self, *args, **kwargs) -> dict:
+        bound = sig.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        del values["self"]
+        return self._op(op, values)
+
+    method.__signature__ = sig
+    method.__name__, method.__qualname__, method.__doc__ = op.name, f"Client.{op.name}", op.doc
+    return method
+
+
+for _op in OPS:
+    setattr(Client, _op.name, _method(_op))

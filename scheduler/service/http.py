@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import json
 from typing import Any
 
@@ -27,9 +28,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from scheduler.service.service import ADMIN, Identity, Service, ServiceError, Unauthorized
+from scheduler.service.ops import OPS, Op
 from scheduler.service.validate import MAX_BODY, names, parse_body, query_int, render
 
-PUBLIC = {"/api/health"}
+PUBLIC = {op.path for op in OPS if op.public}
 
 
 class _JSON(JSONResponse):
@@ -155,10 +157,6 @@ def _who(request: Request) -> Identity:
     return request.scope["state"]["identity"]
 
 
-def _int_param(request: Request, name: str, default: int | None) -> int | None:
-    return query_int(name, request.query_params.get(name), default)
-
-
 def serve(service: Service, host: str = "127.0.0.1", port: int = 8780, log_level: str = "warning", **uvicorn_kw):
     """Serve the app with uvicorn until stopped. What was built before the first request (the imports, the app, the
     service's state) is frozen out of the garbage collector's sight first: a full collection of it takes 40-80 ms,
@@ -173,88 +171,76 @@ def serve(service: Service, host: str = "127.0.0.1", port: int = 8780, log_level
     uvicorn.run(app, host=host, port=port, log_level=log_level, **uvicorn_kw)
 
 
+def _off_loop(op: Op, body: dict | None) -> bool:
+    """Whether the call may take long (the estimator, psutil, NVML): it then runs off the event loop."""
+    if op.name == "request_slot":
+        return bool(body.get("model") and not body.get("gpu_memory") and not body.get("gpu_memory_mib"))
+    return op.name in ("job_status", "gpu_status")
+
+
+def _job_body(b: dict) -> None:
+    allowed = {"slot_id", "argv", "entrypoint", "cwd", "env"}
+    if set(b) - allowed:
+        raise ServiceError(f"unknown field(s) {names(set(b) - allowed)}; allowed: {', '.join(sorted(allowed))}")
+    if "entrypoint" in b and "argv" not in b:
+        raise ServiceError("entrypoint: shell strings are not run; send argv, a list of strings")
+    if not isinstance(b.get("slot_id"), str):
+        raise ServiceError("slot_id: the slot to run in (request one with POST /api/slots)")
+
+
+_BODY_CHECKS = {"submit_job": _job_body}
+
+
+def _follow(s: Service, first: dict, who: Identity) -> StreamingResponse:
+    """A log as it grows, until the job ends (``GET …/logs?follow=true``)."""
+
+    async def stream():
+        out = first
+        while True:
+            if out["text"]:
+                yield out["text"].encode()
+            if out["done"]:
+                return
+            await asyncio.sleep(0.25)
+            out = s.job_logs(first["job_id"], offset=out["offset"], who=who)
+
+    return StreamingResponse(stream(), media_type="text/plain")
+
+
+def _rest(s: Service, op: Op):
+    """The REST handler of a declared operation: path, query and body parameters in, the Service method's JSON out."""
+    fn = getattr(s, op.name)
+    in_body = [p.name for p in op.params if p.where == "body"]
+
+    @_answer
+    async def handler(request: Request):
+        args, kw, body = [], {}, None
+        for p in op.params:
+            if p.where == "path":
+                kw[p.name] = request.path_params[p.name]
+            elif p.where == "query":
+                kw[p.name] = query_int(p.name, request.query_params.get(p.name), p.default)
+        if op.whole_body or in_body:
+            body = await _body(request)
+            if op.name in _BODY_CHECKS:
+                _BODY_CHECKS[op.name](body)
+            if op.whole_body:
+                args.append(body)
+            else:
+                kw.update((name, body.get(name)) for name in in_body)
+        if not op.public:
+            kw["who"] = _who(request)
+        call = functools.partial(fn, *args, **kw)
+        out = await run_in_threadpool(call) if _off_loop(op, body) else call()
+        if op.name == "job_logs" and request.query_params.get("follow", "").lower() in ("1", "true", "yes"):
+            return _follow(s, out, kw["who"])
+        return out
+
+    return Route(op.path, handler, methods=[op.method])
+
+
 def build_app(service: Service, host: str = "127.0.0.1") -> BearerAuth:
-    """The ASGI app: REST under /api, MCP at /mcp, the token check in front of both."""
-    s = service
-
-    @_answer
-    async def health(request):
-        return {"ok": True, "service": "gpupack"}
-
-    @_answer
-    async def request_slot(request):
-        body = await _body(request)
-        if body.get("model") and not body.get("gpu_memory") and not body.get("gpu_memory_mib"):
-            return await run_in_threadpool(s.request_slot, body, _who(request))  # the estimator takes ~1 s
-        return s.request_slot(body, _who(request))
-
-    @_answer
-    async def list_slots(request):
-        return s.list_slots(_who(request))
-
-    @_answer
-    async def get_slot(request):
-        return s.get_slot(request.path_params["slot_id"], _who(request))
-
-    @_answer
-    async def renew(request):
-        return s.renew(request.path_params["slot_id"], _who(request))
-
-    @_answer
-    async def release(request):
-        return s.release(request.path_params["slot_id"], _who(request))
-
-    @_answer
-    async def submit_job(request):
-        b = await _body(request)
-        allowed = {"slot_id", "argv", "entrypoint", "cwd", "env"}
-        if set(b) - allowed:
-            raise ServiceError(f"unknown field(s) {names(set(b) - allowed)}; allowed: {', '.join(sorted(allowed))}")
-        if "entrypoint" in b and "argv" not in b:
-            raise ServiceError("entrypoint: shell strings are not run; send argv, a list of strings")
-        if not isinstance(b.get("slot_id"), str):
-            raise ServiceError("slot_id: the slot to run in (request one with POST /api/slots)")
-        return s.submit_job(b["slot_id"], b.get("argv"), b.get("cwd"), b.get("env"), _who(request))
-
-    @_answer
-    async def job_status(request):
-        return await run_in_threadpool(s.job_status, request.path_params["job_id"], _who(request))
-
-    @_answer
-    async def job_logs(request):
-        jid, who = request.path_params["job_id"], _who(request)
-        follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
-        tail = _int_param(request, "tail", 100)
-        offset = _int_param(request, "offset", None)
-        first = s.job_logs(jid, tail=tail, offset=offset, who=who)
-        if not follow:
-            return first
-
-        async def stream():
-            out = first
-            while True:
-                if out["text"]:
-                    yield out["text"].encode()
-                if out["done"]:
-                    return
-                await asyncio.sleep(0.25)
-                out = s.job_logs(jid, offset=out["offset"], who=who)
-
-        return StreamingResponse(stream(), media_type="text/plain")
-
-    @_answer
-    async def stop_job(request):
-        return s.cancel_job(request.path_params["job_id"], _who(request))
-
-    @_answer
-    async def gpus(request):
-        return await run_in_threadpool(s.gpu_status, _who(request))
-
-    @_answer
-    async def tokens(request):
-        b = await _body(request)
-        return s.create_token(b.get("name"), _who(request))
-
+    """The ASGI app: REST under /api (one route per declared operation), MCP at /mcp, the token check in front."""
     mcp = build_mcp(service)
     security = None if host in ("127.0.0.1", "localhost", "::1") else TransportSecuritySettings(
         enable_dns_rebinding_protection=False)
@@ -267,18 +253,7 @@ def build_app(service: Service, host: str = "127.0.0.1") -> BearerAuth:
             yield
 
     routes = [
-        Route("/api/health", health),
-        Route("/api/slots", request_slot, methods=["POST"]),
-        Route("/api/slots", list_slots, methods=["GET"]),
-        Route("/api/slots/{slot_id}", get_slot, methods=["GET"]),
-        Route("/api/slots/{slot_id}", release, methods=["DELETE"]),
-        Route("/api/slots/{slot_id}/renew", renew, methods=["POST"]),
-        Route("/api/jobs", submit_job, methods=["POST"]),
-        Route("/api/jobs/{job_id}", job_status, methods=["GET"]),
-        Route("/api/jobs/{job_id}/logs", job_logs, methods=["GET"]),
-        Route("/api/jobs/{job_id}/stop", stop_job, methods=["POST"]),
-        Route("/api/gpus", gpus, methods=["GET"]),
-        Route("/api/tokens", tokens, methods=["POST"]),
+        *(_rest(service, op) for op in OPS),
         Route("/mcp", mcp_app),  # any method: the MCP transport answers for itself
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
@@ -339,72 +314,32 @@ def build_mcp(service: Service, default: Identity = ADMIN):
             return default
         return s.identify(_bearer(headers.get("authorization")))
 
-    async def call(ctx: Context, fn, *args) -> dict:
-        """``fn(*args, identity)`` off the event loop; a refusal is a tool error holding the REST API's JSON."""
+    for op in OPS:
+        if op.tool:
+            _add_tool(mcp, op, getattr(s, op.name), who)
+    return mcp
+
+
+def _add_tool(mcp: MCPServer, op: Op, fn, who) -> None:
+    """The MCP tool of a declared operation: its arguments typed from the declaration, the Service method called off
+    the event loop as the caller; a refusal is a tool error holding the REST API's JSON."""
+
+    async def tool(ctx: Context, **arguments) -> dict[str, Any]:
         try:
-            return await run_in_threadpool(fn, *args, who(ctx))
+            ident = who(ctx)
+            if op.whole_body:
+                call = functools.partial(fn, {k: v for k, v in arguments.items() if v is not None}, who=ident)
+            else:
+                call = functools.partial(fn, **arguments, who=ident)
+            return await run_in_threadpool(call)
         except ServiceError as e:
             raise ToolError(_tool_error(str(e), e.status)) from None
 
-    read = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
-    grant = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
-    destroy = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True)
-
-    @mcp.tool(annotations=grant)
-    async def request_slot(ctx: Context, gpu_memory: str | None = None, cpus: int = 1, minutes: float = 30,
-                           priority: int = 0, label: str = "", model: str | None = None,
-                           image_size: int | None = None, batch_size: int | None = None,
-                           client_request_id: str | None = None) -> dict[str, Any]:
-        """Ask for a slot of GPU memory (e.g. gpu_memory="12GB", or a timm model, image_size and batch_size to
-        estimate it), CPU cores and minutes. Returns a lease (state "granted": device, env to export, deadline,
-        renew_by) or a queued request (position, estimated_start). Renew with renew_slot before renew_by. Pass a
-        client_request_id so a retry does not take two slots."""
-        req = {k: v for k, v in dict(gpu_memory=gpu_memory, cpus=cpus, minutes=minutes, priority=priority,
-                                     label=label, model=model, image_size=image_size, batch_size=batch_size,
-                                     client_request_id=client_request_id).items() if v is not None}
-        return await call(ctx, s.request_slot, req)
-
-    @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True))
-    async def renew_slot(ctx: Context, slot_id: str) -> dict[str, Any]:
-        """Heartbeat: keep the slot (granted or queued). A slot not renewed within heartbeat_s is reclaimed."""
-        return await call(ctx, s.renew, slot_id)
-
-    @mcp.tool(annotations=destroy)
-    async def release_slot(ctx: Context, slot_id: str) -> dict[str, Any]:
-        """Free the slot at once; jobs running in it are stopped."""
-        return await call(ctx, s.release, slot_id)
-
-    @mcp.tool(annotations=read)
-    async def list_slots(ctx: Context) -> dict[str, Any]:
-        """Your slots, granted and queued."""
-        return await call(ctx, s.list_slots)
-
-    @mcp.tool(annotations=grant)
-    async def submit_job(ctx: Context, slot_id: str, argv: list[str], cwd: str | None = None,
-                         env: dict[str, str] | None = None) -> dict[str, Any]:
-        """Run a command (argv list, never a shell string) in the slot, with its GPU and memory share in the
-        environment. Returns the job at once; poll job_status and job_logs."""
-        return await call(ctx, s.submit_job, slot_id, argv, cwd, env)
-
-    @mcp.tool(annotations=read)
-    async def job_status(ctx: Context, job_id: str) -> dict[str, Any]:
-        """The job's state, exit code, runtime, GPU memory, CPU, RSS, throughput, and advice on its batch size."""
-        return await call(ctx, s.job_status, job_id)
-
-    @mcp.tool(annotations=read)
-    async def job_logs(ctx: Context, job_id: str, tail: int = 100, offset: int | None = None) -> dict[str, Any]:
-        """The last `tail` lines of the job's output, or the output from byte `offset` (pass back the returned
-        offset to follow)."""
-        return await call(ctx, s.job_logs, job_id, tail, offset)
-
-    @mcp.tool(annotations=destroy)
-    async def cancel_job(ctx: Context, job_id: str) -> dict[str, Any]:
-        """Stop the job (SIGTERM to its process group, SIGKILL 10 s later)."""
-        return await call(ctx, s.cancel_job, job_id)
-
-    @mcp.tool(annotations=read)
-    async def gpu_status(ctx: Context) -> dict[str, Any]:
-        """Every device: memory limit, granted, used by others, free; the queue length; free cores per node."""
-        return await call(ctx, s.gpu_status)
-
-    return mcp
+    ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context)
+    tool.__signature__ = op.signature("tool", [ctx], dict[str, Any])
+    tool.__annotations__ = {"ctx": Context, **{p.name: p.type for p in op.params_for("tool")},
+                            "return": dict[str, Any]}
+    tool.__name__ = tool.__qualname__ = op.tool
+    h = op.hints
+    mcp.add_tool(tool, name=op.tool, description=op.doc, annotations=ToolAnnotations(
+        read_only_hint=h.read_only, destructive_hint=h.destructive, idempotent_hint=h.idempotent))

@@ -10,10 +10,14 @@ decided or stored, so a request can only be answered (a JSON 4xx at worst), neve
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
+from pathlib import Path
 from typing import Any
+
+from scheduler.core.units import parse_size_mib
 
 MAX_BODY = 1 << 20
 MAX_DEPTH = 8
@@ -24,9 +28,22 @@ _DIGITS = re.compile(r"-?[0-9]{1,18}", re.ASCII)
 
 
 class ServiceError(Exception):
-    """A request the service refuses; ``status`` is the HTTP status the API answers with."""
+    """A refusal, the one error class of the service and its client: ``status`` is the HTTP status (the subclass's,
+    400 by default; a client's: the one the service answered, 0 when it could not be reached), ``error`` the one-line
+    reason. Raised with a ``status`` (the client), it reads ``"<status>: <error>"``."""
 
     status = 400
+
+    def __init__(self, error: str = "", status: int | None = None):
+        if status is not None:
+            self.status = status
+        self.error = error
+        super().__init__(error if status is None else f"{status}: {error}")
+
+    @classmethod
+    def answered(cls, status: int, error: str) -> "ServiceError":
+        """The refusal a client got: the HTTP ``status`` the service answered (0: it could not be reached)."""
+        return cls(error, status)
 
 
 class Unauthorized(ServiceError):
@@ -183,3 +200,118 @@ def _finite(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [_finite(x) for x in v]
     return v
+
+
+# --- what a slot request and a job may hold -----------------------------------------------------------------------
+
+MAX_MINUTES = 24 * 60
+MAX_LABEL = 100
+MAX_ARGV = 1000
+MAX_ARG_CHARS = 100_000
+MAX_NAME = 200  # model names, client request ids, slot and job ids
+MAX_PATH = 4096
+MAX_IMAGE_SIZE = 2048  # the estimator runs the model at this size: a bound on what one request can cost
+MIN_HEARTBEAT_S = 5.0
+SLOT_FIELDS = {"gpu_memory", "gpu_memory_mib", "model", "image_size", "batch_size", "cpus", "minutes", "priority",
+               "label", "client_request_id", "heartbeat_s"}
+
+
+@functools.lru_cache(maxsize=256)
+def _estimated_mib(model: str, image_size: int, batch_size: int) -> tuple[int, int]:
+    from scheduler.policy.estimate import estimate
+
+    e = estimate(model, image_size, batch_size)
+    return e.peak_mib, e.params
+
+
+def estimate_model(model: str, image_size: int, batch_size: int) -> tuple[int, int]:
+    """The estimator's peak MiB and parameter count; whatever stops it is the request's fault (a model too small
+    for the image, a size it cannot run), so it is a refusal naming what was asked, never a crash."""
+    from scheduler.core.errors import UserError
+
+    try:
+        return _estimated_mib(model, image_size, batch_size)
+    except UserError as e:
+        raise ServiceError(str(e)) from None
+    except Exception as e:  # noqa: BLE001  (the estimator runs the model: anything can stop it)
+        why = " ".join(line.strip() for line in str(e).splitlines()) or type(e).__name__
+        why = why if len(why) <= 300 else why[:299] + "…"
+        raise ServiceError(f"cannot estimate the memory of '{model}' at {image_size} px, batch {batch_size} "
+                           f"({why}); give gpu_memory instead") from None
+
+
+def _memory(req: dict, max_limit: int, band_high: float) -> tuple[int, dict | None]:
+    """The MiB a request asks for (given, or estimated from a model), and the estimate when there was one."""
+    estimate = None
+    if req.get("gpu_memory_mib") is not None:
+        mib = req["gpu_memory_mib"]
+        if isinstance(mib, bool) or not isinstance(mib, int):
+            raise ServiceError("gpu_memory_mib: an integer number of MiB")
+    elif req.get("gpu_memory") is not None:
+        if isinstance(req["gpu_memory"], str):
+            text("gpu_memory", req["gpu_memory"], 64)
+        try:
+            mib = parse_size_mib(req["gpu_memory"])
+        except ValueError as e:
+            raise ServiceError(f"gpu_memory: {e}") from None
+    elif req.get("model"):
+        model = text("model", req["model"], MAX_NAME)
+        for k, most in (("image_size", MAX_IMAGE_SIZE), ("batch_size", 100_000)):
+            v = req.get(k)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= most:
+                raise ServiceError(f"{k}: an integer in 1..{most} is needed to estimate '{model}'")
+        mib, params = estimate_model(model, req["image_size"], req["batch_size"])
+        estimate = {"model": model, "image_size": req["image_size"], "batch_size": req["batch_size"],
+                    "peak_mib": mib, "params": params}
+    else:
+        raise ServiceError("give gpu_memory (e.g. '12GB'), or model, image_size and batch_size to estimate it")
+    if mib <= 0 or mib > max_limit:
+        raise ServiceError(f"gpu_memory: {show(mib)} MiB is outside 1..{max_limit} MiB (the largest device's "
+                           f"limit at {band_high:.0%})")
+    return mib, estimate
+
+
+def slot_request(req: dict, max_limit: int, max_cpus: int, band_high: float, heartbeat_s: float) -> dict:
+    """A slot request checked and normalised: mib, cpus, minutes, priority, label, crid, heartbeat_s, estimate."""
+    unknown = set(req) - SLOT_FIELDS
+    if unknown:
+        raise ServiceError(f"unknown field(s) {names(unknown)}; allowed: {', '.join(sorted(SLOT_FIELDS))}")
+    mib, estimate = _memory(req, max_limit, band_high)
+    cpus = number("cpus", req.get("cpus", 1), 0, max_cpus, integer=True)
+    minutes = number("minutes", req.get("minutes", 30), 0, MAX_MINUTES, low_open=True)
+    priority = number("priority (higher first)", req.get("priority", 0), -100, 100, integer=True)
+    label = "" if req.get("label") is None else text("label", req["label"], MAX_LABEL)
+    crid = req.get("client_request_id")
+    if crid is not None:
+        text("client_request_id", crid, MAX_NAME, empty=False)
+    hb = req.get("heartbeat_s")
+    hb = number("heartbeat_s", heartbeat_s if hb is None else hb, MIN_HEARTBEAT_S, MAX_MINUTES * 60)
+    return {"mib": int(mib), "cpus": cpus, "minutes": float(minutes), "priority": priority, "label": label,
+            "crid": crid, "heartbeat_s": float(hb), "estimate": estimate}
+
+
+def job_request(argv: Any, cwd: Any, env: Any) -> dict:
+    """A job's argv (never a shell string), folder and environment, checked; ``env`` None becomes {}."""
+    if not isinstance(argv, list) or not argv or len(argv) > MAX_ARGV:
+        raise ServiceError(f"argv: a non-empty list of at most {MAX_ARGV} strings (no shell string)")
+    for i, a in enumerate(argv):
+        if not isinstance(a, str):
+            raise ServiceError("argv: every element must be a string without NUL bytes")
+        text(f"argv[{i}]", a, MAX_ARG_CHARS, controls=True)
+    if cwd is not None:
+        text("cwd", cwd, MAX_PATH, controls=True)
+        try:
+            is_dir = Path(cwd).expanduser().is_dir()
+        except (OSError, RuntimeError):  # RuntimeError: ~user with no home
+            is_dir = False
+        if not is_dir:
+            raise ServiceError(f"cwd: {show(cwd, 200)} is not a folder")
+    env = {} if env is None else env
+    if not isinstance(env, dict) or len(env) > MAX_ARGV:
+        raise ServiceError(f"env: an object of at most {MAX_ARGV} string names to string values")
+    for k, v in env.items():
+        if not isinstance(k, str) or not isinstance(v, str) or not k or "=" in k:
+            raise ServiceError("env: an object of string names to string values")
+        text(f"env name {show(k)}", k, MAX_NAME)
+        text(f"env[{show(k)}]", v, MAX_ARG_CHARS, controls=True)
+    return {"argv": list(argv), "cwd": cwd, "env": dict(env)}

@@ -1,0 +1,156 @@
+"""The service's records and their SQLite store (WAL): slots and jobs as rows holding their JSON, and the token hashes.
+
+Every decision is committed in one :meth:`Store.transaction` before the service's lock is released, so an independent
+reader of the database never sees a device over its limit. Nothing here decides or starts anything."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from scheduler.core.states import JobState, SlotState
+from scheduler.service.procs import private_dir, private_file
+from scheduler.service.validate import MAX_NAME
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS slots (slot_id TEXT PRIMARY KEY, owner TEXT, state TEXT, device TEXT, gpu_memory_mib INT,
+    cpus INT, data TEXT);
+CREATE UNIQUE INDEX IF NOT EXISTS slots_retry ON slots(owner, json_extract(data, '$.client_request_id'))
+    WHERE json_extract(data, '$.client_request_id') IS NOT NULL;
+CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, slot_id TEXT, state TEXT, data TEXT);
+CREATE TABLE IF NOT EXISTS tokens (token_hash TEXT PRIMARY KEY, name TEXT UNIQUE, admin INT, created REAL);
+"""
+
+
+@dataclass
+class Slot:
+    slot_id: str
+    owner: str
+    state: SlotState
+    gpu_memory_mib: int
+    cpus: int
+    minutes: float
+    priority: int
+    label: str
+    client_request_id: str | None
+    created: float
+    heartbeat_s: float
+    estimate: dict | None = None
+    device: str | None = None  # node:index
+    granted_at: float | None = None
+    deadline: float | None = None
+    ended: float | None = None
+    end_reason: str | None = None
+    heartbeat: float = 0.0  # last renewal; kept in memory only (a restart renews every lease)
+
+    def __post_init__(self):
+        self.state = SlotState(self.state)
+
+
+@dataclass
+class Job:
+    job_id: str
+    slot_id: str
+    owner: str
+    argv: list[str]
+    cwd: str | None
+    env: dict[str, str]
+    state: JobState
+    created: float
+    dir: str
+    pid: int | None = None
+    pid_start: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    stop_requested: bool = False
+    gpu_peak_mib: int | None = None
+
+    def __post_init__(self):
+        self.state = JobState(self.state)
+
+
+def open_db(folder: Path, **kw) -> sqlite3.Connection:
+    """The state folder's database (WAL), with the folder at 0700 and the database's files at 0600, whatever they
+    were before (a folder made by hand at 0755 is tightened)."""
+    private_dir(folder)
+    private_file(folder / "service.sqlite")
+    db = sqlite3.connect(folder / "service.sqlite", isolation_level=None, **kw)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.executescript(SCHEMA)
+    for name in ("service.sqlite-wal", "service.sqlite-shm"):  # SQLite gives them the database's mode when it
+        if (folder / name).exists():                            # makes them, but they may be older
+            private_file(folder / name)
+    jobs = folder / "jobs"
+    if jobs.is_dir():
+        private_dir(jobs)
+        for d in jobs.iterdir():
+            if d.is_dir() and not d.is_symlink():
+                private_dir(d)
+                for name in ("log", "exit_code"):
+                    if (d / name).is_file():
+                        private_file(d / name)
+    return db
+
+
+def is_id(ident) -> bool:
+    return isinstance(ident, str) and 0 < len(ident) <= MAX_NAME and ident.isascii() and ident.isprintable()
+
+
+class Store:
+    """Slots and jobs in SQLite. Call under the service's lock."""
+
+    def __init__(self, folder: Path):
+        self.db = open_db(folder, check_same_thread=False)
+        self.db.execute("PRAGMA synchronous=NORMAL")
+
+    def save_slot(self, s: Slot) -> None:
+        self.db.execute("INSERT OR REPLACE INTO slots VALUES (?,?,?,?,?,?,?)",
+                        (s.slot_id, s.owner, s.state.value, s.device, s.gpu_memory_mib, s.cpus, json.dumps(vars(s))))
+
+    def save_job(self, j: Job) -> None:
+        self.db.execute("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?)",
+                        (j.job_id, j.slot_id, j.state.value, json.dumps(vars(j))))
+
+    def live_slots(self) -> list[Slot]:
+        rows = self.db.execute("SELECT data FROM slots WHERE state IN (?, ?)",
+                               (SlotState.QUEUED.value, SlotState.GRANTED.value)).fetchall()
+        return [Slot(**json.loads(data)) for (data,) in rows]
+
+    def live_jobs(self) -> list[Job]:
+        rows = self.db.execute("SELECT data FROM jobs WHERE state IN (?, ?)",
+                               (JobState.PENDING.value, JobState.RUNNING.value)).fetchall()
+        return [Job(**json.loads(data)) for (data,) in rows]
+
+    def slot_of_request(self, owner: str, client_request_id: str) -> str | None:
+        row = self.db.execute("SELECT slot_id FROM slots WHERE owner=? AND json_extract(data, '$.client_request_id')=?",
+                              (owner, client_request_id)).fetchone()
+        return row[0] if row else None
+
+    def has_slot(self, slot_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM slots WHERE slot_id=?", (slot_id,)).fetchone() is not None
+
+    def read(self, table: str, ident: str) -> Slot | Job | None:
+        """An ended slot or job by id (``table``: "slots" or "jobs")."""
+        cls, key = (Slot, "slot_id") if table == "slots" else (Job, "job_id")
+        row = self.db.execute(f"SELECT data FROM {table} WHERE {key}=?", (ident,)).fetchone()
+        return None if row is None else cls(**json.loads(row[0]))
+
+    @contextlib.contextmanager
+    def transaction(self):
+        """One decision, committed whole or not at all (call under the lock): an independent reader of the database
+        never sees half of it."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self.db.close()
