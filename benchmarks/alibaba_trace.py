@@ -63,7 +63,10 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 def arc_flow_optimum(sizes: list[int], capacity: int, seconds: float) -> tuple[int | None, float, str]:
     """Fewest bins by Valério de Carvalho's arc-flow model: a path 0 -> capacity per bin, an arc per item size from
     every position reachable by items at least as large (the usual symmetry reduction), loss arcs to the end."""
-    import highspy
+    try:
+        import highspy
+    except ImportError:
+        raise SystemExit("alibaba_trace needs highspy for the offline optimum: pip install -e '.[bench]'") from None
     import numpy as np
     from collections import Counter
 
