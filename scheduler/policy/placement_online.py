@@ -6,7 +6,7 @@ device in (thousandths of a GPU, as in the Alibaba trace, or MiB of GPU memory, 
 
 - ``first_fit``: the first node, then the first device, in index order, with room.
 - ``best_fit``: the device left with the least room (the tightest fit); ties to the node left with the least free
-  GPU, then the lower index.
+  GPU, then the lower index. ``tightest`` is the same rule over devices named by keys (``{device: room}``).
 - ``fgd``: Fragmentation Gradient Descent (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads
   with Fragmentation Gradient Descent", USENIX ATC'23). A node's fragmentation, for a typical request of the
   workload, is the free GPU it cannot use: all of it when the request does not fit on the node (too few devices with
@@ -31,11 +31,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, TypeVar
 
 Policy = Literal["first_fit", "best_fit", "fgd"]
 POLICIES: tuple[str, ...] = ("first_fit", "best_fit", "fgd")
 Choice = tuple[int, "int | None"]
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,19 @@ def best_fit(gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_f
     cores, then the lower index. CPU-only requests go to the node left with the least free GPU and cores."""
     return _place("best_fit", gpu, cpus, devices_free, nodes_free, (), capacity, gpus, memory, nodes_memory,
                   allowed, None)
+
+
+def tightest(need: float, room: Mapping[K, float], order: Callable[[K], Any] = lambda key: key) -> K | None:
+    """Best fit over devices named by keys: the one where ``need`` fits leaving the least room; ties to the least
+    ``order(key)``. Within one node this is the device ``best_fit`` picks; callers that hold devices by name (the
+    service's ledger, the elastic driver) use it directly, filtering ``room`` to the devices they may use."""
+    best = None
+    for key, left in room.items():
+        if left >= need:
+            rank = (left - need, order(key))
+            if best is None or rank < best[0]:
+                best = (rank, key)
+    return None if best is None else best[1]
 
 
 def node_fragmentation(free: Sequence[int], cpus_free: int, workload: Workload,
