@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.core.hardware import Device, Node  # noqa: E402
 from scheduler.policy.packing import Demand, l2_lower_bound, pack  # noqa: E402
-from scheduler.policy.placement_online import FragmentationCache, Shape, evaluate_node, node_key, workload_of  # noqa: E402
+from scheduler.policy.placement_online import (FragmentationCache, Shape, best_node, evaluate_node,  # noqa: E402
+                                              room_after, workload_of)
 
 DATA = Path("/work/shared/data/alibaba-gpu-v2023")
 MILLI = 1000
@@ -63,7 +64,10 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 def arc_flow_optimum(sizes: list[int], capacity: int, seconds: float) -> tuple[int | None, float, str]:
     """Fewest bins by Valério de Carvalho's arc-flow model: a path 0 -> capacity per bin, an arc per item size from
     every position reachable by items at least as large (the usual symmetry reduction), loss arcs to the end."""
-    import highspy
+    try:
+        import highspy
+    except ImportError:
+        raise SystemExit("alibaba_trace needs highspy for the offline optimum: pip install -e '.[bench]'") from None
     import numpy as np
     from collections import Counter
 
@@ -218,38 +222,28 @@ def simulate(policy: str, cluster, pods: list, seed: int, workload) -> tuple[flo
     memo: dict[tuple, tuple[int, object]] = {}  # (node, request shape) -> (node version, evaluate_node answer)
     allocated, placed, dropped = 0, 0, 0
     for g, n, c, m, spec in arrivals(pods, capacity, seed):
-        shape = (g, n, c)
-        best, best_key = None, None
-        for node in range(len(free)):
-            if mem[node] < m or cpus[node] < c or (spec is not None and models[node] not in spec):
-                continue
-            hit = memo.get((node, shape))
-            if hit is None or hit[0] != version[node]:
-                ans = evaluate_node(policy, g, c, free[node], cpus[node], caps=caps[node], gpus=max(n, 1) if g else 0,
-                                    workload=workload, frag=frag, model=models[node])
-                memo[(node, shape)] = hit = (version[node], ans)
-            ans = hit[1]
-            if ans is None:
-                continue
-            key = node_key(ans, node)
-            if best_key is None or key < best_key:
-                best, best_key = (node, ans[1]), key
-                if policy == "first_fit":
-                    break
+        shape, gpus = (g, n, c), (max(n, 1) if g else 0)
+
+        def answers():
+            for node in range(len(free)):
+                if mem[node] < m or cpus[node] < c or (spec is not None and models[node] not in spec):
+                    continue
+                hit = memo.get((node, shape))
+                if hit is None or hit[0] != version[node]:
+                    ans = evaluate_node(policy, g, c, free[node], cpus[node], caps=caps[node], gpus=gpus,
+                                        workload=workload, frag=frag, model=models[node])
+                    memo[(node, shape)] = hit = (version[node], ans)
+                yield node, hit[1]
+
+        best = best_node(answers(), policy)
         if best is None:
             dropped += 1
             continue
         node, dev = best
         cpus[node] -= c
         mem[node] -= m
-        if g and n:
-            if n > 1 or g >= MILLI:
-                taken = [d for d, f in enumerate(free[node]) if f >= MILLI][:n] if n > 1 else [dev]
-                for d in taken:
-                    free[node][d] -= MILLI
-            else:
-                free[node][dev] -= g
-            allocated += g * n
+        free[node] = room_after(free[node], caps[node], dev, g, gpus)
+        allocated += g * n if g else 0
         version[node] += 1
         placed += 1
     return 100.0 * allocated / capacity, placed, dropped

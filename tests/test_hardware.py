@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 
 from fake_nvml import FakeDevice, FakeNVML
@@ -70,3 +72,22 @@ def test_gpus_verb_with_fake_nvml(run_cli, monkeypatch):
                    "free_mib": 79559, "utilization": 0.05}
     code, out, err = run_cli("gpus")
     assert "H100" in out and "79559" not in out  # the table shows GiB
+
+
+def test_one_nvml_reader_serves_the_service_and_the_cluster(monkeypatch):
+    from scheduler.runtime.cluster import nvml_sees_gpu
+    from scheduler.service.procs import _gpu_mib_of
+
+    nvml = FakeNVML([FakeDevice("NVIDIA A10", 23028, processes={11: 5000, 12: 700}),
+                     FakeDevice("NVIDIA A10", 23028, processes={11: 1000})])
+    with hw.Nvml(nvml) as nv:
+        assert nv.count() == 2 and nv.name(nv.handle(0)) == "NVIDIA A10"
+        assert sorted(nv.process_bytes(nv.handle(0))) == [(11, 5000 * 2**20), (12, 700 * 2**20)]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    assert _gpu_mib_of({11}) == 6000 and _gpu_mib_of({99}) == 0
+    assert nvml_sees_gpu()
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML(fail_init=True))
+    assert _gpu_mib_of({11}) is None and not nvml_sees_gpu()
+    with pytest.raises(hw.NoGpuFound):
+        hw.Nvml()

@@ -134,3 +134,15 @@ def test_typical_requests_restricted_to_other_models_see_the_whole_node_as_fragm
     assert fgd(400, 1, [[1000], [1000]], [8, 8], workload, models=["A100", "T4"]) == (1, 0)
     assert place("fgd", 400, 1, [[1000], [1000]], [8, 8], workload, models=["A100", "T4"]) == (1, 0)
     assert place("best_fit", 400, 1, [[1000], [1000]], [8, 8], models=["A100", "T4"]) == (0, 0)
+
+
+def test_tightest_is_best_fit_over_named_devices():
+    from scheduler.policy.placement_online import tightest
+    from scheduler.runtime.elastic import best_fit as elastic_best_fit
+
+    room = {("b", 0): 12000, ("a", 1): 12000, ("a", 0): 20000}
+    assert tightest(10000, room) == ("a", 1)  # equal room left: the lower name
+    assert tightest(15000, room) == ("a", 0)
+    assert tightest(30000, room) is None
+    assert tightest(10, {"n:10": 50, "n:9": 50}, order=lambda k: int(k.rpartition(":")[2])) == "n:9"
+    assert elastic_best_fit(10000, room, avoid={("a", 1)}) == ("b", 0)

@@ -14,7 +14,7 @@ from scheduler.core import hardware
 from scheduler.service.http import build_mcp
 from scheduler.service.client import Client, ServiceError
 from scheduler.service.service import FixedBackend, Service
-from tests.test_service_helpers import ServerThread
+from tests.server_thread import ServerThread
 
 
 @pytest.fixture

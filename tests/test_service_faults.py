@@ -180,7 +180,7 @@ def test_mcp_refuses_what_it_cannot_store_and_lists_after(svc):
 
 
 def _closed_port() -> int:
-    from tests.test_service_helpers import free_port
+    from tests.server_thread import free_port
 
     return free_port()
 

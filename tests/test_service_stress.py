@@ -13,7 +13,7 @@ import pytest
 from scheduler.core import hardware
 from scheduler.service.client import Client, ServiceError
 from scheduler.service.service import FixedBackend, Service
-from tests.test_service_helpers import ServerThread, free_port
+from tests.server_thread import ServerThread, free_port
 
 CLIENTS = 100
 

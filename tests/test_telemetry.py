@@ -4,7 +4,6 @@ import pytest
 import os
 
 from fake_nvml import FakeDevice, FakeNVML
-from scheduler.policy.advice import advise
 from scheduler.runtime.telemetry import CpuTelemetry, NvmlTelemetry, open_backend
 
 ME = os.getpid()
@@ -52,18 +51,6 @@ def test_no_nvml_falls_back_to_the_cpu_backend():
     by_job = {j.job: j for j in snap.jobs}
     assert by_job["a"].simulated and by_job["a"].gpu_memory_mib == 1000.0
     assert by_job["b"].gpu_memory_mib is None and snap.devices[0].memory_used_mib == 1000.0
-
-
-def test_advice():
-    assert advise("command", 1200, 10000, None, None, []) == ["memory at 12% of your share: double your batch"]
-    assert "grows this job's batch itself" in advise("timm", 1200, 10000, None, None, [])[0]
-    assert any("input-bound" in a for a in advise("timm", 9000, 10000, None, 0.45, []))
-    assert any("climbs" in a for a in advise("timm", 9000, 10000, None, None, [8000, 8500, 9000]))
-    assert any("dropped suddenly" in a for a in advise("timm", 4000, 10000, 90_000_000, None, [9000, 4000]))
-    assert advise("timm", 9000, 10000, None, 0.05, [9000, 9000, 9000]) == []
-    slow_clock = advise("timm", 9000, 10000, None, 0.05, [], train_samples_per_s=1400, wall_samples_per_s=350)
-    assert any("by the clock 350 samples/s, 25% of the 1,400 inside training steps" in a for a in slow_clock)
-    assert advise("timm", 9000, 10000, None, 0.05, [], train_samples_per_s=1400, wall_samples_per_s=1000) == []
 
 
 def test_throughput_window_names_both_rates():

@@ -147,36 +147,75 @@ class NoGpuFound(RuntimeError):
     """NVML is missing, fails to start, or sees no device."""
 
 
-def read_gpus(nvml=None) -> list[GpuReading]:
-    """Every device NVML sees. ``nvml`` is the ``pynvml`` module (or a fake of it in tests)."""
-    if nvml is None:
-        try:
-            import pynvml as nvml  # from nvidia-ml-py
-        except ImportError as e:  # pragma: no cover - nvidia-ml-py is a dependency
-            raise NoGpuFound("nvidia-ml-py is not installed") from e
-    try:
-        nvml.nvmlInit()
-    except Exception as e:  # NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
-        raise NoGpuFound(f"NVML could not start ({e}): no NVIDIA driver on this machine") from e
-    try:
-        count = nvml.nvmlDeviceGetCount()
-        out = []
-        for i in range(count):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
-            name = nvml.nvmlDeviceGetName(h)
-            name = name.decode() if isinstance(name, bytes) else str(name)
-            mem = nvml.nvmlDeviceGetMemoryInfo(h)
+class Nvml:
+    """The one NVML reader: NVML started on opening and shut down on ``close`` (or at the end of a ``with`` block),
+    the devices, their memory and the memory of each process on them. ``nvml`` is the ``pynvml`` module (from
+    nvidia-ml-py), or a fake of it in tests. Raises NoGpuFound when NVML is missing or cannot start."""
+
+    def __init__(self, nvml=None):
+        if nvml is None:
             try:
-                util = nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
-            except Exception:
-                util = None
-            mib = 1024 * 1024
-            out.append(GpuReading(i, name, int(mem.total // mib), int(mem.used // mib), int(mem.free // mib), util))
-    finally:
+                import pynvml as nvml  # from nvidia-ml-py
+            except ImportError as e:  # pragma: no cover - nvidia-ml-py is a dependency
+                raise NoGpuFound("nvidia-ml-py is not installed") from e
         try:
-            nvml.nvmlShutdown()
+            nvml.nvmlInit()
+        except Exception as e:  # NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
+            raise NoGpuFound(f"NVML could not start ({e}): no NVIDIA driver on this machine") from e
+        self.lib = nvml
+
+    def close(self) -> None:
+        try:
+            self.lib.nvmlShutdown()
         except Exception:
             pass
+
+    def __enter__(self) -> "Nvml":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def count(self) -> int:
+        return self.lib.nvmlDeviceGetCount()
+
+    def handle(self, device: int | str):
+        """A device by NVML index or by UUID (``GPU-…``)."""
+        if isinstance(device, str):
+            return self.lib.nvmlDeviceGetHandleByUUID(device)
+        return self.lib.nvmlDeviceGetHandleByIndex(device)
+
+    def name(self, handle) -> str:
+        name = self.lib.nvmlDeviceGetName(handle)
+        return name.decode() if isinstance(name, bytes) else str(name)
+
+    def memory(self, handle):
+        """NVML's memory figures of a device, in bytes (``total``, ``used``, ``free``)."""
+        return self.lib.nvmlDeviceGetMemoryInfo(handle)
+
+    def utilization(self, handle) -> float | None:
+        """The device's busy fraction, 0..1; None when the driver does not give it."""
+        try:
+            return self.lib.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
+        except Exception:
+            return None
+
+    def process_bytes(self, handle) -> list[tuple[int, int]]:
+        """(pid, bytes) for each compute process on a device whose memory NVML reports."""
+        return [(p.pid, used) for p in self.lib.nvmlDeviceGetComputeRunningProcesses(handle)
+                if (used := getattr(p, "usedGpuMemory", None)) is not None]
+
+
+def read_gpus(nvml=None) -> list[GpuReading]:
+    """Every device NVML sees. ``nvml`` is the ``pynvml`` module (or a fake of it in tests)."""
+    mib = 1024 * 1024
+    with Nvml(nvml) as nv:
+        out = []
+        for i in range(nv.count()):
+            h = nv.handle(i)
+            mem = nv.memory(h)
+            out.append(GpuReading(i, nv.name(h), int(mem.total // mib), int(mem.used // mib), int(mem.free // mib),
+                                  nv.utilization(h)))
     if not out:
         raise NoGpuFound("NVML started but sees no GPU")
     return out
@@ -237,28 +276,11 @@ def physical_memory_mib(device: int | str | None, nvml=None) -> int | None:
     """Total memory of one physical device (an NVML index or UUID) as NVML reports it; None when NVML cannot say."""
     if device is None:
         return None
-    if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError:
-            return None
     try:
-        nvml.nvmlInit()
+        with Nvml(nvml) as nv:
+            return int(nv.memory(nv.handle(device)).total // (1024 * 1024))
     except Exception:
         return None
-    try:
-        if isinstance(device, str):
-            handle = nvml.nvmlDeviceGetHandleByUUID(device)
-        else:
-            handle = nvml.nvmlDeviceGetHandleByIndex(device)
-        return int(nvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024))
-    except Exception:
-        return None
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def memory_fraction(share_mib: int | float | None, card_mib: int | float | None) -> float | None:

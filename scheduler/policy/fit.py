@@ -18,12 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from scheduler.policy.estimate import LADDER
 from scheduler.policy.autotune import MIN_OPTIMIZER_STEPS, lr_factor, optimizer_steps, statistical_cap
 from scheduler.core.hardware import Node
 from scheduler.policy.packing import DEFAULT_SEARCH_STEPS, Demand, Placement, pack
 
-LADDER = (512, 384, 256, 192, 128, 96, 64, 48, 32, 24, 16, 8)
 MIN_BATCH = 8
+RUNGS = tuple(b for b in LADDER if b >= MIN_BATCH)  # the estimator's ladder, down to the smallest batch a fit picks
 CLAIM_TOLERANCE = 0.20
 SEARCH_STEPS = 20_000  # a shorter exact search while trying batch sizes (each try packs the plan again)
 
@@ -88,19 +89,19 @@ class Fitted:
 
 
 def _next_rung(batch: int) -> int | None:
-    lower = [b for b in LADDER if b < batch]
+    lower = [b for b in RUNGS if b < batch]
     return lower[0] if lower else None
 
 
 def _top_rung_that_fits(name: str, limit_mib: int, est: EstimateFn, ceiling: int | None = None) -> int:
-    for b in LADDER:
+    for b in RUNGS:
         if (ceiling is None or b <= ceiling) and est(name, b) <= limit_mib:
             return b
     return MIN_BATCH
 
 
 def _rung_at_most(batch: int) -> int:
-    return next((b for b in LADDER if b <= batch), MIN_BATCH)
+    return next((b for b in RUNGS if b <= batch), MIN_BATCH)
 
 
 def _statistics_note(j: FitJob, old: int, new: int) -> str:

@@ -6,7 +6,7 @@ device in (thousandths of a GPU, as in the Alibaba trace, or MiB of GPU memory, 
 
 - ``first_fit``: the first node, then the first device, in index order, with room.
 - ``best_fit``: the device left with the least room (the tightest fit); ties to the node left with the least free
-  GPU, then the lower index.
+  GPU, then the lower index. ``tightest`` is the same rule over devices named by keys (``{device: room}``).
 - ``fgd``: Fragmentation Gradient Descent (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads
   with Fragmentation Gradient Descent", USENIX ATC'23). A node's fragmentation, for a typical request of the
   workload, is the free GPU it cannot use: all of it when the request does not fit on the node (too few devices with
@@ -31,11 +31,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, TypeVar
 
 Policy = Literal["first_fit", "best_fit", "fgd"]
 POLICIES: tuple[str, ...] = ("first_fit", "best_fit", "fgd")
 Choice = tuple[int, "int | None"]
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def _devices(gpu: int, free: Sequence[int], caps: Sequence[int], gpus: int) -> l
     return out
 
 
-def _after(free: Sequence[int], caps: Sequence[int], device: int | None, gpu: int, gpus: int) -> list[int]:
+def room_after(free: Sequence[int], caps: Sequence[int], device: int | None, gpu: int, gpus: int) -> list[int]:
     """A node's device room once the request is placed at ``device``."""
     out = list(free)
     if device is None or gpu <= 0 or gpus <= 0:
@@ -152,7 +153,7 @@ def evaluate_node(policy: Policy, gpu: int, cpus: int, free: Sequence[int], cpus
     for d in _devices(gpu, free, caps, gpus):
         if policy == "first_fit":
             return (), d
-        after = _after(free, caps, d, gpu, gpus)
+        after = room_after(free, caps, d, gpu, gpus)
         rank = (after[d] if d is not None and gpus == 1 and gpu > 0 else 0, sum(after), cpus_free - cpus)
         if fragment is not None:
             rank = (round(fragment(after, cpus_free - cpus) - before, 6),) + rank
@@ -161,15 +162,13 @@ def evaluate_node(policy: Policy, gpu: int, cpus: int, free: Sequence[int], cpus
     return best
 
 
-def _place(policy: Policy, gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int],
-           workload: Workload, capacity, gpus: int, memory: int, nodes_memory, allowed, frag,
-           models: Sequence[str] | None = None) -> Choice | None:
+def best_node(answers: Iterable[tuple[int, tuple[tuple, int | None] | None]], policy: Policy) -> Choice | None:
+    """Across nodes: the node whose answer (``evaluate_node``, None when it cannot take the request) has the least
+    ``node_key``, as ``(node, device)``. ``answers`` come in node order (a lazy iterable is fine: first fit stops
+    reading at the first node that can take the request). Callers that cache answers per node (a simulator) feed
+    their own."""
     best, best_key = None, None
-    for n, free in enumerate(devices_free):
-        if (allowed is not None and not allowed[n]) or not _host_ok(n, cpus, nodes_free, memory, nodes_memory):
-            continue
-        found = evaluate_node(policy, gpu, cpus, free, nodes_free[n], caps=_caps(capacity, n, len(free)), gpus=gpus,
-                              workload=workload, frag=frag, model=None if models is None else models[n])
+    for n, found in answers:
         if found is None:
             continue
         key = node_key(found, n)
@@ -178,6 +177,20 @@ def _place(policy: Policy, gpu: int, cpus: int, devices_free: Sequence[Sequence[
             if policy == "first_fit":
                 break
     return best
+
+
+def _place(policy: Policy, gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int],
+           workload: Workload, capacity, gpus: int, memory: int, nodes_memory, allowed, frag,
+           models: Sequence[str] | None = None) -> Choice | None:
+    def answers():
+        for n, free in enumerate(devices_free):
+            if (allowed is not None and not allowed[n]) or not _host_ok(n, cpus, nodes_free, memory, nodes_memory):
+                continue
+            yield n, evaluate_node(policy, gpu, cpus, free, nodes_free[n], caps=_caps(capacity, n, len(free)),
+                                   gpus=gpus, workload=workload, frag=frag,
+                                   model=None if models is None else models[n])
+
+    return best_node(answers(), policy)
 
 
 def first_fit(gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int], *,
@@ -195,6 +208,19 @@ def best_fit(gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_f
     cores, then the lower index. CPU-only requests go to the node left with the least free GPU and cores."""
     return _place("best_fit", gpu, cpus, devices_free, nodes_free, (), capacity, gpus, memory, nodes_memory,
                   allowed, None)
+
+
+def tightest(need: float, room: Mapping[K, float], order: Callable[[K], Any] = lambda key: key) -> K | None:
+    """Best fit over devices named by keys: the one where ``need`` fits leaving the least room; ties to the least
+    ``order(key)``. Within one node this is the device ``best_fit`` picks; callers that hold devices by name (the
+    service's ledger, the elastic driver) use it directly, filtering ``room`` to the devices they may use."""
+    best = None
+    for key, left in room.items():
+        if left >= need:
+            rank = (left - need, order(key))
+            if best is None or rank < best[0]:
+                best = (rank, key)
+    return None if best is None else best[1]
 
 
 def node_fragmentation(free: Sequence[int], cpus_free: int, workload: Workload,

@@ -248,14 +248,11 @@ def job_memory_fraction(settings: dict, cuda: bool) -> float | None:
 def nvml_sees_gpu() -> bool:
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
         return False
-    try:
-        import pynvml
+    from scheduler.core.hardware import Nvml
 
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount() > 0
-        finally:
-            pynvml.nvmlShutdown()
+    try:
+        with Nvml() as nv:
+            return nv.count() > 0
     except Exception:
         return False
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ray
 
+from scheduler.policy.placement_online import tightest
 from scheduler.runtime.cluster import NODE_PREFIX, RESOURCE_PREFIX
 
 DeviceKey = tuple[str, int]
@@ -35,5 +36,4 @@ def alive_nodes() -> set[str]:
 
 def best_fit(mib: float, room: dict[DeviceKey, float], avoid: set[DeviceKey] = frozenset()) -> DeviceKey | None:
     """The device where ``mib`` fits leaving the least room; ties to the lower node name and index."""
-    fits = [(left - mib, key) for key, left in room.items() if left >= mib and key not in avoid]
-    return min(fits)[1] if fits else None
+    return tightest(mib, {key: left for key, left in room.items() if key not in avoid})

@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from scheduler.core.hardware import Nvml
+
 MIB = 1024 * 1024
 
 
@@ -85,18 +87,13 @@ class NvmlTelemetry:
     backend = "nvml"
 
     def __init__(self, nvml=None):
-        if nvml is None:
-            import pynvml as nvml
-        self.nvml = nvml
-        self.nvml.nvmlInit()
+        self.reader = Nvml(nvml)
+        self.nvml = self.reader.lib
         self._procs: dict = {}
         self._last_util_ts = 0
 
     def close(self) -> None:
-        try:
-            self.nvml.nvmlShutdown()
-        except Exception:
-            pass
+        self.reader.close()
 
     def _call(self, fn, *args):
         try:
@@ -105,25 +102,22 @@ class NvmlTelemetry:
             return None
 
     def sample(self, pids_by_job: dict[str, int], device_by_job: dict[str, int | None]) -> Snapshot:
-        nv = self.nvml
+        nv = self.reader
         snap = Snapshot(time.time(), self.backend)
-        count = self._call(nv.nvmlDeviceGetCount) or 0
+        count = self._call(nv.count) or 0
         per_pid_mem: dict[int, float] = {}
         per_pid_util: dict[int, float] = {}
         util_known: set[int] = set()
         for i in range(count):
-            h = self._call(nv.nvmlDeviceGetHandleByIndex, i)
-            mem = self._call(nv.nvmlDeviceGetMemoryInfo, h) if h is not None else None
+            h = self._call(nv.handle, i)
+            mem = self._call(nv.memory, h) if h is not None else None
             if h is None or mem is None:
                 snap.devices.append(DeviceSample(i, None, None, None, gone=True))
                 continue
-            util = self._call(nv.nvmlDeviceGetUtilizationRates, h)
-            snap.devices.append(DeviceSample(i, mem.used / MIB, mem.total / MIB, None if util is None else util.gpu / 100))
-            for p in self._call(nv.nvmlDeviceGetComputeRunningProcesses, h) or []:
-                used = getattr(p, "usedGpuMemory", None)
-                if used is not None:
-                    per_pid_mem[p.pid] = per_pid_mem.get(p.pid, 0.0) + used / MIB
-            samples = self._call(nv.nvmlDeviceGetProcessUtilization, h, self._last_util_ts)
+            snap.devices.append(DeviceSample(i, mem.used / MIB, mem.total / MIB, nv.utilization(h)))
+            for pid, used in self._call(nv.process_bytes, h) or []:
+                per_pid_mem[pid] = per_pid_mem.get(pid, 0.0) + used / MIB
+            samples = self._call(nv.lib.nvmlDeviceGetProcessUtilization, h, self._last_util_ts)
             if samples is not None:
                 util_known.add(i)
                 for s in samples:
@@ -174,7 +168,7 @@ def open_backend(nvml=None):
     """NVML when it starts and sees a device; the CPU backend otherwise (never an exception)."""
     try:
         t = NvmlTelemetry(nvml)
-        if (t._call(t.nvml.nvmlDeviceGetCount) or 0) > 0:
+        if (t._call(t.reader.count) or 0) > 0:
             return t
         t.close()
     except Exception:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scheduler.core.hardware import Hardware
+from scheduler.policy.placement_online import tightest
 
 log = logging.getLogger("gpupack.service")
 
@@ -32,11 +33,12 @@ def place_online(request_mib: int, request_cpus: int, free_by_device: dict[str, 
     (``benchmarks/alibaba_trace.py``); ``cache``, a ``FragmentationCache`` for that workload, only speeds it up.
     Without them: best fit, the least memory left, ties to the lower index. Where one device alone can take the
     request, that device is the answer of both, found without weighing anything."""
+    eligible = {key: free for key, free in free_by_device.items()
+                if free_cpus_by_node.get(key.rpartition(":")[0], 0) >= request_cpus}
     if workload and limits:
         from scheduler.policy.placement_online import fgd
 
-        fits = [k for k, free in free_by_device.items()
-                if free >= request_mib and free_cpus_by_node.get(k.rpartition(":")[0], 0) >= request_cpus]
+        fits = [k for k, free in eligible.items() if free >= request_mib]
         if len(fits) <= 1:
             return fits[0] if fits else None
 
@@ -47,15 +49,12 @@ def place_online(request_mib: int, request_cpus: int, free_by_device: dict[str, 
                      [free_cpus_by_node.get(n, 0) for n in nodes], workload,
                      capacity=[[limits[k] for k in ks] for ks in keys], cache=cache)
         return None if choice is None or choice[1] is None else keys[choice[0]][choice[1]]
-    best: tuple[int, str, int, str] | None = None
-    for key, free in free_by_device.items():
-        node, _, index = key.rpartition(":")
-        if free < request_mib or free_cpus_by_node.get(node, 0) < request_cpus:
-            continue
-        cand = (free - request_mib, node, int(index), key)
-        if best is None or cand[:3] < best[:3]:
-            best = cand
-    return best[3] if best else None
+    return tightest(request_mib, eligible, order=_device_order)
+
+
+def _device_order(key: str) -> tuple[str, int]:
+    node, _, index = key.rpartition(":")
+    return node, int(index)
 
 
 SHAPE_MIB = 512  # request sizes are bucketed to this for the workload FGD reasons about

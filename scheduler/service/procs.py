@@ -120,27 +120,14 @@ def _nvml_readings() -> dict:
 
 def _gpu_mib_of(pids: set[int]) -> int | None:
     """GPU memory held by these processes, from NVML's per-process list; None without NVML."""
-    try:
-        import pynvml
+    from scheduler.core.hardware import Nvml
 
-        pynvml.nvmlInit()
-    except Exception:
-        return None
     try:
-        total = 0
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-                if p.pid in pids and p.usedGpuMemory:
-                    total += p.usedGpuMemory // 2**20
-        return int(total)
+        with Nvml() as nv:
+            return int(sum(used // 2**20 for i in range(nv.count()) for pid, used in nv.process_bytes(nv.handle(i))
+                           if pid in pids and used))
     except Exception:
         return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def _last_metrics(path: Path) -> dict | None:

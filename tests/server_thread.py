@@ -1,4 +1,4 @@
-"""A real uvicorn server on a free loopback port, in a thread, for the service's HTTP tests and benchmark."""
+"""A real uvicorn server on a free loopback port, in a thread, for the HTTP tests and benchmark (a helper, no tests)."""
 
 import socket
 import threading

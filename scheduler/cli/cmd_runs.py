@@ -1,0 +1,184 @@
+"""The verbs on a run that exists: ``ensemble`` (re-blend), ``status``, ``report``, ``top``, ``logs``, ``cancel``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+
+from scheduler.cli.common import run_dir
+from scheduler.core.errors import UserError
+
+
+def add_verbs(verbs) -> None:
+    en = verbs.add_parser("ensemble", help="re-blend a finished run's predictions without retraining")
+    en.add_argument("run", help="the run's folder")
+    en.add_argument("--method", choices=["mean", "weighted", "rank", "hill_climb", "stack"],
+                    help="default: the plan's")
+    en.add_argument("--metric", choices=["accuracy", "log_loss", "auc", "f1_macro", "qwk", "rmse", "mae"],
+                    help="default: the plan's")
+    en.add_argument("--json", action="store_true")
+    en.set_defaults(func=cmd_ensemble)
+
+    st = verbs.add_parser("status", help="a run's jobs: state, wave, device, progress, scores")
+    st.add_argument("run", nargs="?", help="the run's folder (default: the newest under runs/)")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
+
+    rp = verbs.add_parser("report", help="(re)build a run's report.html: memory timeline, throughput, scores")
+    rp.add_argument("run", nargs="?")
+    rp.set_defaults(func=cmd_report)
+
+    tp = verbs.add_parser("top", help="a live table of a run's jobs (one started elsewhere), until it ends")
+    tp.add_argument("run", nargs="?", help="the run's folder (default: the newest under runs/)")
+    tp.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    tp.add_argument("--once", action="store_true", help="print the table once and exit")
+    tp.set_defaults(func=cmd_top)
+
+    lg = verbs.add_parser("logs", help="a job's log in a run")
+    lg.add_argument("run")
+    lg.add_argument("job")
+    lg.add_argument("--follow", "-f", action="store_true", help="keep printing as the log grows, until the job ends")
+    lg.set_defaults(func=cmd_logs)
+
+    ca = verbs.add_parser("cancel", help="cancel a running run, or one of its jobs (finished folds are kept)")
+    ca.add_argument("run")
+    ca.add_argument("job", nargs="?")
+    ca.add_argument("--json", action="store_true")
+    ca.set_defaults(func=cmd_cancel)
+
+
+def cmd_status(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.runtime.resume import settle
+    from scheduler.store.record import RunRecord
+    from scheduler.cli.views import run_table
+
+    record = RunRecord.open_existing(run_dir(args.run))
+    info = settle(record)
+    jobs = record.jobs()
+    if args.json:
+        print(json.dumps({"run_dir": str(record.dir), **info, "jobs": jobs}))
+    else:
+        console.print(run_table(jobs, f"{record.dir}  ({info.get('status', '?')})"))
+        if info.get("driver_lost"):
+            console.print(f"[bold red]{info['reason']}[/]")
+    return 0
+
+
+def cmd_ensemble(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.runtime.resume import settle
+    from scheduler.store.record import RunRecord
+    from scheduler.runtime.submit import write_submission
+    from scheduler.cli.views import show_summary
+
+    record = RunRecord.open_existing(run_dir(args.run))
+    info = settle(record)
+    if info.get("status") == "running":
+        raise UserError(f"run {record.dir} is still running; re-blend it once it has finished")
+    method = args.method or info.get("ensemble_method", "hill_climb")
+    metric = args.metric or info.get("metric", "accuracy")
+    summary = write_submission(record, method, metric)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        show_summary(summary, console)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.store.report import build
+
+    console.print(f"report: {build(run_dir(args.run))}")
+    return 0
+
+
+def cmd_top(args: argparse.Namespace, console: Console) -> int:
+    import time
+
+    from rich.live import Live
+
+    from scheduler.runtime.resume import settle
+    from scheduler.store.record import RunRecord
+    from scheduler.core.units import format_duration
+    from scheduler.cli.views import run_table
+
+    record = RunRecord.open_existing(run_dir(args.run))
+
+    def table():
+        info = settle(record)
+        now = info.get("finished") or time.time()
+        elapsed = format_duration(now - info.get("started", now))
+        left = format_duration(max(0.0, info["deadline"] - now)) if info.get("deadline") else "—"
+        status = info.get("status", "?")
+        title = f"{record.dir} ({status}) — {elapsed} elapsed, {left} of training left"
+        return run_table(record.jobs(), title), status
+
+    t, status = table()
+    if args.once or status != "running":
+        console.print(t)
+    else:
+        with Live(t, console=console, refresh_per_second=4) as live:
+            while status == "running":
+                time.sleep(args.interval)
+                t, status = table()
+                live.update(t)
+    if record.run_info().get("driver_lost"):
+        console.print(f"[bold red]{record.run_info()['reason']}[/]")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace, console: Console) -> int:
+    import time
+
+    from scheduler.runtime.resume import settle
+    from scheduler.store.record import RunRecord
+
+    record = RunRecord.open_existing(run_dir(args.run))
+    if args.job not in {j["name"] for j in record.jobs()}:
+        raise UserError(f"run {record.dir} has no job '{args.job}'; its jobs: {', '.join(j['name'] for j in record.jobs())}")
+    # gpupack's log of the job, then (a command job) the script's own output
+    paths = [record.dir / "jobs" / args.job / "log", record.dir / "jobs" / args.job / "command.log"]
+    pos = {p: 0 for p in paths}
+    while True:
+        for path in paths:
+            if path.is_file():
+                with path.open() as f:
+                    f.seek(pos[path])
+                    chunk = f.read()
+                    pos[path] = f.tell()
+                sys.stdout.write(chunk)
+        sys.stdout.flush()
+        if not args.follow:
+            return 0
+        state = next(j["state"] for j in record.jobs() if j["name"] == args.job)
+        if state in ("SUCCEEDED", "FAILED", "CANCELLED") or settle(record).get("status") != "running":
+            return 0
+        time.sleep(0.5)
+
+
+def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.runtime.resume import settle, stop_leftovers
+    from scheduler.store.record import RunRecord
+
+    record = RunRecord.open_existing(run_dir(args.run))
+    names = {j["name"] for j in record.jobs()}
+    if args.job and args.job not in names:
+        raise UserError(f"run {record.dir} has no job '{args.job}'; its jobs: {', '.join(sorted(names))}")
+    info = settle(record)
+    if info.get("driver_lost") and info.get("status") == "interrupted":  # nothing runs: mark it, and say so
+        left = stop_leftovers(record)
+        record.set_run(status="cancelled")
+        record.event("cancel", reason="cancel requested; the run's driver was already gone", stopped=left)
+        msg = {"run_dir": str(record.dir), "cancel": args.job or "*", "requested": False, "status": "cancelled",
+               "driver_lost": True, "reason": info["reason"], "stopped": left}
+        done = f"stopped the scripts its jobs left running ({', '.join(left)})" if left else "nothing was running"
+        print(json.dumps(msg) if args.json else f"{info['reason']}\n{done}: {record.dir} is marked cancelled")
+        return 0
+    if info.get("status") != "running":
+        raise UserError(f"run {record.dir} is not running (status {info.get('status')})")
+    record.request_cancel(args.job)
+    msg = {"run_dir": str(record.dir), "cancel": args.job or "*", "requested": True}
+    print(json.dumps(msg) if args.json else f"cancel requested for {args.job or 'every job'} in {record.dir}")
+    return 0

@@ -1,0 +1,90 @@
+"""``submit``: pack a plan and run it (``--dry-run``: only show where every job goes), or ``--resume`` a stopped
+run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from scheduler.cli.common import common_flags
+from scheduler.core.errors import UserError
+from scheduler.core.units import parse_duration_s
+
+
+def add_verbs(verbs) -> None:
+    s = common_flags(verbs.add_parser("submit", help="pack a plan onto the hardware and run it (or --dry-run to only show)"))
+    s.add_argument("plan", nargs="?", help="the plan's YAML file, e.g. plans/option1.yaml")
+    s.add_argument("--resume", metavar="RUN", help="go on with a stopped run (its driver killed, interrupted, "
+                                                   "cancelled): run only what had not finished, then blend everything")
+    s.add_argument("--dry-run", action="store_true", help="show where every job goes, and why; run nothing")
+    s.add_argument("--trust-plan-memory", action="store_true",
+                   help="pack the plan's gpu_memory figures as written instead of the estimator's")
+    s.add_argument("--data", metavar="DIR|NAME", help="the competition folder (Kaggle layout), or a built-in one "
+                                                     "(digits, breast_cancer, wine, diabetes, iris); default: the "
+                                                     "plan's data:, else the built-in digits competition")
+    s.add_argument("--run-dir", metavar="DIR", help="where the run's folder goes (default runs/<plan>-<time>)")
+    s.add_argument("--address", metavar="auto|HOST:PORT", help="join this Ray cluster instead of starting one")
+    s.add_argument("--budget", metavar="DURATION", help="the run's time budget (90s, 30m, 1h30m); overrides the plan")
+    s.add_argument("--no-dashboard", action="store_true", help="start Ray without its dashboard (faster start)")
+    s.set_defaults(func=cmd_submit)
+
+
+def _budget_arg(args: argparse.Namespace) -> float | None:
+    try:
+        return parse_duration_s(args.budget) if args.budget else None
+    except ValueError as e:
+        raise UserError(f"--budget: {e}") from None
+
+
+def _resume(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.cli.live import run_with_progress
+    from scheduler.runtime.resume import resume_plan
+
+    given = [flag for flag, on in (("a plan file", args.plan), ("--data", args.data), ("--run-dir", args.run_dir),
+                                   ("--hardware", args.hardware), ("--trust-plan-memory", args.trust_plan_memory),
+                                   ("--dry-run", args.dry_run)) if on]
+    if given:
+        raise UserError(f"--resume goes on with the run's own plan, data and hardware; {', '.join(given)} do not "
+                        "apply (--budget, --address, --json and --no-dashboard do)")
+    dry, data, args.training_s = resume_plan(Path(args.resume), _budget_arg(args))
+    return run_with_progress(dry, args, data.dir, console, builtin=data.builtin)
+
+
+def cmd_submit(args: argparse.Namespace, console: Console) -> int:
+    from scheduler.store import datasource
+    from scheduler.policy import dryrun
+    from scheduler.core import plan as planmod
+    from scheduler.cli.views import show_dry_run
+
+    if args.resume:
+        return _resume(args, console)
+    if not args.plan:
+        raise UserError("submit needs a plan file (e.g. plans/option1.yaml), or --resume RUN")
+    plan = planmod.load(args.plan)
+    data = datasource.choose(args.data, plan, Path(args.plan))
+    plan = datasource.with_metric(plan, data)
+    if args.budget:
+        plan = plan.model_copy(update={"budget": _budget_arg(args)})
+    if args.address:  # a cluster: its nodes and devices are what its nodes declared, read back from Ray
+        from scheduler.runtime import cluster as runtime
+
+        runtime.connect(args.address)
+        hardware = runtime.cluster_hardware()
+    else:
+        hardware = dryrun.resolve_hardware(plan, args.hardware)
+    info = datasource.inspect(data, plan)  # the folder checked, and the submission's form, before any run
+    dry = dryrun.prepare(plan, hardware, estimated=not args.trust_plan_memory, train_rows=info["train_rows"])
+    dry.data = info
+    dry.warnings += [f"data: {w}" for w in info["warnings"]]
+    if args.dry_run:
+        if args.json:
+            print(json.dumps(dry.to_json()))
+        else:
+            show_dry_run(dry, console)
+        return 0
+    from scheduler.cli.live import run_with_progress
+
+    return run_with_progress(dry, args, data.dir, console, builtin=data.builtin)
