@@ -78,7 +78,7 @@ class _Conn:
             self.writer.close()
 
 
-async def run_clients(port: int, token: str, clients: int, seconds: float, think_s: float,
+async def run_clients(port: int, token: str, clients: int, seconds: float, think_s: float, *,
                       alone: bool = False, hold: int = 3) -> tuple[list[float], int]:
     """Round trips in seconds: of every call (the loop), or of the slot requests only (``alone``); and how many
     calls were made in all."""
@@ -163,7 +163,7 @@ class Server:
     def measure(self, label: str, clients: int, seconds: float, think_ms: float, alone: bool = False,
                 hold: int = 3) -> dict:
         cpu = self.cpu_s()
-        lat, calls = asyncio.run(run_clients(self.port, self.token, clients, seconds, think_ms / 1000, alone, hold))
+        lat, calls = asyncio.run(run_clients(self.port, self.token, clients, seconds, think_ms / 1000, alone=alone, hold=hold))
         return figures(label, clients, lat, seconds, think_ms, (self.cpu_s() - cpu) / max(1, calls))
 
 

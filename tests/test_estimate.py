@@ -62,8 +62,8 @@ def test_peak_grows_linearly_with_batch(tmp_path):
 
 
 def test_fake_tensors_save_what_a_real_forward_saves():
-    _, _, fake = est._saved_bytes(SMALL, SIZE, (1, 2), True, True, 1000, fake=True)
-    _, _, real = est._saved_bytes(SMALL, SIZE, (1, 2), True, True, 1000, fake=False)
+    _, _, fake = est._saved_bytes(SMALL, SIZE, (1, 2), amp=True, channels_last=True, num_classes=1000, fake=True)
+    _, _, real = est._saved_bytes(SMALL, SIZE, (1, 2), amp=True, channels_last=True, num_classes=1000, fake=False)
     assert fake == pytest.approx(real, rel=0.01)
 
 

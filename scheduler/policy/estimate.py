@@ -89,7 +89,7 @@ class Estimate:
         return asdict(self)
 
 
-def estimate(model: str, image_size: int, batch_size: int, amp: bool = True, optimizer: str = "adamw",
+def estimate(model: str, image_size: int, batch_size: int, *, amp: bool = True, optimizer: str = "adamw",
              channels_last: bool = True, num_classes: int = 1000, cache_dir: Path | None = None) -> Estimate:
     """The peak memory of one training step of timm ``model`` (CUDA, one GPU), measured once per configuration and
     cached on disk, so every other batch size is answered at once."""
@@ -195,8 +195,9 @@ def _measure(model: str, image_size: int, amp: bool, channels_last: bool, num_cl
     for fake in (True, False):
         for batches in ((1, 2), (2, 4)):
             try:
-                params, weight_bytes, sizes = _saved_bytes(model, image_size, batches, amp, channels_last,
-                                                           num_classes, fake)
+                params, weight_bytes, sizes = _saved_bytes(model, image_size, batches, amp=amp,
+                                                           channels_last=channels_last,
+                                                           num_classes=num_classes, fake=fake)
             except Exception as exc:  # noqa: BLE001 -- try the next way, report all if none works
                 errors.append(f"{'fake' if fake else 'real'} {batches}: {type(exc).__name__}: {exc}"[:300])
                 continue
@@ -207,7 +208,7 @@ def _measure(model: str, image_size: int, amp: bool, channels_last: bool, num_cl
     raise RuntimeError(f"could not run a forward of '{model}' at {image_size}px:\n  " + "\n  ".join(errors))
 
 
-def _saved_bytes(model, image_size, batches, amp, channels_last, num_classes, fake):
+def _saved_bytes(model, image_size, batches, *, amp, channels_last, num_classes, fake):
     import timm
     import torch
     import torch.nn.functional as F

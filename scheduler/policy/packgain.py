@@ -103,7 +103,7 @@ def expected(jobs: list[tuple[str, int]], measured: list[Measurement] | None = N
 WORKER = "scheduler.policy.packgain"
 
 
-def _worker(model: str, batch: int, image_size: int, seconds: float, warmup_steps: int, barrier: str = "",
+def _worker(model: str, batch: int, image_size: int, seconds: float, warmup_steps: int, *, barrier: str = "",
             parties: int = 1) -> dict:
     """One job's training loop on synthetic data in this process (run as ``python -m scheduler.policy.packgain``).
     With a ``barrier`` folder, every worker waits after its warm-up until all ``parties`` are warm, so the timed
@@ -147,7 +147,7 @@ def _worker(model: str, batch: int, image_size: int, seconds: float, warmup_step
             "peak_mib": torch.cuda.max_memory_allocated(dev) / 2**20}
 
 
-def _spawn(model: str, batch: int, image_size: int, seconds: float, warmup: int, barrier: str = "",
+def _spawn(model: str, batch: int, image_size: int, seconds: float, warmup: int, *, barrier: str = "",
            parties: int = 1) -> subprocess.Popen:
     cmd = [sys.executable, "-m", WORKER, model, str(batch), str(image_size), str(seconds), str(warmup), barrier,
            str(parties)]
@@ -168,7 +168,7 @@ def measure(jobs: list[tuple[str, int]], image_size: int = 224, seconds: float =
 
     alone = [_result(_spawn(m, b, image_size, seconds, warmup))["images_per_s"] for m, b in jobs]
     with tempfile.TemporaryDirectory() as barrier:
-        procs = [_spawn(m, b, image_size, seconds, warmup, barrier, len(jobs)) for m, b in jobs]
+        procs = [_spawn(m, b, image_size, seconds, warmup, barrier=barrier, parties=len(jobs)) for m, b in jobs]
         together = [_result(p)["images_per_s"] for p in procs]
     return Measurement(card, tuple(jobs), round(gain(alone, together), 3), tuple(round(a, 1) for a in alone),
                        tuple(round(t, 1) for t in together), f"measured {time.strftime('%Y-%m-%d')}, "
@@ -178,4 +178,4 @@ def measure(jobs: list[tuple[str, int]], image_size: int = 224, seconds: float =
 if __name__ == "__main__":  # a worker: MODEL BATCH IMAGE_SIZE SECONDS WARMUP [BARRIER PARTIES]
     model, batch, size, seconds, warm = sys.argv[1:6]
     barrier, parties = (sys.argv[6], int(sys.argv[7])) if len(sys.argv) > 7 else ("", 1)
-    print(json.dumps(_worker(model, int(batch), int(size), float(seconds), int(warm), barrier, parties)))
+    print(json.dumps(_worker(model, int(batch), int(size), float(seconds), int(warm), barrier=barrier, parties=parties)))

@@ -119,7 +119,7 @@ def pack(
             where = search.best_where
     if not exact and where is not unproven:
         where, waves = polish(cluster, items, where)
-    return _placement(cluster, items, demands, tuple(band), where, waves, exact)
+    return _placement(cluster, items, demands, where, waves, exact)
 
 
 
@@ -159,8 +159,8 @@ def _check(demands: Sequence[Demand], cl: Cluster) -> None:
 # --- the answer, with its reasons ----------------------------------------------------------------------------------
 
 
-def _placement(cl: Cluster, it: Items, demands: Sequence[Demand], band: tuple[float, float],
-               where: list[tuple[int, int]], waves: int, exact: bool) -> Placement:
+def _placement(cl: Cluster, it: Items, demands: Sequence[Demand], where: list[tuple[int, int]], waves: int,
+               exact: bool) -> Placement:
     nd, nn = len(cl.devices), len(cl.nodes)
     loads = Loads(cl, it, where, waves)
     load, cpu = loads.mib, loads.cpu
@@ -200,4 +200,4 @@ def _placement(cl: Cluster, it: Items, demands: Sequence[Demand], band: tuple[fl
                 reason = (f"wave {w}: CPU-only and no node has {d.cpus} free cores in {earlier} "
                           f"(most free {most_cores_before[w]}); {cores}")
             out[it.order[k]] = Assignment(d.name, w, node.name, None, 0, d.cpus, reason)
-    return Placement(tuple(out), cl.devices, cl.nodes, band, waves, exact)
+    return Placement(tuple(out), cl.devices, cl.nodes, tuple(cl.band), waves, exact)

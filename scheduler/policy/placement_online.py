@@ -179,9 +179,9 @@ def best_node(answers: Iterable[tuple[int, tuple[tuple, int | None] | None]], po
     return best
 
 
-def _place(policy: Policy, gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int],
-           workload: Workload, capacity, gpus: int, memory: int, nodes_memory, allowed, frag,
-           models: Sequence[str] | None = None) -> Choice | None:
+def _place(policy: Policy, gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int], *,
+           workload: Workload = (), capacity=1000, gpus: int = 1, memory: int = 0, nodes_memory=None, allowed=None,
+           frag=None, models: Sequence[str] | None = None) -> Choice | None:
     def answers():
         for n, free in enumerate(devices_free):
             if (allowed is not None and not allowed[n]) or not _host_ok(n, cpus, nodes_free, memory, nodes_memory):
@@ -197,8 +197,8 @@ def first_fit(gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_
               capacity: int | Sequence[Sequence[int]] = 1000, gpus: int = 1, memory: int = 0,
               nodes_memory: Sequence[int] | None = None, allowed: Sequence[bool] | None = None) -> Choice | None:
     """The first node, then its first device, with room for the request."""
-    return _place("first_fit", gpu, cpus, devices_free, nodes_free, (), capacity, gpus, memory, nodes_memory,
-                  allowed, None)
+    return _place("first_fit", gpu, cpus, devices_free, nodes_free, capacity=capacity, gpus=gpus, memory=memory,
+                  nodes_memory=nodes_memory, allowed=allowed)
 
 
 def best_fit(gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int], *,
@@ -206,8 +206,8 @@ def best_fit(gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_f
              nodes_memory: Sequence[int] | None = None, allowed: Sequence[bool] | None = None) -> Choice | None:
     """The device left with the least room; ties to the node left with the least free GPU, then the fewest free
     cores, then the lower index. CPU-only requests go to the node left with the least free GPU and cores."""
-    return _place("best_fit", gpu, cpus, devices_free, nodes_free, (), capacity, gpus, memory, nodes_memory,
-                  allowed, None)
+    return _place("best_fit", gpu, cpus, devices_free, nodes_free, capacity=capacity, gpus=gpus, memory=memory,
+                  nodes_memory=nodes_memory, allowed=allowed)
 
 
 def tightest(need: float, room: Mapping[K, float], order: Callable[[K], Any] = lambda key: key) -> K | None:
@@ -273,8 +273,8 @@ def fgd(gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: 
     """Where the cluster's expected fragmentation grows least; ties go to best fit. With an empty workload this is
     best fit. ``cache`` (built for the same workload) only speeds it up."""
     frag = cache if cache is not None and cache.workload == tuple(workload) else None
-    return _place("fgd", gpu, cpus, devices_free, nodes_free, tuple(workload), capacity, gpus, memory, nodes_memory,
-                  allowed, frag, models)
+    return _place("fgd", gpu, cpus, devices_free, nodes_free, workload=tuple(workload), capacity=capacity, gpus=gpus,
+                  memory=memory, nodes_memory=nodes_memory, allowed=allowed, frag=frag, models=models)
 
 
 def place(policy: Policy, gpu: int, cpus: int, devices_free: Sequence[Sequence[int]], nodes_free: Sequence[int],

@@ -269,7 +269,7 @@ class _BufferHandler(logging.Handler):
 JobActor = ray.remote(_JobActor)
 
 
-def launch(job: str, actor_name: str, cpus: int, node: str, device: int | None, gpu_memory_mib: int,
+def launch(job: str, actor_name: str, cpus: int, node: str, device: int | None, gpu_memory_mib: int, *,
            env: dict[str, str] | None = None, devices: list[tuple[int, int]] | None = None):
     """Create the actor for ``job``: its cores, its MiB of its device's memory resource, its device visible."""
     if devices:  # whole devices (a multi-GPU job): all of each one's memory resource
