@@ -28,18 +28,18 @@ import torch
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from jobs.data import Competition, split_folds
 from jobs.images import ImageSet, LoaderSettings, ResizableBatchSampler
-from jobs.memory import CudaMemory, SimulatedDevice, cap_process_memory, cuda_device
+from jobs.memory import cap_process_memory, cuda_device
 from jobs.throughput import ThroughputWindow
+from jobs.timm_tuning import REHEARSAL_BATCH_SIZE, Tuning, compute_batch, job_memory, starting_batch
 from jobs.trainer import OutOfMemory, Trainer, guarded, predict_shrinking
-from scheduler.policy.autotune import (MIN_STEPS, PRECISE_BN_UNDER_STEPS, BatchTuner, Observation, lr_factor,
-                                optimizer_steps, statistical_cap)
+from scheduler.policy.autotune import (PRECISE_BN_UNDER_STEPS, BatchTuner, lr_factor, optimizer_steps,
+                                       statistical_cap)
 from scheduler.core.scoring import get as get_metric
 from scheduler.core.plan import TimmJob
 
 log = logging.getLogger("gpupack.job")
 
 REHEARSAL_IMAGE_SIZE = 32
-REHEARSAL_BATCH_SIZE = 32
 REHEARSAL_EPOCHS = 3
 REHEARSAL_STEPS_PER_EPOCH = 25
 PRECISE_BN_MAX_SAMPLES = 4096  # training images forwarded to recompute BatchNorm statistics
@@ -200,7 +200,7 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         "samples_per_s": train_rate,  # the training-step rate, under its older name
         "step_time_s_median": float(statistics.median(job.step_times)) if job.step_times else None,
         "batch_size": job.tuner.batch_size,
-        "compute_batch_size": _compute_batch(job.tuner.batch_size, ctx),
+        "compute_batch_size": compute_batch(job.tuner.batch_size, ctx),
         "image_size": job.scale.image_size,
         "gpu_mem_peak_mib": max(job.peaks) if job.peaks else None,
     }
@@ -226,9 +226,9 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext) -> _Job:
     if cap is not None:
         notes.append(cap.describe())
         ctx.report("log", {"line": f"{ctx.name}: {cap.describe()}"})
-    memory = _memory(spec, ctx, cuda, device, None if cap is None else cap.allocator_mib)
+    memory = job_memory(spec, ctx, cuda, device, None if cap is None else cap.allocator_mib)
     fold_rows = len(split_folds(comp.y, spec.folds, ctx.seed)[0][0])
-    start_batch = _start_batch(spec, memory)
+    start_batch = starting_batch(spec, memory)
     # statistics as well as memory: never a batch that leaves a fold too few optimizer steps (autotune's rule)
     stat_cap = statistical_cap(fold_rows, spec.epochs, spec.grad_accum)
     if start_batch > stat_cap and not spec.fixed_batch:
@@ -285,8 +285,8 @@ def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) 
     opt_cls = torch.optim.AdamW if spec.optimizer == "adamw" else torch.optim.SGD
     opt_kw = {"weight_decay": 0.05} if spec.optimizer == "adamw" else {"momentum": 0.9, "nesterov": True,
                                                                         "weight_decay": 5e-4}
-    batch = _compute_batch(job.tuner.batch_size, ctx)
-    lr = spec.lr * lr_factor(_compute_batch(job.start_batch, ctx), batch, spec.optimizer)
+    batch = compute_batch(job.tuner.batch_size, ctx)
+    lr = spec.lr * lr_factor(compute_batch(job.start_batch, ctx), batch, spec.optimizer)
     optimizer = opt_cls(model.parameters(), lr=lr, **opt_kw)
     steps_per_epoch = math.ceil(len(tr) / (scale.batch_size * spec.grad_accum))
     if scale.max_steps_per_epoch:
@@ -313,103 +313,8 @@ def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) 
                              f"each validation")
     if job.memory is not None:
         job.memory.reset_peak()
-    tuning = _Tuning(job.tuner, job.memory, sum(p.numel() for p in model.parameters()), ctx, k, spec.optimizer)
+    tuning = Tuning(job.tuner, job.memory, sum(p.numel() for p in model.parameters()), ctx, k, spec.optimizer)
     return _Fold(k, tr, va, y[va], trainer, train_loader, val_loader, bn_loader, steps_per_epoch, tuning)
-
-
-def _memory(spec: TimmJob, ctx: JobContext, cuda: bool, device: torch.device, allocator_mib: int | None):
-    """What measures the job's GPU memory: the CUDA allocator (against what the cap lets it reserve), the simulated
-    device on the CPU, or nothing when the job has no share to measure against."""
-    if cuda:
-        return CudaMemory(device, allocator_mib)
-    if not ctx.gpu_memory_mib:
-        return None
-    from scheduler.policy.estimate import estimate
-
-    def peak(batch: int) -> float:
-        return estimate(spec.model, spec.image_size, batch, amp=spec.amp, optimizer=spec.optimizer,
-                        channels_last=spec.channels_last).peak_mib
-
-    return SimulatedDevice(peak, ctx.gpu_memory_mib)
-
-
-def _start_batch(spec: TimmJob, memory) -> int:
-    """The plan's batch, or for ``auto`` the largest on the ladder that fits the share (not a timid default)."""
-    if isinstance(spec.batch_size, int):
-        return spec.batch_size
-    if memory is not None and memory.share_mib:
-        from scheduler.policy.estimate import largest_batch
-
-        found = largest_batch(spec.model, spec.image_size, memory.share_mib, amp=spec.amp, optimizer=spec.optimizer,
-                              channels_last=spec.channels_last)
-        if found:
-            return found
-    return 64
-
-
-def _compute_batch(batch: int, ctx: JobContext) -> int:
-    """The batch actually computed: the tuned one on a GPU, capped small on the CPU rehearsal."""
-    return min(batch, REHEARSAL_BATCH_SIZE) if ctx.rehearsal else batch
-
-
-class _Tuning:
-    """Applies the batch tuner's decisions inside a fold: sampler size, learning rate, events."""
-
-    def __init__(self, tuner: BatchTuner, memory, params: int, ctx: JobContext, fold: int, optimizer: str):
-        self.tuner, self.memory, self.params, self.ctx, self.fold = tuner, memory, params, ctx, fold
-        self.optimizer = optimizer
-        self.steps = 0  # steps since the peak was last reset
-        self.settled = memory is None or not tuner.grown
-        self.best = None  # (state, val predictions, score, epoch) of the fold's best epoch so far
-
-    def before_step(self) -> None:
-        if self.memory is not None:
-            self.memory.before_step(self.tuner.batch_size)
-
-    def after_oom(self, trainer: Trainer, sampler: ResizableBatchSampler, step: int, message: str) -> None:
-        """Out of memory in forward, backward or the optimizer's step: drop what the step held, halve, go on."""
-        trainer.discard_pending()
-        if self.memory is not None:
-            self.memory.recover()
-        else:
-            gc.collect()
-        d = self.tuner.after_oom()
-        if d.action == "give_up":
-            raise RuntimeError(f"{self.ctx.name}: {d.reason} ({message})")
-        self._apply(d, trainer, sampler, step)
-        self.settled = False
-
-    def after_step(self, trainer: Trainer, sampler: ResizableBatchSampler, step: int) -> None:
-        if self.memory is None:
-            return
-        self.steps += 1
-        if self.settled or self.steps < MIN_STEPS:
-            return
-        obs = Observation(self.tuner.batch_size, self.memory.peak_mib(), self.memory.share_mib or 0, self.steps,
-                          self.params)
-        d = self.tuner.after_steps(obs)
-        if d.changes:
-            self._apply(d, trainer, sampler, step, peak_mib=obs.peak_mib)
-        else:
-            self.settled = True
-
-    def _apply(self, d, trainer: Trainer, sampler: ResizableBatchSampler, step: int, peak_mib=None) -> None:
-        old = sampler.batch_size
-        sampler.batch_size = _compute_batch(d.batch_size, self.ctx)
-        # the rate follows the batch computed (on a GPU, the tuned batch itself)
-        lr_scale = lr_factor(old, sampler.batch_size, self.optimizer)
-        trainer.scale_lr(lr_scale)
-        trainer.batch_size = sampler.batch_size * trainer.grad_accum
-        if self.memory is not None:
-            self.memory.reset_peak()
-        self.steps = 0
-        self.ctx.report("batch", {"fold": self.fold, "step": step, "action": d.action, "batch_size": d.batch_size,
-                                  "compute_batch_size": sampler.batch_size, "previous_compute_batch_size": old,
-                                  "lr_scale": lr_scale, "peak_mib": peak_mib,
-                                  "share_mib": None if self.memory is None else self.memory.share_mib,
-                                  "simulated": bool(self.memory is not None and self.memory.simulated),
-                                  "reason": d.reason})
-        log.info("%s fold %d step %d: %s", self.ctx.name, self.fold, step, d.reason)
 
 
 def _train_fold(job: _Job, fold: _Fold):
