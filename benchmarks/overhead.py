@@ -31,7 +31,6 @@ from scheduler.core import hardware
 from scheduler.core import plan as planmod
 from scheduler import runtime  # noqa: E402
 from scheduler.runtime.driver import RunOptions  # noqa: E402
-from scheduler.store.record import RunRecord  # noqa: E402
 from scheduler.runtime.submit import submit  # noqa: E402
 
 

@@ -20,7 +20,6 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,9 +28,10 @@ from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from jobs.data import Competition, split_folds
 from jobs.images import ImageSet, LoaderSettings, ResizableBatchSampler
 from jobs.memory import cap_process_memory, cuda_device
+from jobs.models import new_model
 from jobs.throughput import ThroughputWindow
 from jobs.timm_tuning import REHEARSAL_BATCH_SIZE, Tuning, compute_batch, job_memory, starting_batch
-from jobs.trainer import OutOfMemory, Trainer, guarded, predict_shrinking
+from jobs.trainer import OutOfMemory, StepSettings, Trainer, guarded, predict_shrinking
 from scheduler.policy.autotune import (PRECISE_BN_UNDER_STEPS, BatchTuner, lr_factor, optimizer_steps,
                                        statistical_cap)
 from scheduler.core.scoring import get as get_metric
@@ -64,35 +64,6 @@ def _scale(spec: TimmJob, ctx: JobContext, batch: int) -> tuple[Scale, list[str]
             f"at most {scale.max_steps_per_epoch} optimizer steps per epoch; AMP and torch.compile off; validation "
             f"fold and test set predicted in full")
     return scale, [note]
-
-
-def _zero_head(model: torch.nn.Module) -> None:
-    """Start the new classifier at zero: uniform initial predictions, loss log(k).
-
-    timm's EfficientNet head init gives logits with a std near 8 from scratch; with a zero head its 75-step rehearsal
-    reaches about 0.7 accuracy on digits instead of about 0.35. A head loaded from ``weights`` replaces this.
-    """
-    head = model.get_classifier() if hasattr(model, "get_classifier") else None
-    if isinstance(head, torch.nn.Linear):
-        torch.nn.init.zeros_(head.weight)
-        if head.bias is not None:
-            torch.nn.init.zeros_(head.bias)
-
-
-def _load_weights(model: torch.nn.Module, path: str, notes: list[str]) -> None:
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise ValueError(f"weights: {p} is not a file (gpupack loads local checkpoints only; nothing is downloaded)")
-    state = torch.load(p, map_location="cpu", weights_only=True)
-    for key in ("state_dict", "model", "model_state_dict"):
-        if isinstance(state, dict) and isinstance(state.get(key), dict):
-            state = state[key]
-    state = {k.removeprefix("module.").removeprefix("_orig_mod."): v for k, v in state.items()}
-    own = model.state_dict()
-    kept = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
-    model.load_state_dict(kept, strict=False)
-    notes.append(f"weights {p.name}: {len(kept)} of {len(own)} tensors loaded "
-                 f"({len(state) - len(kept)} skipped: other names or shapes, e.g. the classifier)")
 
 
 @dataclass
@@ -151,7 +122,7 @@ class _Fold:
     val_loader: object
     bn_loader: object | None  # training images for precise BN, when the fold has few steps
     steps_per_epoch: int
-    tuning: "_Tuning"
+    tuning: Tuning
 
 
 def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
@@ -270,14 +241,9 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext) -> _Job:
 
 def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) -> _Fold:
     """A fresh model, optimizer, trainer and loaders for fold ``k``; the batch tuned in an earlier fold carries over."""
-    import timm
-
     spec, ctx, scale = job.spec, job.ctx, job.scale
     torch.manual_seed(ctx.seed + k)
-    model = timm.create_model(spec.model, pretrained=False, num_classes=len(job.classes), in_chans=3)
-    _zero_head(model)
-    if spec.weights:
-        _load_weights(model, spec.weights, job.notes if k == 0 else [])
+    model = new_model(spec.model, len(job.classes), spec.weights, job.notes if k == 0 else [])
     model.to(job.device)
     if spec.channels_last:  # also faster on the CPU (oneDNN), measured 1.3-3x on EfficientNet-B4
         model.to(memory_format=torch.channels_last)
@@ -292,9 +258,9 @@ def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) 
     if scale.max_steps_per_epoch:
         steps_per_epoch = min(steps_per_epoch, scale.max_steps_per_epoch)
     total_samples = min(len(tr), steps_per_epoch * batch * spec.grad_accum) * scale.epochs
-    trainer = Trainer(model, optimizer, device=job.device, amp_dtype=job.amp_dtype, grad_accum=spec.grad_accum,
-                      channels_last=spec.channels_last, total_samples=total_samples,
-                      batch_size=batch * spec.grad_accum, compiled=compiled)
+    settings = StepSettings(job.device, job.amp_dtype, spec.grad_accum, spec.channels_last)
+    trainer = Trainer(model, optimizer, settings, total_samples=total_samples, batch_size=batch * spec.grad_accum,
+                      compiled=compiled)
     train_set = torch.utils.data.Subset(job.train_images, tr)
     train_loader = job.loader.build(train_set, ResizableBatchSampler(len(tr), batch, shuffle=True,
                                                                      seed=ctx.seed * 1000 + k))

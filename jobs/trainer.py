@@ -50,20 +50,30 @@ class StepResult:
     optimizer_stepped: bool
 
 
+@dataclass(frozen=True)
+class StepSettings:
+    """How a step runs: on which device, under which autocast dtype (None: fp32), with how many micro-batches per
+    optimizer step, and whether inputs go channels-last."""
+
+    device: torch.device
+    amp_dtype: torch.dtype | None = None
+    grad_accum: int = 1
+    channels_last: bool = False
+
+
 class Trainer:
     """One model's optimisation: ``step(batch)`` per micro-batch, an optimizer step every ``grad_accum`` of them."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, device: torch.device,
-                 amp_dtype: torch.dtype | None, grad_accum: int, channels_last: bool, total_samples: int,
-                 batch_size: int, compiled: torch.nn.Module | None = None):
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, settings: StepSettings, *,
+                 total_samples: int, batch_size: int, compiled: torch.nn.Module | None = None):
         self.model = model  # the module whose state_dict is saved
         self.forward = compiled or model
         self.optimizer = optimizer
-        self.device = device
-        self.amp_dtype = amp_dtype
-        self.scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
-        self.grad_accum = grad_accum
-        self.channels_last = channels_last
+        self.device = settings.device
+        self.amp_dtype = settings.amp_dtype
+        self.scaler = torch.amp.GradScaler("cuda") if settings.amp_dtype == torch.float16 else None
+        self.grad_accum = settings.grad_accum
+        self.channels_last = settings.channels_last
         self.pending = 0
         self.optimizer_steps = 0
         # The schedule follows the samples seen, not a step count fixed at the start, so warm-up (10 % of the fold's

@@ -9,6 +9,7 @@ import pytest
 
 from jobs import JobContext, run_job, shelf
 from jobs.data import load_competition
+from scheduler.policy.packing import Assignment
 from scheduler.store import outputs
 from scheduler.policy.ensemble import METHODS
 from scheduler.core.scoring import get as get_metric
@@ -34,7 +35,7 @@ def saved_run(folder, metric, tmp_path, jobs: dict) -> tuple[RunRecord, dict]:
                            params=params)
         out = run_job(spec, comp, JobContext(name, tmp_path / "work" / name, cpus=1, metric=metric))
         outputs.save(out, record.dir / "jobs" / name)
-        record.add_job(name, "lightgbm", 0, "local", None, 0, 1)
+        record.add_job(Assignment(name, 0, "local", None, 0, 1, "cpu job"), "lightgbm")
         cv[name] = out.cv_score()
     return record, cv
 

@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 
 from conftest import ROOT
 
@@ -87,7 +86,6 @@ def test_option2_packs_three_b3_together_at_a_smaller_batch():
     assert sum("12,288 MiB" in w and "estimated at" in w for w in body["warnings"]) == 3
     assert len(body["changes"]) == 3 and not any("lr" in c for c in body["changes"])  # AdamW keeps its rate
     lr = {j["name"]: j["lr"] for j in body["jobs"]}
-    b = {j["name"]: j["batch_size"] for j in body["jobs"]}
     assert lr["effnet_b3_a"] == 1e-3 and lr["effnet_b3_c"] == 0.002  # AdamW keeps its rate (autotune.lr_factor)
     assert not any("statistics" in c for c in body["changes"])
 

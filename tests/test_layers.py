@@ -88,3 +88,22 @@ def test_core_and_policy_never_touch_ray(layer):
     users = [module_name(p) for p in (ROOT / "scheduler" / layer).rglob("*.py")
              if any(t == "ray" or t.startswith("ray.") for _, t in imports(p))]
     assert users == []
+
+
+MAX_POSITIONAL = 6
+
+
+def test_modules_stay_small_and_calls_readable():
+    """No module over ~400 lines; no function taking more than six positional parameters (the rest, if any, are
+    keyword-only options with defaults, or a small object such as ``advice.Observed`` or ``ledger.Learned``)."""
+    for path in modules():
+        src = path.read_text()
+        assert src.count("\n") <= MAX_MODULE_LINES, f"{module_name(path)}: {src.count(chr(10))} lines"
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                positional = [x.arg for x in a.posonlyargs + a.args if x.arg not in ("self", "cls")]
+                assert len(positional) <= MAX_POSITIONAL, f"{module_name(path)}.{node.name}: {len(positional)}"
+                kw_without_default = [x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is None]
+                assert not kw_without_default or len(positional) + len(kw_without_default) <= MAX_POSITIONAL, \
+                    f"{module_name(path)}.{node.name}: required {positional + kw_without_default}"

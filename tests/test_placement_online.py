@@ -88,7 +88,7 @@ def test_unknown_policy_is_refused():
 
 
 def test_the_service_places_by_fgd_once_it_has_seen_requests():
-    from scheduler.service.service import place_online
+    from scheduler.service.ledger import Learned, place_online
 
     limits = {"local:0": 36864, "local:1": 36864}
     free = {"local:0": 20000, "local:1": 36864}
@@ -99,8 +99,8 @@ def test_the_service_places_by_fgd_once_it_has_seen_requests():
     from scheduler.policy.placement_online import Shape
 
     workload = ((Shape(20000, 1, 1), 1.0),)
-    assert place_online(10000, 1, free, {"local": 30}, workload, limits) == "local:1"
-    assert place_online(40000, 1, free, {"local": 30}, workload, limits) is None
+    assert place_online(10000, 1, free, {"local": 30}, Learned(workload, limits)) == "local:1"
+    assert place_online(40000, 1, free, {"local": 30}, Learned(workload, limits)) is None
 
 
 def test_workload_of_can_count_cpu_only_pods_towards_coverage_as_the_simulator_does():

@@ -280,7 +280,8 @@ def test_place_online_answers_as_fgd_when_it_skips_weighing_a_single_choice():
         mib, cpus, node_cpus = rnd.randint(1, LIMIT // 2), rnd.randint(0, 4), rnd.randint(0, 8)
         want = fgd(mib, cpus, [[free[k] for k in keys]], [node_cpus], workload, capacity=[[LIMIT] * 3])
         want = None if want is None or want[1] is None else keys[want[1]]
-        assert service_module.place_online(mib, cpus, free, {"local": node_cpus}, workload, limits) == want
+        learned = ledger.Learned(workload, limits)
+        assert service_module.place_online(mib, cpus, free, {"local": node_cpus}, learned) == want
 
 
 def _gone(pid: int) -> bool:

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from scheduler.cli.common import run_dir
 from scheduler.core.errors import UserError
+from scheduler.core.states import JobState
 
 
 def add_verbs(verbs) -> None:
@@ -153,7 +154,7 @@ def cmd_logs(args: argparse.Namespace, console: Console) -> int:
         if not args.follow:
             return 0
         state = next(j["state"] for j in record.jobs() if j["name"] == args.job)
-        if state in ("SUCCEEDED", "FAILED", "CANCELLED") or settle(record).get("status") != "running":
+        if JobState(state).terminal or settle(record).get("status") != "running":
             return 0
         time.sleep(0.5)
 

@@ -8,6 +8,7 @@ from rich.table import Table
 from scheduler.policy.dryrun import DryRun
 from scheduler.core.hardware import GpuReading
 from scheduler.core.units import format_duration, format_mib
+from scheduler.core.states import JobState
 
 
 def show_dry_run(dry: DryRun, console: Console) -> None:
@@ -100,7 +101,8 @@ def _bar(done: float, total: float, width: int = 10) -> str:
 def run_table(jobs: list[dict], title: str) -> Table:
     """Per job: state, wave, device, memory against its share, utilisation, throughput, fold and epoch progress,
     time left, score. ``jobs`` are RunRecord.jobs() rows; figures missing show as a dash."""
-    colours = {"PENDING": "dim", "RUNNING": "cyan", "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "yellow"}
+    colours = {JobState.PENDING: "dim", JobState.RUNNING: "cyan", JobState.SUCCEEDED: "green", JobState.FAILED: "red",
+               JobState.CANCELLED: "yellow"}
     t = Table(title=title, title_justify="left")
     right = ("wave", "memory", "util", "train/s", "left", "score")
     for col in ("job", "state", "wave", "device", "memory", "util", "train/s", "folds", "epoch", "left", "score"):
@@ -123,9 +125,9 @@ def run_table(jobs: list[dict], title: str) -> Table:
             memory = "—"
         util = p.get("gpu_utilization")
         sps = p.get("train_samples_per_s", p.get("samples_per_s"))  # samples/s inside training steps
-        left = format_duration(p.get("eta_s")) if j["state"] == "RUNNING" and p.get("eta_s") is not None else "—"
+        left = format_duration(p.get("eta_s")) if j["state"] == JobState.RUNNING and p.get("eta_s") is not None else "—"
         score = j.get("cv_score") if j.get("cv_score") is not None else p.get("val_score", p.get("score"))
-        t.add_row(j["name"], f"[{colours.get(j['state'], '')}]{j['state'][:9]}[/]", str(j["wave"]), device, memory,
+        t.add_row(j["name"], f"[{colours[JobState(j['state'])]}]{j['state'][:9]}[/]", str(j["wave"]), device, memory,
                   "—" if util is None else f"{util:.0%}", "—" if sps is None else f"{sps:,.0f}", fold_cell,
                   epoch_cell, left, "—" if score is None else f"{score:.4f}")
     return t

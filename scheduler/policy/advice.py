@@ -7,6 +7,8 @@ climbs epoch over epoch, or drops suddenly: said plainly.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from scheduler.policy.autotune import advice as memory_advice
 
 INPUT_BOUND_SHARE = 0.30
@@ -18,10 +20,25 @@ DROP_MIN = 0.30
 WALL_SHARE_LOW = 0.50
 
 
-def advise(kind: str, used_mib: float | None, share_mib: float | None, params: int | None,
-           data_wait_share: float | None, epoch_peaks_mib: list[float], train_samples_per_s: float | None = None,
-           wall_samples_per_s: float | None = None) -> list[str]:
+@dataclass(frozen=True)
+class Observed:
+    """What telemetry and the job reported, the inputs of :func:`advise` (None: not known)."""
+
+    used_mib: float | None = None
+    share_mib: float | None = None
+    params: int | None = None
+    data_wait_share: float | None = None
+    epoch_peaks_mib: list[float] = field(default_factory=list)
+    train_samples_per_s: float | None = None
+    wall_samples_per_s: float | None = None
+
+
+def advise(kind: str, seen: Observed) -> list[str]:
+    """Plain advice for a job of ``kind`` from what was seen of it; empty when all is well."""
     out = []
+    used_mib, share_mib, params, data_wait_share = seen.used_mib, seen.share_mib, seen.params, seen.data_wait_share
+    epoch_peaks_mib = seen.epoch_peaks_mib
+    train_samples_per_s, wall_samples_per_s = seen.train_samples_per_s, seen.wall_samples_per_s
     mem = memory_advice(used_mib, share_mib, params)
     if mem:
         out.append(mem + (" (gpupack grows this job's batch itself)" if kind == "timm" else ""))

@@ -208,7 +208,7 @@ def _measure(model: str, image_size: int, amp: bool, channels_last: bool, num_cl
     raise RuntimeError(f"could not run a forward of '{model}' at {image_size}px:\n  " + "\n  ".join(errors))
 
 
-def _saved_bytes(model, image_size, batches, *, amp, channels_last, num_classes, fake):
+def _saved_bytes(model, image_size, batches, *, amp=True, channels_last=True, num_classes=1000, fake=False):
     import timm
     import torch
     import torch.nn.functional as F

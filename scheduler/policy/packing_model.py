@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from scheduler.core.errors import UserError
 from scheduler.core.hardware import Node
+
+if TYPE_CHECKING:
+    from scheduler.policy.packing import Demand
 
 def l2_lower_bound(sizes_mib: Sequence[int], capacity_mib: int) -> int:
     """Martello and Toth's L2: the fewest bins of one capacity that can hold the items, counting the items over half

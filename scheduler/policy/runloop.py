@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from scheduler.core.states import JobState, legal
 from scheduler.policy import budget

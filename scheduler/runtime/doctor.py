@@ -163,7 +163,7 @@ def check_first_steps(workdir: Path) -> Check:
     if torch.cuda.is_available():
         import timm
 
-        from jobs.memory import cap_process_memory, cuda_device
+        from jobs.memory import cuda_device
 
         dev = cuda_device("cuda")
         net = timm.create_model("resnet50", pretrained=False, num_classes=10).to(dev).to(

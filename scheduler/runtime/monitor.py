@@ -13,7 +13,7 @@ from typing import Any
 import ray
 
 from scheduler.runtime import telemetry
-from scheduler.policy.advice import advise
+from scheduler.policy.advice import Observed, advise
 
 log = logging.getLogger("gpupack")
 EVERY_S = 2.0
@@ -103,9 +103,10 @@ class Watcher:
                 "data_wait_share": rep.get("data_wait_share"), "batch_size": rep.get("batch_size"),
                 "gpu_mem_peak_mib": rep.get("gpu_mem_peak_mib"), "gpu_mem_reserved_mib": rep.get("gpu_mem_reserved_mib"),
             }
-            figures["advice"] = advise(self.plan.job(js.job).kind, rep.get("gpu_mem_peak_mib") or used, share,
-                                       rep.get("params"), rep.get("data_wait_share"), view.epoch_peaks,
-                                       figures["train_samples_per_s"], figures["wall_samples_per_s"])
+            figures["advice"] = advise(self.plan.job(js.job).kind, Observed(
+                used_mib=rep.get("gpu_mem_peak_mib") or used, share_mib=share, params=rep.get("params"),
+                data_wait_share=rep.get("data_wait_share"), epoch_peaks_mib=view.epoch_peaks,
+                train_samples_per_s=figures["train_samples_per_s"], wall_samples_per_s=figures["wall_samples_per_s"]))
             view.last = figures
             self.record.event("telemetry", js.job, device=a.device, **figures)
             out[js.job] = figures

@@ -215,6 +215,6 @@ def prepare_folder(dry: DryRun, run_dir: Path, plan_file: Path | None, asked: di
                    budget_s=dry.plan.budget, hardware=dry.hardware.profile, metric=dry.plan.metric,
                    ensemble_method=dry.plan.ensemble.method, driver=resume.driver_identity(), **(asked or {}))
     for a in dry.placement.assignments:
-        record.add_job(a.job, dry.plan.job(a.job).kind, a.wave, a.node, a.device, a.gpu_memory_mib, a.cpus)
+        record.add_job(a, dry.plan.job(a.job).kind)
         resume.forget_folds(run_dir / "jobs" / a.job)
     return record

@@ -16,7 +16,6 @@ from scheduler.runtime import resume
 from scheduler.core.errors import UserError
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime.driver import Driver, RunOptions, new_run_dir, prepare_folder
-from scheduler.core.errors import UserError
 from scheduler.core.states import JobState
 from scheduler.store.record import RunRecord
 

@@ -23,21 +23,31 @@ from scheduler.policy.placement_online import tightest
 log = logging.getLogger("gpupack.service")
 
 
+@dataclass(frozen=True)
+class Learned:
+    """What online placement knows beyond free memory: the workload seen so far (typical requests and their
+    weights), each device's limit (``node:index`` → MiB) and, optionally, a ``FragmentationCache`` for that workload."""
+
+    workload: Any
+    limits: dict[str, int]
+    cache: Any = None
+
+
 def place_online(request_mib: int, request_cpus: int, free_by_device: dict[str, int],
-                 free_cpus_by_node: dict[str, int], workload=(), limits: dict[str, int] | None = None,
-                 cache=None) -> str | None:
+                 free_cpus_by_node: dict[str, int], learned: Learned | None = None) -> str | None:
     """The device (``node:index``) for a request, or None when it fits nowhere now.
 
-    With the workload seen so far and the devices' limits: FGD (``scheduler.policy.placement_online.fgd``), which places
+    With ``learned`` (the workload seen so far and the devices' limits): FGD (``scheduler.policy.placement_online.fgd``), which places
     where the cluster's expected fragmentation grows least — on the Alibaba trace it beats best fit on every seed
     (``benchmarks/alibaba_trace.py``); ``cache``, a ``FragmentationCache`` for that workload, only speeds it up.
     Without them: best fit, the least memory left, ties to the lower index. Where one device alone can take the
     request, that device is the answer of both, found without weighing anything."""
     eligible = {key: free for key, free in free_by_device.items()
                 if free_cpus_by_node.get(key.rpartition(":")[0], 0) >= request_cpus}
-    if workload and limits:
+    if learned is not None and learned.workload and learned.limits:
         from scheduler.policy.placement_online import fgd
 
+        workload, limits, cache = learned.workload, learned.limits, learned.cache
         fits = [k for k, free in eligible.items() if free >= request_mib]
         if len(fits) <= 1:
             return fits[0] if fits else None

@@ -14,7 +14,7 @@ from typing import Any
 
 from scheduler.core.states import SlotState
 from scheduler.service.ledger import (
-    RECENT_REQUESTS, SHAPE_MIB, Claim, QueueEstimates, StartSimulation, place_online, shadow,
+    RECENT_REQUESTS, SHAPE_MIB, Claim, Learned, QueueEstimates, StartSimulation, place_online, shadow,
 )
 from scheduler.service.store import Slot
 
@@ -186,7 +186,8 @@ class Queue:
             dev = None
             if fits:
                 workload = self.workload() if workload is None else workload
-                dev = place_online(s.gpu_memory_mib, s.cpus, free, cpus, workload, self.limits, self.frag)
+                learned = Learned(workload, self.limits, self.frag)
+                dev = place_online(s.gpu_memory_mib, s.cpus, free, cpus, learned)
             if head is None:
                 if dev is None:
                     head = s

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.states import _LEGAL, JobState
+from scheduler.policy.packing import Assignment
 
 
 
@@ -85,7 +86,9 @@ class RunRecord:
         self.db.execute("COMMIT")
         return True
 
-    def add_job(self, name: str, kind: str, wave: int, node: str, device: int | None, gpu_memory_mib: int, cpus: int):
+    def add_job(self, a: Assignment, kind: str):
+        """Record a placed job (its wave, node, device, memory and cores) as pending."""
+        name, wave, node, device, gpu_memory_mib, cpus = a.job, a.wave, a.node, a.device, a.gpu_memory_mib, a.cpus
         self.db.execute(
             "INSERT OR REPLACE INTO jobs (name, kind, state, wave, node, device, gpu_memory_mib, cpus, updated)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
