@@ -86,7 +86,7 @@ def load_partial(folder: Path) -> tuple[float, Predictions] | None:
     result = json.loads(result_path.read_text())
     if not result.get("partial"):
         return None
-    test = pd.read_csv(path)
+    test = pd.read_csv(path, dtype={"id": str})
     cols = [c for c in test.columns if c != "id"]
     empty = np.zeros((0, len(cols)))
     return result["partial"]["score"], Predictions(result.get("job", folder.name), np.array([]), empty,
