@@ -29,7 +29,7 @@ import ray  # noqa: E402
 from scheduler.policy import dryrun
 from scheduler.core import hardware
 from scheduler.core import plan as planmod
-from scheduler import runtime  # noqa: E402
+from scheduler.runtime import cluster as runtime  # noqa: E402
 from scheduler.runtime.driver import RunOptions  # noqa: E402
 from scheduler.runtime.submit import submit  # noqa: E402
 
@@ -40,33 +40,28 @@ class Bare:
         return os.getpid()
 
 
-def bare_launch() -> float:
+def timed_actors(make, probe, n: int = 1) -> float:
+    """Seconds from creating ``n`` actors with ``make(i)`` until every ``probe(actor)`` answered; then kills them."""
     t0 = time.perf_counter()
-    a = Bare.remote()
-    ray.get(a.ping.remote())
-    dt = time.perf_counter() - t0
-    ray.kill(a)
-    return dt
-
-
-def gpupack_launch(i: int) -> float:
-    t0 = time.perf_counter()
-    a = runtime.launch("bench", f"bench-{i}-{time.time_ns()}", 1, "local", 0, 4096)
-    ray.get(a.poll.remote(0))
-    ray.get(a.environment.remote())
-    dt = time.perf_counter() - t0
-    ray.kill(a)
-    return dt
-
-
-def bare_wave(n: int) -> float:
-    t0 = time.perf_counter()
-    actors = [Bare.remote() for _ in range(n)]
-    ray.get([a.ping.remote() for a in actors])
+    actors = [make(i) for i in range(n)]
+    ray.get([ref for a in actors for ref in probe(a)])
     dt = time.perf_counter() - t0
     for a in actors:
         ray.kill(a)
     return dt
+
+
+def bare_launch() -> float:
+    return timed_actors(lambda _i: Bare.remote(), lambda a: [a.ping.remote()])
+
+
+def gpupack_launch(i: int) -> float:
+    return timed_actors(lambda _i: runtime.launch("bench", f"bench-{i}-{time.time_ns()}", 1, "local", 0, 4096),
+                        lambda a: [a.poll.remote(0), a.environment.remote()])
+
+
+def bare_wave(n: int) -> float:
+    return timed_actors(lambda _i: Bare.remote(), lambda a: [a.ping.remote()], n)
 
 
 def gpupack_wave(n: int, data: Path, tmp: Path, k: int) -> float:
