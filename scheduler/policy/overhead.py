@@ -111,7 +111,7 @@ EXPANDABLE_ROUNDING = 0.012
 # eager loading and the classic allocator (timm's RTX 3090 runs): fitted, see SOURCE_3090
 EAGER_CONTEXT_MIB = 1100.0
 EAGER_LIBRARIES_MIB = 150.0
-CLASSIC_ROUNDING = 0.03
+CLASSIC_ROUNDING = 0.015
 CUDNN_WORKSPACE_MIB = 0.0  # cuDNN's workspaces at the peak: none seen beyond the other terms on the H100
 
 
