@@ -236,3 +236,29 @@ def test_the_runner_keeps_a_folds_measurement_in_the_cache(tmp_path, monkeypatch
     from jobs.memory import SimulatedDevice, measured_figures
 
     assert measured_figures(SimulatedDevice(lambda b: 100.0, 1000), 64) is None
+
+
+def test_a_gpu_job_reads_its_own_process_from_nvml(monkeypatch):
+    """What a timm job on a card reports at a fold's end: the allocator's peaks and NVML's figure for its own
+    process on the device CUDA_VISIBLE_DEVICES names (a fake NVML and a fake allocator here)."""
+    import os
+
+    import torch
+
+    from fake_nvml import FakeDevice, FakeNVML
+    from jobs.memory import CudaMemory, measured_figures
+
+    nvml = FakeNVML([FakeDevice("NVIDIA A10", 24576), FakeDevice("NVIDIA A10", 24576,
+                                                                   processes={os.getpid(): 4321, 1: 999})])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    mem = CudaMemory(torch.device("cuda", 0), 20000)
+    assert mem.process_mib(nvml) == 4321
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert mem.process_mib(nvml) is None  # not on that device
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setattr(CudaMemory, "peak_mib", lambda self: 3000.04)
+    monkeypatch.setattr(CudaMemory, "reserved_peak_mib", lambda self: 3200.0)
+    monkeypatch.setattr(CudaMemory, "card", lambda self: "NVIDIA A10")
+    got = measured_figures(mem, 96, nvml)
+    assert got == {"batch_size": 96, "allocator_peak_mib": 3000.0, "reserved_mib": 3200.0, "nvml_mib": 4321,
+                   "card": "NVIDIA A10", "torch": torch.__version__}
