@@ -190,6 +190,15 @@ def test_the_live_view_warns_past_five_percent():
                             "jobs"))
     text = console.export_text()
     assert "warning: r0: real peak 2,150 MiB" in text and "r1: real peak" not in text
+    # the plain progress lines (no terminal) say it too, and say what the waiting jobs were given
+    from scheduler.cli.live import _describe
+
+    line = _describe({"event": "memory_over_estimate", "job": "r0", "estimated_mib": 2000, "measured_mib": 2301,
+                      "over": 0.1505, "batch_size": 64})
+    assert "r0: real peak 2,301 MiB at batch 64 is 15.1% over its estimate of 2,000 MiB" in line
+    assert _describe({"event": "estimate_replaced", "job": "r1", "old_mib": 2000, "new_mib": 2301,
+                      "source": "measured on A10-24GB by run/r0"}) == \
+        "r1: memory 2,000 → 2,301 MiB, measured on A10-24GB by run/r0"
 
 
 def test_the_report_lists_estimated_against_measured():

@@ -142,7 +142,7 @@ class Runner:
         if not getattr(spec, "model", None) or not m.get("batch_size"):
             return
         card = measurements.card_name(m.get("card") or self.dry.hardware.profile)
-        config = measurements.Config(spec.model, spec.image_size, int(m["batch_size"]),
+        config = measurements.Config(spec.model, getattr(spec, "image_size", 224), int(m["batch_size"]),
                                      measurements.precision_of(getattr(spec, "amp", True)), card, m.get("torch"),
                                      getattr(spec, "optimizer", "adamw"), getattr(spec, "channels_last", True))
         source = f"{self.record.dir.name}/{name}"

@@ -56,12 +56,17 @@ def estimated_vs_measured(placement_jobs: list[dict], events: list[dict]) -> lis
     return rows
 
 
-def _memory_table(run_dir: Path, events: list[dict]) -> str:
+def memory_rows(run_dir: Path, events: list[dict]) -> list[dict]:
+    """``estimated_vs_measured`` of a run folder (its placement.json and events)."""
     try:
-        jobs = json.loads((run_dir / "placement.json").read_text()).get("jobs", [])
+        jobs = json.loads((Path(run_dir) / "placement.json").read_text()).get("jobs", [])
     except (OSError, ValueError):
-        return ""
-    rows = estimated_vs_measured(jobs, events)
+        return []
+    return estimated_vs_measured(jobs, events)
+
+
+def _memory_table(run_dir: Path, events: list[dict]) -> str:
+    rows = memory_rows(run_dir, events)
     if not rows:
         return ""
     body = "".join(
