@@ -194,7 +194,7 @@ def test_the_live_view_warns_past_five_percent():
     from scheduler.cli.live import _describe
 
     line = _describe({"event": "memory_over_estimate", "job": "r0", "estimated_mib": 2000, "measured_mib": 2301,
-                      "over": 0.1505, "batch_size": 64})
+                      "over": 0.151, "batch_size": 64})
     assert "r0: real peak 2,301 MiB at batch 64 is 15.1% over its estimate of 2,000 MiB" in line
     assert _describe({"event": "estimate_replaced", "job": "r1", "old_mib": 2000, "new_mib": 2301,
                       "source": "measured on A10-24GB by run/r0"}) == \
