@@ -271,3 +271,26 @@ def test_a_gpu_job_reads_its_own_process_from_nvml(monkeypatch):
     got = measured_figures(mem, 96, nvml)
     assert got == {"batch_size": 96, "allocator_peak_mib": 3000.0, "reserved_mib": 3200.0, "nvml_mib": 4321,
                    "card": "NVIDIA A10", "torch": torch.__version__}
+
+
+def test_a_rehearsal_of_a_measured_job_simulates_the_measured_figure(tmp_path):
+    """A job packed with a real card's figure (under the computed one) is rehearsed on the CPU with the estimator's
+    peaks scaled to it: at its batch it fills its share and does not run out of memory there."""
+    from jobs.contract import JobContext
+    from jobs.timm_tuning import job_memory
+    from scheduler.runtime.runner import Runner, RunOptions, prepare_folder
+
+    db = tmp_path / "m.sqlite"
+    plan = _plan()
+    computed = dryrun.prepare(plan, from_profile("A10-24GB")).job_rows()[0]["computed_mib"]
+    ms.record(_config(64), nvml_mib=computed - 200, path=db)
+    dry = dryrun.prepare(plan, from_profile("A10-24GB"), measured=ms.memory_source(path=db))
+    runner = Runner(dry, RunOptions(run_dir=tmp_path / "run"), prepare_folder(dry, tmp_path / "run", None))
+    scale = runner.settings("r0")["memory_scale"]
+    assert scale == pytest.approx((computed - 200) / computed)
+    ctx = JobContext("r0", tmp_path, gpu_memory_mib=computed - 200, memory_scale=scale)
+    device = job_memory(dry.plan.job("r0"), ctx, False, None, None)
+    device.before_step(64)  # would raise at the computed figure: it is 200 MiB over the share
+    assert device.peak_mib() == pytest.approx(computed - 200, abs=1)
+    assert Runner(dryrun.prepare(plan, from_profile("A10-24GB")), RunOptions(run_dir=tmp_path / "r2"),
+                  prepare_folder(dry, tmp_path / "r2", None)).settings("r0")["memory_scale"] == 1.0

@@ -108,8 +108,16 @@ class Runner:
             # of the plan's card; the job's process recomputes it against the card really there
             "memory_fraction": memory_fraction(a.gpu_memory_mib, device.memory_mib) if device else None,
             "builtin": self.builtin,
+            "memory_scale": self._memory_scale(name),
             "kept_folds": resume.kept_folds(self.record.dir / "jobs" / name),  # an earlier attempt's, or run's
         }
+
+    def _memory_scale(self, name: str) -> float:
+        """The job's packed MiB over its computed estimate, when a measurement packed it (else 1)."""
+        fig = self.dry.figures.get(name)
+        if fig is None or fig.measured_mib is None or not fig.computed_mib:
+            return 1.0
+        return self.where[name].gpu_memory_mib / fig.computed_mib
 
     def log(self, name: str, line: str) -> None:
         path = self.record.dir / "jobs" / name / "log"
@@ -195,7 +203,8 @@ class Runner:
         elif isinstance(ins, rl.Launch):
             self.launch(ins)
             a = ins.where
-            self.record.update_job(ins.job, attempts=ins.attempt, progress=ins.progress, gpu_memory_mib=a.gpu_memory_mib)
+            self.record.update_job(ins.job, attempts=ins.attempt, progress=ins.progress,
+                                   gpu_memory_mib=a.gpu_memory_mib)
             self.record.event("launch", ins.job, attempt=ins.attempt, wave=a.wave, node=a.node, device=a.device,
                               gpu_memory_mib=a.gpu_memory_mib, cpus=a.cpus)
         elif isinstance(ins, rl.AskStop):
