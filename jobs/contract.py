@@ -102,6 +102,9 @@ class JobContext:
     deadline: float | None = None  # time.time() by which training must end
     gpu_memory_mib: int | None = None
     memory_fraction: float | None = None
+    # the MiB packed ÷ the estimator's computed MiB: 1 unless a real card's measurement packed the job; the simulated
+    # device of a rehearsal scales the estimator's peaks by it, so the job fills its share as the packer expected
+    memory_scale: float = 1.0
     report: Callable[[str, dict], None] = _no_report  # ("epoch" | "fold" | "log", {...}) → the run's events
     should_stop: Callable[[], bool] = _never  # True once cancelled or past the deadline
     limits: Callable[[], dict] = _no_limits  # the budget's cuts: {"folds": n, "epochs": m}, read at each fold/epoch

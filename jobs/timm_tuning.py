@@ -30,9 +30,9 @@ def job_memory(spec: TimmJob, ctx: JobContext, cuda: bool, device: torch.device,
         return None
     from scheduler.policy.estimate import estimate
 
-    def peak(batch: int) -> float:
+    def peak(batch: int) -> float:  # scaled when a real card's measurement packed the job (JobContext.memory_scale)
         return estimate(spec.model, spec.image_size, batch, amp=spec.amp, optimizer=spec.optimizer,
-                        channels_last=spec.channels_last).peak_mib
+                        channels_last=spec.channels_last).peak_mib * ctx.memory_scale
 
     return SimulatedDevice(peak, ctx.gpu_memory_mib)
 

@@ -218,7 +218,7 @@ class _JobActor:
                 name=self.job, workdir=Path(workdir), cpus=threads, device="cuda" if cuda else "cpu",
                 rehearsal=not cuda, metric=settings["metric"], seed=settings["seed"], deadline=self._deadline,
                 gpu_memory_mib=settings.get("gpu_memory_mib"),
-                memory_fraction=job_memory_fraction(settings, cuda),
+                memory_fraction=job_memory_fraction(settings, cuda), memory_scale=settings.get("memory_scale") or 1.0,
                 report=self._report, should_stop=self._should_stop, limits=lambda: dict(self._limits),
                 kept_folds=settings.get("kept_folds") or {},
             )

@@ -77,6 +77,7 @@ class InProcessDriver(Runner):
         ctx = JobContext.local(
             name, self.record.dir / "jobs" / name, cpus=int(s["threads"]), metric=s["metric"], seed=s["seed"],
             deadline=s["deadline"], gpu_memory_mib=s["gpu_memory_mib"], memory_fraction=s["memory_fraction"],
+            memory_scale=s.get("memory_scale") or 1.0,
             report=lambda kind, fields: self._report(name, kind, fields),
             should_stop=lambda: self.stopping[name] or time.time() >= self.deadline,
             limits=lambda: dict(self.limits[name]), kept_folds=s["kept_folds"] or {})

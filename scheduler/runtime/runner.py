@@ -16,7 +16,7 @@ from scheduler.core.states import JobState
 from scheduler.policy import runloop as rl
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime import resume
-from scheduler.store import outputs
+from scheduler.store import measurements, outputs
 from scheduler.store.record import RunRecord
 
 
@@ -108,8 +108,16 @@ class Runner:
             # of the plan's card; the job's process recomputes it against the card really there
             "memory_fraction": memory_fraction(a.gpu_memory_mib, device.memory_mib) if device else None,
             "builtin": self.builtin,
+            "memory_scale": self._memory_scale(name),
             "kept_folds": resume.kept_folds(self.record.dir / "jobs" / name),  # an earlier attempt's, or run's
         }
+
+    def _memory_scale(self, name: str) -> float:
+        """The job's packed MiB over its computed estimate, when a measurement packed it (else 1)."""
+        fig = self.dry.figures.get(name)
+        if fig is None or fig.measured_mib is None or not fig.computed_mib:
+            return 1.0
+        return self.where[name].gpu_memory_mib / fig.computed_mib
 
     def log(self, name: str, line: str) -> None:
         path = self.record.dir / "jobs" / name / "log"
@@ -131,6 +139,33 @@ class Runner:
             self.record.event(kind, name, **{k: v for k, v in ev.items() if k != "time"}, job_time=ev.get("time"))
             self.observed(name, kind, ev)
             self.handle(rl.JobReported(name, kind, ev, ev.get("time") or time.time()))
+            if kind == "fold" and isinstance(ev.get("measured"), dict):
+                self.remember(name, ev["measured"])
+
+    def remember(self, name: str, m: dict) -> None:
+        """A real card's figures for a job's fold: kept in the measurements cache (the next estimate of the same
+        configuration uses them), and handed to the state machine (a warning past the estimate; waiting jobs of the
+        same configuration ask for the measured MiB)."""
+        spec = self.plan.job(name)
+        if not getattr(spec, "model", None) or not m.get("batch_size"):
+            return
+        card = measurements.card_name(m.get("card") or self.dry.hardware.profile)
+        config = measurements.Config(spec.model, getattr(spec, "image_size", 224), int(m["batch_size"]),
+                                     measurements.precision_of(getattr(spec, "amp", True)), card, m.get("torch"),
+                                     getattr(spec, "optimizer", "adamw"), getattr(spec, "channels_last", True))
+        source = f"{self.record.dir.name}/{name}"
+        try:
+            measurements.record(config, allocator_peak_mib=m.get("allocator_peak_mib"),
+                                reserved_mib=m.get("reserved_mib"), nvml_mib=m.get("nvml_mib"),
+                                train_samples_per_s=m.get("train_samples_per_s"), source=source)
+        except Exception as e:  # a cache that cannot be written costs the next estimate, not this run
+            self.log(name, f"measurements cache not written: {e}")
+        mib = measurements.process_mib(m.get("nvml_mib"), m.get("allocator_peak_mib"), card, m.get("torch"))
+        if mib:
+            high = self.plan.band[1]
+            capacity = {(d.node, d.index): int(d.memory_mib * high) for d in self.devices}
+            self.handle(rl.PeakMeasured(name, int(m["batch_size"]), mib, f"measured on {card} by {source}",
+                                        time.time(), capacity))
 
     def observed(self, name: str, kind: str, ev: dict) -> None:
         """A report, for whoever watches the run (the Ray driver's monitor)."""
@@ -168,7 +203,8 @@ class Runner:
         elif isinstance(ins, rl.Launch):
             self.launch(ins)
             a = ins.where
-            self.record.update_job(ins.job, attempts=ins.attempt, progress=ins.progress)
+            self.record.update_job(ins.job, attempts=ins.attempt, progress=ins.progress,
+                                   gpu_memory_mib=a.gpu_memory_mib)
             self.record.event("launch", ins.job, attempt=ins.attempt, wave=a.wave, node=a.node, device=a.device,
                               gpu_memory_mib=a.gpu_memory_mib, cpus=a.cpus)
         elif isinstance(ins, rl.AskStop):

@@ -61,9 +61,10 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
     record.event("run_end", status=status, ensemble_cv=summary["ensemble_cv"],
                  submission_source=summary["submission_source"])
     summary["status"] = status
-    try:
-        from scheduler.store.report import build
+    from scheduler.store.report import build, memory_rows
 
+    summary["memory"] = memory_rows(record.dir, record.events())  # per GPU job: estimated vs measured MiB
+    try:
         summary["report"] = str(build(record.dir))
     except Exception as e:  # the submission is written; a failed picture must not hide it
         summary["report"] = None
