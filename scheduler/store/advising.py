@@ -1,0 +1,109 @@
+"""``advise``'s wiring: the competition read, the estimator and the time model corrected by this machine's
+measurements (``store/measurements.py``), the pure planner (``policy/advise.py``), and the plan it writes checked the
+way ``submit`` will read it (loaded, estimated, packed) before anyone runs it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from scheduler.core import plan as planmod
+from scheduler.core.errors import UserError
+from scheduler.core.units import parse_duration_s
+from scheduler.policy import advise as adv
+from scheduler.policy import dryrun, timemodel
+from scheduler.store import datasource, measurements
+
+
+@dataclass
+class Advised:
+    advice: adv.Advice
+    yaml: str
+    dry: dryrun.DryRun  # the plan as submit will pack it
+
+    def to_json(self) -> dict:
+        body = self.advice.to_json()
+        body["yaml"] = self.yaml
+        body["placement"] = {"waves": self.dry.placement.waves,
+                             "devices": [{k: r[k] for k in ("wave", "jobs", "used_mib", "share", "in_band")}
+                                         for r in self.dry.device_rows()],
+                             "warnings": list(self.dry.warnings)}
+        return body
+
+
+def measured_speeds(model: str, image_size: int, card: str, *, amp: bool = True,
+                    channels_last: bool = True) -> dict[int, float]:
+    """{batch: training images/s} that gpupack measured for this model, image size and precision on ``card``."""
+    try:
+        found = measurements.measured_batches(measurements.Config(model, image_size, 0,
+                                                                  measurements.precision_of(amp), card,
+                                                                  channels_last=channels_last))
+    except Exception:  # noqa: BLE001 -- an unreadable cache costs a correction, not the advice
+        return {}
+    return {b: m.train_samples_per_s for b, m in found.items() if m.train_samples_per_s}
+
+
+def speed(model: str, image_size: int, batch: int, card: str, *, amp: bool = True,
+          channels_last: bool = True) -> timemodel.Speed | None:
+    """The time model's figure, corrected by what this machine measured."""
+    return timemodel.speed(model, image_size, batch, card=card, amp=amp, channels_last=channels_last,
+                           measured=measured_speeds(model, image_size, card, amp=amp, channels_last=channels_last))
+
+
+def _memory(model: str, image_size: int, batch: int) -> int:
+    from scheduler.policy.estimate import estimate
+
+    return estimate(model, image_size, batch).peak_mib
+
+
+def facts(data: str | None, metric: str | None) -> adv.DataFacts:
+    """What the competition is: ``data`` a folder or a built-in name (None: digits)."""
+    from jobs import shelf
+    from jobs.data import load_competition
+
+    probe = planmod.Plan(name="advise", jobs=[{"name": "x", "kind": "lightgbm"}])
+    choice = datasource.choose(data, probe, None)
+    folder = datasource.materialised(choice.builtin) if choice.builtin else choice.dir
+    comp = load_competition(folder, metric)
+    if metric is None:
+        metric = shelf.get(choice.builtin).metric if choice.builtin else \
+            ("accuracy" if comp.task == "classification" else "rmse")
+        comp = load_competition(folder, metric)
+    written = None if choice.builtin == "digits" and data is None else \
+        (choice.builtin if choice.builtin else str(Path(choice.dir).resolve()))
+    return adv.DataFacts(rows=len(comp.train), test_rows=len(comp.test), images=comp.has_images, task=comp.task,
+                         metric=metric, features=len(comp.feature_cols),
+                         classes=len(comp.classes) if comp.task == "classification" else None,
+                         label=choice.label(), data=written)
+
+
+def advise(*, hardware: str, budget: str, data: str | None = None, metric: str | None = None,
+           models: list[str] | None = None, cpus: int | None = None, name: str = "advised") -> Advised:
+    try:
+        budget_s = parse_duration_s(budget)
+    except ValueError as e:
+        raise UserError(f"--budget: {e}") from None
+    if metric is not None and metric not in planmod.METRICS:
+        raise UserError(f"--metric: unknown metric '{metric}'; allowed: {', '.join(planmod.METRICS)}")
+    for m in models or []:
+        if m != adv.LIGHTGBM and m not in planmod.timm_models():
+            raise UserError(f"--models: timm does not know the model '{m}' (or name lightgbm)")
+    f = facts(data, metric)
+    req = adv.Request(card=hardware, budget=budget, budget_s=budget_s, cpus=cpus,
+                      models=tuple(models) if models else None, name=name)
+    advice = adv.advise(f, req, adv.Tools(memory=_memory, speed=speed))
+    text = to_yaml(advice, f)
+    plan = planmod.from_dict(yaml.safe_load(text), source="the advised plan")
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan), train_rows=f.rows)
+    if dry.changes:  # the planner and submit's fitter disagree: say so rather than hide it
+        advice.reasons.append("submit will change: " + "; ".join(dry.changes))
+    return Advised(advice, text, dry)
+
+
+def to_yaml(advice: adv.Advice, f: adv.DataFacts) -> str:
+    head = (f"# Written by `gpupack advise` for {f.label or 'the competition'} ({f.rows:,} train rows): estimated "
+            f"finish {advice.finish_s:.0f} s of a {advice.window_s:.0f} s training window (target "
+            f"{adv.MARGIN:.0%}: {advice.target_s:.0f} s).\n# Run it: python -m scheduler submit THIS_FILE\n")
+    return head + yaml.safe_dump(advice.plan, sort_keys=False, default_flow_style=None, width=120)
