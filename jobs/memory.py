@@ -10,12 +10,13 @@ runs on a GPU.
 from __future__ import annotations
 
 import gc
+import os
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from scheduler.core.hardware import memory_fraction
+from scheduler.core.hardware import Nvml, memory_fraction, visible_index
 
 # What a process holds on the card outside PyTorch's allocator (the CUDA context with cuBLAS/cuDNN kernels): 612 MiB
 # measured by NVML on an H100 (torch 2.11, CUDA 13), 300-1000 MiB elsewhere. A job's planned MiB counts it (the
@@ -80,6 +81,23 @@ class CudaMemory:
     def reserved_mib(self) -> float:
         return torch.cuda.memory_reserved(self.device) / 2**20
 
+    def reserved_peak_mib(self) -> float:
+        return torch.cuda.max_memory_reserved(self.device) / 2**20
+
+    def process_mib(self, nvml=None) -> float | None:
+        """What NVML shows for this process on the job's card (context, libraries and reserved memory), or None
+        when NVML cannot say (no NVML, or a PID namespace that hides the process)."""
+        physical = visible_index(os.environ.get("CUDA_VISIBLE_DEVICES"), self.device.index or 0)
+        try:
+            with Nvml(nvml) as nv:
+                mine = [b for pid, b in nv.process_bytes(nv.handle(physical)) if pid == os.getpid()]
+        except Exception:
+            return None
+        return mine[0] / 2**20 if mine else None
+
+    def card(self) -> str:
+        return torch.cuda.get_device_name(self.device)
+
     def recover(self) -> None:
         """After an out-of-memory error, once outside the ``except`` block (its frame holds the tensors)."""
         gc.collect()
@@ -115,3 +133,14 @@ class SimulatedDevice:
 
     def recover(self) -> None:
         gc.collect()
+
+
+def measured_figures(memory, batch_size: int, nvml=None) -> dict | None:
+    """A real card's figures for a fold trained at ``batch_size`` (the batch computed since the peak was last reset):
+    allocator peak, reserved peak, NVML per process, the card's and torch's names. None on the simulated device or
+    without a memory reader: those are not measurements."""
+    if memory is None or getattr(memory, "simulated", True):
+        return None
+    return {"batch_size": int(batch_size), "allocator_peak_mib": round(memory.peak_mib(), 1),
+            "reserved_mib": round(memory.reserved_peak_mib(), 1), "nvml_mib": memory.process_mib(nvml),
+            "card": memory.card(), "torch": torch.__version__}

@@ -27,7 +27,7 @@ import torch
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from jobs.data import Competition, split_folds
 from jobs.images import ImageSet, LoaderSettings, ResizableBatchSampler
-from jobs.memory import cap_process_memory, cuda_device
+from jobs.memory import cap_process_memory, cuda_device, measured_figures
 from jobs.models import new_model
 from jobs.throughput import ThroughputWindow
 from jobs.timm_tuning import REHEARSAL_BATCH_SIZE, Tuning, compute_batch, job_memory, starting_batch
@@ -155,11 +155,14 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
                                          epochs=epochs, val_true=y[va])
                 notes.append(f"kept fold {k}'s best epoch ({epochs}, {ctx.metric} {score:.4f}) as a partial model")
             break
+        # the real card's figures, read before prediction: the runtime keeps them in the measurements cache
+        measured = measured_figures(job.memory, fold.train_loader.batch_sampler.batch_size)
         fold.trainer.model.load_state_dict(best_state)
         test_pred = job.predict(fold.trainer, job.ordered(job.test_images))
         ctx.fold_finished(out, FoldOutput(fold=k, val_ids=ids[va], val_pred=best_val, test_pred=test_pred,
                                           score=best_score, epochs=epochs_run, samples_per_s=fold_rate,
-                                          val_true=y[va]))
+                                          val_true=y[va]),
+                          **({"measured": {**measured, "train_samples_per_s": fold_rate}} if measured else {}))
         del fold
         if job.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -13,6 +13,7 @@ from scheduler.cli.cmd_advise import advice_flags
 from scheduler.cli.common import common_flags
 from scheduler.core.errors import UserError
 from scheduler.core.units import parse_duration_s
+from scheduler.store import measurements
 
 
 def add_verbs(verbs) -> None:
@@ -110,7 +111,8 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     else:
         hardware = dryrun.resolve_hardware(plan, args.hardware)
     info = datasource.inspect(data, plan)  # the folder checked, and the submission's form, before any run
-    dry = dryrun.prepare(plan, hardware, estimated=not args.trust_plan_memory, train_rows=info["train_rows"])
+    dry = dryrun.prepare(plan, hardware, estimated=not args.trust_plan_memory, train_rows=info["train_rows"],
+                         measured=measurements.memory_source())
     dry.data = info
     dry.warnings += [f"data: {w}" for w in info["warnings"]]
     if args.dry_run:

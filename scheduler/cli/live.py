@@ -63,6 +63,12 @@ def _describe(ev: dict) -> str | None:
                 f"{format_duration(ev.get('training_left_s', 0))} of training left")
     if kind == "note":
         return f"{job or 'run'}: note: {ev.get('note')}"
+    if kind == "memory_over_estimate":
+        return (f"[yellow]warning:[/] {job}: real peak {ev['measured_mib']:,} MiB at batch {ev.get('batch_size')} is "
+                f"{ev['over']:.1%} over its estimate of {ev['estimated_mib']:,} MiB; waiting jobs of the same "
+                f"configuration use the measured figure")
+    if kind == "estimate_replaced":
+        return f"{job}: memory {ev['old_mib']:,} → {ev['new_mib']:,} MiB, {ev.get('source', 'measured')}"
     if kind == "launch" and ev.get("attempt", 1) > 1:
         return f"{job}: retry, attempt {ev['attempt']}"
     return None

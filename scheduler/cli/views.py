@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from scheduler.policy.dryrun import DryRun
+from scheduler.policy.estimate import OVER_ESTIMATE, over_estimate
 from scheduler.core.hardware import GpuReading
 from scheduler.core.units import format_duration, format_mib
 from scheduler.core.states import JobState
@@ -98,6 +99,20 @@ def _bar(done: float, total: float, width: int = 10) -> str:
     return "█" * filled + "·" * (width - filled)
 
 
+def memory_warning(job: dict) -> str | None:
+    """A warning when a job's real peak (NVML for its process, live or measured at a fold's end) passed the MiB it
+    was packed with (its estimate) by more than ``estimate.OVER_ESTIMATE``; None otherwise. The simulated device
+    of a CPU rehearsal is not a real peak."""
+    p = job.get("progress") or {}
+    live = None if p.get("gpu_memory_simulated") else p.get("gpu_memory_mib")
+    peak = max((v for v in (live, p.get("measured_mib")) if v), default=None)
+    over = over_estimate(job.get("gpu_memory_mib"), peak)
+    if over is None:
+        return None
+    return (f"{job['name']}: real peak {peak:,.0f} MiB is {over:.1%} over its estimate of {job['gpu_memory_mib']:,} "
+            f"MiB (more than {OVER_ESTIMATE:.0%}); waiting jobs of the same configuration use the measured figure")
+
+
 def run_table(jobs: list[dict], title: str) -> Table:
     """Per job: state, wave, device, memory against its share, utilisation, throughput, fold and epoch progress,
     time left, score. ``jobs`` are RunRecord.jobs() rows; figures missing show as a dash."""
@@ -127,9 +142,15 @@ def run_table(jobs: list[dict], title: str) -> Table:
         sps = p.get("train_samples_per_s", p.get("samples_per_s"))  # samples/s inside training steps
         left = format_duration(p.get("eta_s")) if j["state"] == JobState.RUNNING and p.get("eta_s") is not None else "—"
         score = j.get("cv_score") if j.get("cv_score") is not None else p.get("val_score", p.get("score"))
+        if memory_warning(j):
+            memory = f"[bold red]{memory}![/]"
         t.add_row(j["name"], f"[{colours[JobState(j['state'])]}]{j['state'][:9]}[/]", str(j["wave"]), device, memory,
                   "—" if util is None else f"{util:.0%}", "—" if sps is None else f"{sps:,.0f}", fold_cell,
                   epoch_cell, left, "—" if score is None else f"{score:.4f}")
+    warnings = [w for w in map(memory_warning, jobs) if w]
+    if warnings:
+        t.caption = "\n".join(f"[yellow]warning:[/] {w}" for w in warnings)
+        t.caption_justify = "left"
     return t
 
 

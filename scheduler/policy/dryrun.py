@@ -24,6 +24,7 @@ class DryRun:
     changes: list[str] = field(default_factory=list)  # batch and learning-rate changes made to fit the band
     whole: dict[str, tuple[str, list[int]]] = field(default_factory=dict)  # multi-GPU jobs: node, device indices
     data: dict | None = None  # the competition, checked: rows, the submission's form and why (datasource.inspect)
+    figures: dict = field(default_factory=dict)  # job -> estimate.Figure at the packed batch: computed or measured
 
     def job_rows(self) -> list[dict]:
         rows = []
@@ -46,6 +47,11 @@ class DryRun:
                 row["devices"] = self.whole[job.name][1]
             row["declared_mib"] = self.declared.get(job.name)
             row["estimated_mib"] = self.estimated.get(job.name)
+            fig = self.figures.get(job.name)
+            if fig is not None:  # which figure packed it: measured on a real card, or computed
+                row["estimate_source"] = fig.source
+                row["computed_mib"] = fig.computed_mib
+                row["measured_mib"] = fig.measured_mib
             row["reason"] = a.reason
             rows.append(row)
         return rows
@@ -134,15 +140,21 @@ def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None) -> list[FitJ
     return out
 
 
-def _estimator(plan: Plan):
-    from scheduler.policy.estimate import estimate
+def _estimator(plan: Plan, card: str | None = None, measured=None, seen: dict | None = None):
+    """(job, batch) -> MiB for the fitter: a measured figure of ``card`` when there is one, else the computed one;
+    each answer is kept in ``seen`` as an ``estimate.Figure``."""
+    from scheduler.policy.estimate import figure
 
     specs = {j.name: j for j in plan.jobs}
+    seen = {} if seen is None else seen
 
     def est(name: str, batch: int) -> int:
         j = specs[name]
-        return estimate(j.model, j.image_size, batch, amp=getattr(j, "amp", True),
-                        optimizer=getattr(j, "optimizer", "adamw"), channels_last=getattr(j, "channels_last", True)).peak_mib
+        if (name, batch) not in seen:
+            seen[name, batch] = figure(j.model, j.image_size, batch, amp=getattr(j, "amp", True),
+                                       optimizer=getattr(j, "optimizer", "adamw"),
+                                       channels_last=getattr(j, "channels_last", True), card=card, measured=measured)
+        return seen[name, batch].mib
 
     return est
 
@@ -184,17 +196,23 @@ def _with_whole(placement: Placement, whole: dict, hardware: hw.Hardware, plan: 
                                nodes=hardware.nodes)
 
 
-def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_rows: int | None = None) -> DryRun:
+def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_rows: int | None = None, *,
+            measured=None) -> DryRun:
     """Estimate, fit into the band and pack ``plan`` onto ``hardware``; collect what a person should know first.
 
     ``estimated=False`` packs the plan's own ``gpu_memory`` figures as written (``--trust-plan-memory``).
     ``train_rows`` (train.csv's rows) lets the fitter cap batches that would leave a fold too few optimizer steps.
+    ``measured`` (an ``estimate.MeasuredFn``, e.g. ``store.measurements.memory_source()``) gives figures real cards
+    measured: they are used before computed ones, and each job's row says which (``estimate_source``).
     """
     if not hardware.devices and any(j.uses_gpu for j in plan.jobs):
         raise UserError(f"plan '{plan.name}' has GPU jobs but hardware '{hardware.profile}' has no GPU")
     whole, nodes = _whole_devices(plan, hardware, plan.band[1])
     shared = plan.model_copy(update={"jobs": [j for j in plan.jobs if j.name not in whole]})
-    fitted = fit(_fit_jobs(shared, estimated, train_rows), nodes, plan.band, _estimator(plan) if estimated else None)
+    seen: dict = {}
+    card = hardware.profile if hw.PROFILES.get(hardware.profile) else None
+    est = _estimator(plan, card, measured, seen) if estimated else None
+    fitted = fit(_fit_jobs(shared, estimated, train_rows), nodes, plan.band, est)
     placement = _with_whole(fitted.placement, whole, hardware, plan)
     updates = []
     for job in plan.jobs:
@@ -211,7 +229,12 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
                  for c in fitted.changes]
     low, high = plan.band
     dry = DryRun(adjusted, hardware, placement, [], declared={j.name: j.resources.gpu_memory for j in plan.jobs},
-                 estimated=fitted.estimated_mib, changes=[c.describe() for c in fitted.changes], whole=whole)
+                 estimated=fitted.estimated_mib, changes=[c.describe() for c in fitted.changes], whole=whole,
+                 figures={n: seen[n, fitted.batches[n]] for n in fitted.estimated_mib if (n, fitted.batches[n]) in seen})
+    for name, fig in dry.figures.items():
+        if fig.measured_mib is not None:
+            warnings.append(f"{name}: {fig.mib:,} MiB {fig.source} (computed {fig.computed_mib:,} MiB, "
+                            f"{(fig.computed_mib - fig.mib) / fig.mib:+.1%})")
     for row in dry.device_rows():
         if row["jobs"] and row["share"] < low:
             warnings.append(

@@ -14,14 +14,9 @@ not. ``_CudaAutocastFp32`` upcasts those ops' inputs, so the saved tensors are t
 ViT-B b256: 24.5 GiB this way against 24.4 measured on CUDA, 19.2 without it). Fused SDPA, which timm uses when
 ``timm.layers.use_fused_attn()`` is on, saves the same on both; that flag is part of the cache key.
 
-What is not in the tensors is modelled by constants, calibrated on timm's RTX 3090 training benchmark
-(``benchmarks/estimator.py``):
-
-* ``workspace_mib = WORKSPACE_FIXED_MIB + ALLOCATOR_SLACK · activations_mib``: cuDNN/cuBLAS workspaces (cuDNN's
-  benchmark mode picks algorithms that use up to a few hundred MiB) plus the caching allocator's rounding and
-  fragmentation and the gradients in flight during backward, which grow with the activations.
-* ``cuda_context_mib = CUDA_CONTEXT_MIB``: the CUDA context with cuBLAS/cuDNN kernels loaded (300-1000 MiB
-  depending on the CUDA version and lazy loading; counted against the card by NVML, outside PyTorch's allocator).
+What is not in the tensors (the CUDA context, the libraries' handles and kernels, cuBLAS/cuDNN workspaces, the
+caching allocator's rounding, and the packer's safety margin) is ``policy.overhead``'s model, per card and torch
+version, with its sources; ``Estimate.peak_mib`` is what NVML would show for the process at the step's peak.
 """
 
 from __future__ import annotations
@@ -35,19 +30,13 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from scheduler.core.errors import UserError
+from scheduler.policy.overhead import overhead_for
 
 MIB = 1024 * 1024
 LADDER = (512, 384, 256, 192, 128, 96, 64, 48, 32, 24, 16, 8, 4, 2, 1)
-
-# Fitted on the "fit" half of timm's RTX 3090 benchmark (benchmarks/estimator.py --all; 94 % agreement there and on
-# the held-out half). At 24 GB every row has ~20 GB of activations, so the data cannot tell a fixed term from a
-# proportional one (context + fixed workspace 0-2250 MiB trades against slack 10-0 %); 1.04 x + 1.5 GiB was kept from
-# that ridge because it grows with the job, as NOTES.md's "1.1 x estimate + 1-1.5 GiB" budget does.
-CUDA_CONTEXT_MIB = 600.0
-WORKSPACE_FIXED_MIB = 900.0
-ALLOCATOR_SLACK = 0.04
 
 # fp32 optimizer state per parameter, in copies of the parameter.
 OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "lamb": 2, "nadam": 2, "radam": 2, "sgd": 1, "momentum": 1,
@@ -79,20 +68,24 @@ class Estimate:
     optimizer_mib: float
     activations_mib: float
     activations_per_sample_mib: float
-    workspace_mib: float
-    cuda_context_mib: float
+    workspace_mib: float  # the allocator's part beyond the tensors: workspaces, rounding, the safety margin
+    cuda_context_mib: float  # outside the allocator: the CUDA context and the libraries' handles and kernels
     peak_mib: int
     seconds: float
     cached: bool
+    card: str = ""  # the card whose overhead was used ("" when unknown)
+    overhead: dict | None = None  # policy.overhead.Overhead of that card and torch version, with its basis
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
 def estimate(model: str, image_size: int, batch_size: int, *, amp: bool = True, optimizer: str = "adamw",
-             channels_last: bool = True, num_classes: int = 1000, cache_dir: Path | None = None) -> Estimate:
-    """The peak memory of one training step of timm ``model`` (CUDA, one GPU), measured once per configuration and
-    cached on disk, so every other batch size is answered at once."""
+             channels_last: bool = True, num_classes: int = 1000, cache_dir: Path | None = None,
+             card: str | None = None, torch_version: str | None = None) -> Estimate:
+    """The peak memory of one training step of timm ``model`` (CUDA, one GPU) as the card shows it for the process;
+    the activations are measured once per configuration and cached on disk, so every other batch size is answered
+    at once. ``card`` (a hardware profile) and ``torch_version`` (default: this one) choose the overhead model."""
     _check_positive(image_size=image_size, batch_size=batch_size, num_classes=num_classes)
     optimizer = optimizer.lower()
     if optimizer not in OPTIMIZER_STATES:
@@ -105,13 +98,62 @@ def estimate(model: str, image_size: int, batch_size: int, *, amp: bool = True, 
     opt = OPTIMIZER_STATES[optimizer] * grads
     per_sample = m["per_sample_bytes"] / MIB
     activations = max(0.0, m["fixed_bytes"] / MIB + per_sample * batch_size)
-    workspace = WORKSPACE_FIXED_MIB + ALLOCATOR_SLACK * activations
-    total = weights + grads + opt + activations + workspace + CUDA_CONTEXT_MIB
+    over = overhead_for(card, torch_version)
+    tensors = weights + grads + opt + activations
+    workspace = over.allocator_mib(tensors) - tensors
+    context = over.context_mib + over.libraries_mib
+    total = tensors + workspace + context
     return Estimate(model=model, image_size=image_size, batch_size=batch_size, amp=amp, optimizer=optimizer,
                     channels_last=channels_last, params=m["params"], weights_mib=weights, gradients_mib=grads,
                     optimizer_mib=opt, activations_mib=activations, activations_per_sample_mib=per_sample,
-                    workspace_mib=workspace, cuda_context_mib=CUDA_CONTEXT_MIB, peak_mib=math.ceil(total),
-                    seconds=0.0 if m["cached"] else m["seconds"], cached=m["cached"])
+                    workspace_mib=workspace, cuda_context_mib=context, peak_mib=math.ceil(total),
+                    seconds=0.0 if m["cached"] else m["seconds"], cached=m["cached"], card=card or "",
+                    overhead=over.to_json())
+
+
+# (model, image_size, batch_size, *, amp, optimizer, channels_last, card) -> (MiB, source) or None: a measured figure
+# from a real card (``store.measurements.memory_source``), handed in by the layer that reads the cache.
+MeasuredFn = Callable[..., "tuple[float, str] | None"]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """The memory a job is packed with: a measured figure when a real card measured this configuration (or two or
+    more batches of it), else the computed one; ``source`` says which."""
+
+    mib: int
+    source: str  # "computed", "measured" or "measured, scaled from batches 64, 256"
+    computed_mib: int
+    measured_mib: int | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def figure(model: str, image_size: int, batch_size: int, *, amp: bool = True, optimizer: str = "adamw",
+           channels_last: bool = True, card: str | None = None, measured: MeasuredFn | None = None,
+           cache_dir: Path | None = None) -> Figure:
+    """The figure to pack ``model`` at ``batch_size`` with: measured before computed."""
+    computed = estimate(model, image_size, batch_size, amp=amp, optimizer=optimizer, channels_last=channels_last,
+                        cache_dir=cache_dir, card=card).peak_mib
+    got = None if measured is None else measured(model, image_size, batch_size, amp=amp, optimizer=optimizer.lower(),
+                                                  channels_last=channels_last, card=card or "")
+    if not got:
+        return Figure(computed, "computed", computed)
+    mib, source = got
+    return Figure(math.ceil(mib), source, computed, math.ceil(mib))
+
+
+OVER_ESTIMATE = 0.05  # a real peak this far over its estimate draws a warning, and the measured figure is used
+
+
+def over_estimate(estimated_mib: float | None, measured_mib: float | None) -> float | None:
+    """How far ``measured_mib`` passed ``estimated_mib`` (0.08 = 8 % over) when it is more than ``OVER_ESTIMATE``;
+    None otherwise, or when either is unknown."""
+    if not estimated_mib or not measured_mib or estimated_mib <= 0:
+        return None
+    over = measured_mib / estimated_mib - 1
+    return over if over > OVER_ESTIMATE else None
 
 
 def largest_batch(model, image_size, limit_mib, amp=True, optimizer="adamw", ladder=LADDER, **kw) -> int | None:

@@ -1,7 +1,7 @@
 """Fit a plan into the band: what each job really costs, and the batch sizes that let the plan run together.
 
 A plan's ``gpu_memory`` figures are claims. For every job whose memory can be estimated (a timm job, a command job
-that names its timm model), the estimate is what gets packed, and a claim more than 20 % off draws a warning with
+that names its timm model), the estimate is what gets packed, and a claim more than 20 % off (of the claim) draws a warning with
 both numbers. When the jobs, as written, need more waves than they would with every adjustable batch at its smallest
 rung, the largest adjustable job steps one rung down the ladder (512→384→256→192→128→96→64→48→32→…, learning rate
 scaled with the batch) until they do, so the plan keeps its parallelism at the smallest cost in batch size. A job with
@@ -132,7 +132,7 @@ def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float]
     first = memory()
     for j in jobs:
         if j.name in estimable and j.declared_mib and not j.auto_batch:
-            off = abs(first[j.name] - j.declared_mib) / first[j.name]
+            off = abs(first[j.name] - j.declared_mib) / j.declared_mib  # how far the claim is from the estimate
             if off > CLAIM_TOLERANCE:
                 warnings.append(
                     f"{j.name}: the plan claims {j.declared_mib:,} MiB but batch {batches[j.name]} is estimated at "

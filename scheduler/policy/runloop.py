@@ -7,14 +7,18 @@ into events and the instructions into actor calls and writes to the run folder. 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
 from scheduler.core.states import JobState, legal
+
 from scheduler.policy import budget
+from scheduler.policy.estimate import over_estimate
 from scheduler.policy.runmessages import (  # noqa: F401  (the messages are the state machine's vocabulary)
     Start, JobStarted, JobReported, JobFigures, JobFinished, JobFailed, Cluster, CapacitySeen, CancelAsked, Tick,
-    Interrupted, Abandon, Launch, AskStop, Kill, SetLimits, Move, Transition, Record, Log, Progress, Window)
+    Interrupted, Abandon, Launch, AskStop, Kill, SetLimits, Move, Transition, Record, Log, Progress, Window,
+    PeakMeasured)
 
 DeviceKey = tuple[str, int]
 REBALANCE_S = 5.0
@@ -133,6 +137,42 @@ class RunState:
         j = self.jobs[ev.job]
         j.progress.update({k: v for k, v in ev.figures.items() if v is not None})
         return [Progress(ev.job, dict(j.progress))]
+
+    def _config(self, name: str, batch=None) -> tuple | None:
+        """What makes two jobs' memory the same: model, image size, batch, precision, optimizer, memory format."""
+        spec = self.plan.job(name)
+        if not getattr(spec, "model", None):
+            return None
+        return (spec.model, getattr(spec, "image_size", None), batch or getattr(spec, "batch_size", None),
+                getattr(spec, "amp", True), getattr(spec, "optimizer", "adamw"), getattr(spec, "channels_last", True))
+
+    def _on_PeakMeasured(self, ev: PeakMeasured) -> list:
+        """A real peak: a warning when it passed the job's estimate by more than ``estimate.OVER_ESTIMATE``, and
+        every job of the same configuration still waiting for its wave asks for the measured MiB instead (it is
+        relaunched where it waits; nothing of it had started)."""
+        j, planned, mib = self.jobs[ev.job], self.where[ev.job].gpu_memory_mib, math.ceil(ev.mib)
+        j.progress.update(measured_mib=mib, measured_batch=ev.batch)
+        out: list = []
+        over = over_estimate(planned, mib) if ev.batch == getattr(self.plan.job(ev.job), "batch_size", None) else None
+        if over is not None:
+            out.append(Record("memory_over_estimate", ev.job, {"estimated_mib": planned, "measured_mib": mib,
+                                                                "over": round(over, 4), "batch_size": ev.batch}))
+            j.progress["over_estimate"] = round(over, 4)
+        key = self._config(ev.job, ev.batch)
+        for name, other in self.jobs.items():
+            a = self.where[name]
+            waiting = other.launched and other.started is None and other.state == JobState.PENDING
+            if (name == ev.job or not waiting or name in self.whole or key is None or self._config(name) != key
+                    or over_estimate(a.gpu_memory_mib, mib) is None
+                    or mib > ev.capacity.get((a.node, a.device), mib)):
+                continue
+            self.where[name] = dataclasses.replace(a, gpu_memory_mib=mib)
+            out += [Record("estimate_replaced", name, {"old_mib": a.gpu_memory_mib, "new_mib": mib,
+                                                        "source": ev.source, "measured_by": ev.job}),
+                    Log(name, f"memory {a.gpu_memory_mib:,} → {mib:,} MiB: {ev.job} measured {mib:,} MiB for the "
+                              f"same configuration ({ev.source})"),
+                    Kill(name, "relaunched with the measured memory"), self._launch(name, count_attempt=False)]
+        return out + [Progress(ev.job, dict(j.progress))]
 
     def _on_JobFinished(self, ev: JobFinished) -> list:
         j = self.jobs[ev.job]

@@ -54,6 +54,19 @@ class JobFailed:
 
 
 @dataclass(frozen=True)
+class PeakMeasured:
+    """A real card's figure for a job at the end of a fold: ``mib`` as NVML shows its process, at ``batch``.
+    ``capacity``: {(node, device): MiB under the band's top}, so a job is never asked for more than its device has."""
+
+    job: str
+    batch: int
+    mib: float
+    source: str
+    now: float
+    capacity: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Cluster:
     """Ray's view of the alive nodes and devices (MiB), when a job fails or the driver looks for joined nodes."""
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from jobs.contract import FoldOutput, JobOutput
-from scheduler.store import outputs
+from scheduler.store import measurements, outputs
 from scheduler.core.errors import UserError
 from scheduler.core.states import JobState
 from scheduler.store.record import RunRecord
@@ -206,6 +206,7 @@ def resume_plan(run_dir: Path, budget_s: float | None):
     choice = datasource.DataChoice(None if info.get("builtin") else Path(info["data_dir"]), info.get("builtin"))
     plan = datasource.with_metric(plan, choice)
     rows = datasource.inspect(choice, plan)["train_rows"]  # the same statistics cap as the first run
-    dry = dryrun.prepare(plan, hardware, estimated=not info.get("trust_plan_memory", False), train_rows=rows)
+    dry = dryrun.prepare(plan, hardware, estimated=not info.get("trust_plan_memory", False), train_rows=rows,
+                         measured=measurements.memory_source())
     training_s = plan.budget * (1 - plan.reserve_for_inference) if budget_s else None
     return dry, choice, training_s

@@ -16,7 +16,7 @@ from scheduler.core.states import JobState
 from scheduler.policy import runloop as rl
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime import resume
-from scheduler.store import outputs
+from scheduler.store import measurements, outputs
 from scheduler.store.record import RunRecord
 
 
@@ -152,6 +152,33 @@ class Runner:
             self.record.event(kind, name, **{k: v for k, v in ev.items() if k != "time"}, job_time=ev.get("time"))
             self.observed(name, kind, ev)
             self.handle(rl.JobReported(name, kind, ev, ev.get("time") or time.time()))
+            if kind == "fold" and isinstance(ev.get("measured"), dict):
+                self.remember(name, ev["measured"])
+
+    def remember(self, name: str, m: dict) -> None:
+        """A real card's figures for a job's fold: kept in the measurements cache (the next estimate of the same
+        configuration uses them), and handed to the state machine (a warning past the estimate; waiting jobs of the
+        same configuration ask for the measured MiB)."""
+        spec = self.plan.job(name)
+        if not getattr(spec, "model", None) or not m.get("batch_size"):
+            return
+        card = measurements.card_name(m.get("card") or self.dry.hardware.profile)
+        config = measurements.Config(spec.model, spec.image_size, int(m["batch_size"]),
+                                     measurements.precision_of(getattr(spec, "amp", True)), card, m.get("torch"),
+                                     getattr(spec, "optimizer", "adamw"), getattr(spec, "channels_last", True))
+        source = f"{self.record.dir.name}/{name}"
+        try:
+            measurements.record(config, allocator_peak_mib=m.get("allocator_peak_mib"),
+                                reserved_mib=m.get("reserved_mib"), nvml_mib=m.get("nvml_mib"),
+                                train_samples_per_s=m.get("train_samples_per_s"), source=source)
+        except Exception as e:  # a cache that cannot be written costs the next estimate, not this run
+            self.log(name, f"measurements cache not written: {e}")
+        mib = measurements.process_mib(m.get("nvml_mib"), m.get("allocator_peak_mib"), card, m.get("torch"))
+        if mib:
+            high = self.plan.band[1]
+            capacity = {(d.node, d.index): int(d.memory_mib * high) for d in self.devices}
+            self.handle(rl.PeakMeasured(name, int(m["batch_size"]), mib, f"measured on {card} by {source}",
+                                        time.time(), capacity))
 
     def observed(self, name: str, kind: str, ev: dict) -> None:
         """A report, for whoever watches the run (the Ray driver's monitor)."""
@@ -189,7 +216,7 @@ class Runner:
         elif isinstance(ins, rl.Launch):
             self.launch(ins)
             a = ins.where
-            self.record.update_job(ins.job, attempts=ins.attempt, progress=ins.progress)
+            self.record.update_job(ins.job, attempts=ins.attempt, progress=ins.progress, gpu_memory_mib=a.gpu_memory_mib)
             self.record.event("launch", ins.job, attempt=ins.attempt, wave=a.wave, node=a.node, device=a.device,
                               gpu_memory_mib=a.gpu_memory_mib, cpus=a.cpus)
         elif isinstance(ins, rl.AskStop):

@@ -227,6 +227,44 @@ def fit_line(points: dict[int, float]) -> tuple[float, float] | None:
     return my - slope * mx, slope
 
 
+def memory_source(*, path: Path | str | None = None, torch: str | None = None):
+    """A ``policy.estimate.MeasuredFn`` over this cache: for a configuration, the MiB NVML showed for the process
+    (exact or scaled in the batch) with its source, or None. Measurements of ``torch`` (default: this process's
+    version) come first, then those of any version. Where NVML's figure is missing, the allocator's peak plus the
+    overhead model's part outside the allocator stands in for it."""
+    this = torch or torch_version()
+
+    def measured(model, image_size, batch_size, *, amp=True, optimizer="adamw", channels_last=True, card=""):
+        if not card:
+            return None
+        for version in dict.fromkeys((this, None)):
+            config = Config(model, image_size, batch_size, precision_of(amp), card, version, optimizer, channels_last)
+            found = scaled(config, figure="nvml_mib", path=path)
+            if found is not None:
+                return found.mib, f"{found.source} on {card_name(card)}"
+            found = scaled(config, figure="allocator_peak_mib", path=path)
+            if found is not None:
+                mib = process_mib(None, found.mib, card, version or this)
+                return mib, f"{found.source} on {card_name(card)} (allocator peak + context)"
+        return None
+
+    return measured
+
+
+def process_mib(nvml_mib: float | None, allocator_peak_mib: float | None, card: str | None,
+                torch: str | None = None) -> float | None:
+    """What the card gives up to a process: NVML's figure when there is one, else the allocator's peak with the
+    overhead model's rounding, CUDA context and libraries (``policy.overhead``) added."""
+    if _positive(nvml_mib):
+        return float(nvml_mib)
+    if not _positive(allocator_peak_mib):
+        return None
+    from scheduler.policy.overhead import overhead_for
+
+    o = overhead_for(card, torch)
+    return allocator_peak_mib * (1 + o.rounding) + o.context_mib + o.libraries_mib
+
+
 def throughput(config: Config, *, path: Path | str | None = None) -> float | None:
     """Training samples/s measured for exactly ``config``, or None."""
     m = lookup(config, path=path)

@@ -32,6 +32,48 @@ def _expected_gains(run_dir: Path) -> str:
             + "; ".join(parts) + ".</p>")
 
 
+def estimated_vs_measured(placement_jobs: list[dict], events: list[dict]) -> list[dict]:
+    """Per GPU job: the MiB it was packed with and where that figure came from (placement.json), and what the card
+    really showed: the largest of NVML's figure for its process at a fold's end and the live NVML readings (the
+    simulated device of a rehearsal is no measurement), with the error (estimate − measured) ÷ measured."""
+    measured: dict[str, float] = {}
+    for e in events:
+        m = e.get("measured") if e["event"] == "fold" else None
+        value = (m or {}).get("nvml_mib") or (m or {}).get("allocator_peak_mib")
+        if e["event"] == "telemetry" and not e.get("gpu_memory_simulated"):
+            value = e.get("gpu_memory_mib")
+        if value and e.get("job"):
+            measured[e["job"]] = max(measured.get(e["job"], 0.0), float(value))
+    rows = []
+    for j in placement_jobs:
+        if j.get("device") is None:
+            continue
+        est, real = j.get("gpu_memory_mib"), measured.get(j["name"])
+        rows.append({"job": j["name"], "batch_size": j.get("batch_size"), "estimated_mib": est,
+                     "source": j.get("estimate_source") or ("computed" if j.get("estimated_mib") else "plan"),
+                     "computed_mib": j.get("computed_mib", j.get("estimated_mib")), "measured_mib": real,
+                     "error": None if not (est and real) else (est - real) / real})
+    return rows
+
+
+def _memory_table(run_dir: Path, events: list[dict]) -> str:
+    try:
+        jobs = json.loads((run_dir / "placement.json").read_text()).get("jobs", [])
+    except (OSError, ValueError):
+        return ""
+    rows = estimated_vs_measured(jobs, events)
+    if not rows:
+        return ""
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (
+            r["job"], str(r["batch_size"] or "—"), f"{r['estimated_mib']:,}" if r["estimated_mib"] else "—",
+            r["source"], "—" if r["measured_mib"] is None else f"{r['measured_mib']:,.0f}",
+            "—" if r["error"] is None else f"{r['error']:+.1%}")) + "</tr>" for r in rows)
+    head = "".join(f"<th>{h}</th>" for h in ("job", "batch", "estimated MiB", "source", "measured MiB (NVML)",
+                                              "error"))
+    return f"<h2>Memory: estimated vs measured</h2><table><tr>{head}</tr>{body}</table>"
+
+
 def _rate(value) -> str:
     return "—" if value is None else f"{value:,.0f}"
 
@@ -170,6 +212,7 @@ Run folder: <code>{html.escape(str(record.dir))}</code></p>
 {gains}
 <img alt="memory and throughput timeline" src="data:image/png;base64,{picture}" style="max-width:100%">
 <h2>Jobs</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{''.join(rows)}</table>
+{_memory_table(record.dir, events)}
 </body></html>"""
     out = record.dir / "report.html"
     out.write_text(page)
