@@ -91,10 +91,20 @@ def show(advised, console: Console) -> None:
         console.print(f"wave {w['wave']}: {len(w['jobs'])} jobs, {w['used_mib']:,} MiB ({w['share']:.0%} of the card), "
                       f"{format_duration(w['seconds'])}; packing gain {w['packing_gain']:.2f} (each job "
                       f"{w['slowdown']:.2f}× slower than alone; {w['gain_source']})")
-    sources = {p["name"]: p["source"] for j in a.jobs if j.get("speed") for p in j["speed"]["parts"]}
+    sources = {p["name"]: p["source"] for j in a.jobs if j.get("speed") for p in j["speed"]["parts"]
+               if p["name"] != "benchmark_images_per_s"}
+    rows = sorted({p["source"] for j in a.jobs if j.get("speed") for p in j["speed"]["parts"]
+                   if p["name"] == "benchmark_images_per_s"})
+    bases: dict[str, list[str]] = {}
+    for source in rows:  # "<benchmark (file)>: <model> at <px>, batch <b>", grouped by file
+        where, _, what = source.partition(": ")
+        bases.setdefault(where, []).append(what)
+    for where, what in bases.items():
+        console.print(f"  [dim]base: {where}: {'; '.join(what)}[/]")
     for name, source in sources.items():
         console.print(f"  [dim]{name}: {source}[/]")
     for r in a.reasons:
         console.print(f"- {r}")
     for w in advised.dry.warnings:
-        console.print(f"[yellow]dry run: {w}[/]")
+        if "waits for wave" not in w and "wait for a later wave" not in w:  # the waves above say it already
+            console.print(f"[yellow]dry run: {w}[/]")

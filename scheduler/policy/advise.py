@@ -24,6 +24,7 @@ Pure: the memory estimate and the speed of a model come in as functions (``Tools
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -32,10 +33,10 @@ from scheduler.core import hardware as hw
 from scheduler.core.errors import UserError
 from scheduler.core.units import format_duration
 from scheduler.policy import colocation, timemodel
-from scheduler.policy.autotune import (MIN_OPTIMIZER_STEPS, PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS,
-                                       optimizer_steps, statistical_cap)
+from scheduler.policy.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps, statistical_cap
 from scheduler.policy.dryrun import fold_train_rows
 from scheduler.policy.fit import RUNGS
+from scheduler.policy.packing import Demand, pack
 from scheduler.policy.timemodel import Speed, Work
 
 SHORTLIST = ("resnet50", "efficientnet_b0", "resnet34", "efficientnet_b2", "resnet18", "efficientnet_b3",
@@ -46,6 +47,8 @@ EPOCH_LADDER = (10, 8, 6, 4, 3, 2, 1)
 FOLDS = (5, 3)
 MARGIN = 0.70
 VARIANT_LRS = (5e-4, 2e-3)
+MAX_WAVES = 3
+MAX_JOBS = 16
 LR = 1e-3
 LGBM_CELLS_PER_CORE_S = 2e7  # rows × features × boosting rounds per core-second: a rough figure, no benchmark
 LGBM_ROUNDS = 500  # rounds a fold usually runs before early stopping ends it
@@ -96,6 +99,16 @@ class Job:
     speed: Speed | None = None
     seconds: float = 0.0  # in its wave, slowed by its neighbours
     seconds_alone: float = 0.0
+    wave: int = 0
+
+
+@dataclass
+class Timing:
+    jobs: list[Job]
+    finish: float  # seconds: the waves one after the other, LightGBM beside them
+    waves: list[dict]
+    lgbm_s: float
+    lgbm_cpus: int
 
 
 @dataclass(frozen=True)
@@ -137,10 +150,7 @@ def image_size(model: str, step: int) -> int:
 
 
 def work(rows: int, test_rows: int, shape: Shape, batch: int) -> Work:
-    train = fold_train_rows(rows, shape.folds) or rows
-    steps = optimizer_steps(train, batch, shape.epochs)
-    bn = min(PRECISE_BN_MAX_SAMPLES, train) if steps < PRECISE_BN_UNDER_STEPS else 0
-    return Work(train, rows - train, test_rows, shape.epochs, shape.folds, bn)
+    return timemodel.work_for(rows, test_rows, folds=shape.folds, epochs=shape.epochs, batch=batch)
 
 
 def lightgbm_s(facts: DataFacts, folds: int, cpus: int) -> float:
@@ -204,49 +214,95 @@ class _Planner:
                         used += base.mib
         return chosen[:shape.max_jobs]
 
-    def timed(self, shape: Shape) -> tuple[list[Job], float, dict, float, int]:
-        jobs = self.jobs(shape)
+    def timed(self, shape: Shape, jobs: list[Job]) -> Timing:
+        """Pack ``jobs`` as ``submit`` will (the same packer, memory and cores), then time each wave."""
         lgbm_cpus = (max(1, self.cpus // 3) if jobs else self.cpus) if self.lightgbm else 0
-        per = max(1, min(8, (self.cpus - lgbm_cpus) // max(1, len(jobs))))
+        first = [j for j in jobs if j.wave == 0] or jobs
+        per = max(1, min(8, (self.cpus - lgbm_cpus) // max(1, len(first))))
+        demands = [Demand("lgbm", 0, lgbm_cpus)] if self.lightgbm else []
         for j in jobs:
             j.cpus = per
-            j.speed = self.tools.speed(j.model, j.image_size, j.batch, self.card)
+            j.speed = j.speed or self.tools.speed(j.model, j.image_size, j.batch, self.card)
             if j.speed is None:
                 raise UserError(f"no time figure for {j.model}: it has no row in timm's benchmark "
                                 f"({timemodel.benchmark_dir()}) and gpupack has measured none on {self.card}")
-        wave = colocation.shared([j.speed for j in jobs], self.card) if jobs else None
-        gpu_s = 0.0
-        for j in jobs:
-            w = work(self.facts.rows, self.facts.test_rows, shape, j.batch)
-            j.seconds_alone = timemodel.job_s(j.speed, w)
-            j.seconds = timemodel.job_s(j.speed, w, wave["slowdown"])
-            gpu_s = max(gpu_s, j.seconds)
+            demands.append(Demand(j.name, j.mib, j.cpus))
+        placement = pack(demands, self.hardware.nodes, self.req.band)
+        waves, gpu_s = [], 0.0
+        for w in range(placement.waves):
+            members = [j for j in jobs if placement.of(j.name).wave == w]
+            if not members:
+                continue
+            shared = colocation.shared([j.speed for j in members], self.card)
+            for j in members:
+                j.wave = w
+                wk = work(self.facts.rows, self.facts.test_rows, shape, j.batch)
+                j.seconds_alone = timemodel.job_s(j.speed, wk)
+                j.seconds = timemodel.job_s(j.speed, wk, shared["slowdown"])
+            used = sum(j.mib for j in members)
+            waves.append({"wave": w, "jobs": [j.name for j in members], "used_mib": used,
+                          "share": round(used / self.memory_mib, 4),
+                          "seconds": round(max(j.seconds for j in members), 1), "packing_gain": shared["gain"],
+                          "slowdown": shared["slowdown"], "gain_source": shared["source"],
+                          "gain_parts": shared["parts"]})
+            gpu_s += max(j.seconds for j in members)
         lgbm_s = lightgbm_s(self.facts, shape.folds, lgbm_cpus) if self.lightgbm else 0.0
-        return jobs, max(gpu_s, lgbm_s), wave, lgbm_s, lgbm_cpus
+        return Timing(jobs, max(gpu_s, lgbm_s), waves, lgbm_s, lgbm_cpus)
+
+    def extras(self, shape: Shape, jobs: list[Job]) -> list[Job]:
+        """Jobs for later waves: the models that did not fit the first, then (for the shortlist) variants."""
+        have = {j.name for j in jobs}
+        out = []
+        for model in self.models:
+            size = image_size(model, shape.size_step)
+            found = self.batch(model, size, shape)
+            if found is not None and model not in have:
+                out.append(Job(model, model, size, *found, wave=1))
+        if self.fill:
+            for lr in VARIANT_LRS:
+                for base in [j for j in jobs + out if j.lr == LR]:
+                    name = f"{base.model}_lr{lr:g}"
+                    if name not in have:
+                        out.append(Job(name, base.model, base.image_size, base.batch, base.mib, lr, wave=1))
+        return out
+
+    def grow(self, shape: Shape, timing: Timing) -> Timing:
+        """Later waves while the plan still finishes inside the margin (at most ``MAX_WAVES``)."""
+        for extra in self.extras(shape, timing.jobs):
+            if len(timing.jobs) >= MAX_JOBS:
+                break
+            trial = self.timed(shape, [dataclasses.replace(j) for j in timing.jobs] + [extra])
+            if trial.finish <= self.target and len(trial.waves) <= MAX_WAVES:
+                timing = trial
+        return self.timed(shape, timing.jobs)
 
     def shapes(self):
-        epochs0 = default_epochs(self.facts.rows)
-        most = 64
+        """Plans from the fullest to the smallest: folds 5 → 3, then fewer jobs (down to 2: a short budget trains a
+        few models well rather than many badly), then fewer epochs, then smaller images, then one job."""
+        epochs0, most = default_epochs(self.facts.rows), MAX_JOBS
         for folds in FOLDS:
             yield Shape(folds, epochs0, 0, most)
+        few = FOLDS[-1]
+        for n in range(len(self.jobs(Shape(few, epochs0, 0, most))) - 1, 1, -1):
+            yield Shape(few, epochs0, 0, n)
         for epochs in (e for e in EPOCH_LADDER if e < epochs0):
-            yield Shape(FOLDS[-1], epochs, 0, most)
+            yield Shape(few, epochs, 0, 2)
         low_epochs = max(1, min(epochs0, 4))
         for step in range(1, len(SIZES)):
-            yield Shape(FOLDS[-1], low_epochs, step, most)
-        for n in range(len(self.jobs(Shape(FOLDS[-1], low_epochs, len(SIZES), most))) - 1, 0, -1):
-            yield Shape(FOLDS[-1], low_epochs, len(SIZES), n)
+            yield Shape(few, low_epochs, step, 2)
+        yield Shape(few, low_epochs, len(SIZES), 1)
 
     def plan(self) -> Advice:
         tried = None  # (shape, finish) of the last plan that had a job
         if self.models or self.lightgbm:
             for shape in self.shapes():
-                jobs, finish, wave, lgbm_s, lgbm_cpus = self.timed(shape)
+                jobs = self.jobs(shape)
                 if self.models and not jobs:
                     continue  # no image model fits the card at this shape; smaller images may
-                tried = (shape, finish)
-                if finish <= self.target:
-                    return self.advice(shape, jobs, finish, wave, (lgbm_s, lgbm_cpus))
+                timing = self.timed(shape, jobs)
+                tried = (shape, timing.finish)
+                if timing.finish <= self.target:
+                    return self.advice(shape, self.grow(shape, timing))
         if self.lightgbm and self.models:  # no image model fits: LightGBM alone, if it does
             self.reasons.append(f"no image model fits {self.card} and the time: LightGBM alone")
             self.models = []
@@ -266,47 +322,44 @@ class _Planner:
                 f"{tried[0].epochs} epochs) is estimated at {format_duration(tried[1])}; give more time or "
                 f"a larger card")
 
-    def advice(self, shape: Shape, jobs: list[Job], finish: float, wave, lgbm) -> Advice:
-        lgbm_s, lgbm_cpus = lgbm
+    def advice(self, shape: Shape, timing: Timing) -> Advice:
+        jobs = timing.jobs
         plan_jobs, rows = [], []
         if self.lightgbm:
             plan_jobs.append({"name": "lgbm", "kind": "lightgbm", "folds": shape.folds,
-                              "resources": {"cpus": lgbm_cpus}})
-            rows.append({"name": "lgbm", "kind": "lightgbm", "folds": shape.folds, "cpus": lgbm_cpus,
-                         "gpu_memory_mib": 0, "seconds": round(lgbm_s, 1),
+                              "resources": {"cpus": timing.lgbm_cpus}})
+            rows.append({"name": "lgbm", "kind": "lightgbm", "folds": shape.folds, "cpus": timing.lgbm_cpus,
+                         "gpu_memory_mib": 0, "seconds": round(timing.lgbm_s, 1),
                          "seconds_source": f"rough: rows × features × {LGBM_ROUNDS} rounds ÷ "
-                                           f"({lgbm_cpus} cores × {LGBM_CELLS_PER_CORE_S:.0e}/s)"})
+                                           f"({timing.lgbm_cpus} cores × {LGBM_CELLS_PER_CORE_S:.0e}/s)"})
+        slowdown = {n: w["slowdown"] for w in timing.waves for n in w["jobs"]}
+        several = len(timing.waves) > 1  # fixed batches: submit's fitter keeps the waves rather than shrink them
         for j in jobs:
             spec = {"name": j.name, "kind": "timm", "model": j.model, "image_size": j.image_size,
-                    "batch_size": j.batch, "epochs": shape.epochs, "folds": shape.folds,
-                    "resources": {"cpus": j.cpus}}
+                    "batch_size": j.batch, **({"fixed_batch": True} if several else {}), "epochs": shape.epochs,
+                    "folds": shape.folds, "resources": {"cpus": j.cpus}}
             if j.lr != LR:
                 spec["lr"] = j.lr
             plan_jobs.append(spec)
             w = work(self.facts.rows, self.facts.test_rows, shape, j.batch)
             rows.append({"name": j.name, "kind": "timm", "model": j.model, "image_size": j.image_size,
                          "batch_size": j.batch, "lr": j.lr, "epochs": shape.epochs, "folds": shape.folds,
-                         "cpus": j.cpus, "gpu_memory_mib": j.mib, "wave": 0,
+                         "cpus": j.cpus, "gpu_memory_mib": j.mib, "wave": j.wave,
                          "optimizer_steps_per_fold": optimizer_steps(w.train_rows, j.batch, shape.epochs),
                          "images_per_s_alone": j.speed.images_per_s, "speed": j.speed.to_json(),
-                         "epoch_s": round(timemodel.epoch_s(j.speed, w, wave["slowdown"]), 2),
+                         "epoch_s": round(timemodel.epoch_s(j.speed, w, slowdown[j.name]), 2),
                          "seconds_alone": round(j.seconds_alone, 1), "seconds": round(j.seconds, 1)})
-        waves = []
-        if jobs:
-            used = sum(j.mib for j in jobs)
-            waves.append({"wave": 0, "jobs": [j.name for j in jobs], "used_mib": used,
-                          "share": round(used / self.memory_mib, 4), "seconds": round(max(j.seconds for j in jobs), 1),
-                          "packing_gain": wave["gain"], "slowdown": wave["slowdown"], "gain_source": wave["source"],
-                          "gain_parts": wave["parts"]})
         plan = {"name": self.req.name, "hardware": self.card, "gpu_memory_target": list(self.req.band),
                 "budget": self.req.budget, "reserve_for_inference": self.req.reserve, "metric": self.facts.metric}
         if self.facts.data:
             plan["data"] = self.facts.data
         plan["jobs"] = plan_jobs
         plan["ensemble"] = {"method": "hill_climb"}
-        return Advice(plan, rows, waves, finish, self.window, self.target, self.reasons + self.explain(shape, jobs))
+        return Advice(plan, rows, timing.waves, timing.finish, self.window, self.target,
+                      self.reasons + self.explain(shape, timing))
 
-    def explain(self, shape: Shape, jobs: list[Job]) -> list[str]:
+    def explain(self, shape: Shape, timing: Timing) -> list[str]:
+        jobs = [j for j in timing.jobs if j.wave == 0]
         out = [f"{self.card}: band {self.req.band[0]:.0%}–{self.req.band[1]:.0%} = {self.low:,}–{self.limit:,} MiB; "
                f"{self.cpus} CPU cores",
                f"budget {self.req.budget}: training window {format_duration(self.window)} (reserve "
@@ -320,8 +373,11 @@ class _Planner:
                        f"{statistical_cap(train, shape.epochs)} give each fold {MIN_OPTIMIZER_STEPS}+ optimizer steps")
             used = sum(j.mib for j in jobs)
             if used < self.low:
-                out.append(f"the jobs fill {used:,} MiB, under the band's bottom ({self.low:,}): no more "
+                out.append(f"the first wave fills {used:,} MiB, under the band's bottom ({self.low:,}): no more "
                            + ("models to add" if self.fill else "models were asked for"))
+        if len(timing.waves) > 1:
+            out.append(f"{len(timing.waves) - 1} later wave(s) while the plan still ends inside the margin; every "
+                       "batch fixed (fixed_batch) so that submit keeps the waves as advised")
         return out
 
 
@@ -331,23 +387,3 @@ def advise(facts: DataFacts, req: Request, tools: Tools) -> Advice:
         raise UserError("--budget must be a positive duration")
     return _Planner(facts, req, tools).plan()
 
-
-def modelled_epoch_s(plan, assignments, *, card: str, rows: int, test_rows: int,
-                     speed: Callable[[str, int, int, str], Speed | None]) -> dict[str, float]:
-    """Seconds per epoch of each timm job of ``plan`` as placed (``assignments``), from the time model and slowed by
-    the jobs that share its device and wave: the budget's estimate of a job's finish before an epoch is measured."""
-    speeds: dict[str, Speed] = {}
-    for job in plan.jobs:
-        if job.kind == "timm" and isinstance(job.batch_size, int):
-            sp = speed(job.model, job.image_size, job.batch_size, card)
-            if sp is not None:
-                speeds[job.name] = sp
-    where = {a.job: (a.wave, a.node, a.device) for a in assignments}
-    out = {}
-    for name, sp in speeds.items():
-        mates = [speeds[n] for n in speeds if where.get(n) == where.get(name)]
-        slowdown = colocation.shared(mates, card)["slowdown"]
-        job = plan.job(name)
-        out[name] = round(timemodel.epoch_s(sp, work(rows, test_rows, Shape(job.folds, job.epochs, 0, 1), sp.batch),
-                                            slowdown), 3)
-    return out

@@ -25,6 +25,7 @@ import os
 import re
 import statistics
 from pathlib import Path
+from typing import Callable
 
 from scheduler.policy import packgain, timemodel
 from scheduler.policy.timemodel import Part, Speed
@@ -126,3 +127,24 @@ def shared(speeds: list[Speed], card: str) -> dict:
             "parts": [{"name": occ.name, "value": occ.value, "source": occ.source},
                       {"name": "sum_busy", "value": round(load, 3),
                        "source": "each job's busy share of a step, from the time model"}]}
+
+
+def modelled_epoch_s(plan, assignments, *, card: str, rows: int, test_rows: int,
+                     speed: Callable[[str, int, int, str], Speed | None]) -> dict[str, float]:
+    """Seconds per epoch of each timm job of ``plan`` as placed (``assignments``), from the time model and slowed by
+    the jobs that share its device and wave: the budget's estimate of a job's finish before an epoch is measured."""
+    speeds: dict[str, Speed] = {}
+    for job in plan.jobs:
+        if job.kind == "timm" and isinstance(job.batch_size, int):
+            sp = speed(job.model, job.image_size, job.batch_size, card)
+            if sp is not None:
+                speeds[job.name] = sp
+    where = {a.job: (a.wave, a.node, a.device) for a in assignments}
+    out = {}
+    for name, sp in speeds.items():
+        mates = [speeds[n] for n in speeds if where.get(n) == where.get(name)]
+        slowdown = shared(mates, card)["slowdown"]
+        job = plan.job(name)
+        w = timemodel.work_for(rows, test_rows, folds=job.folds, epochs=job.epochs, batch=sp.batch)
+        out[name] = round(timemodel.epoch_s(sp, w, slowdown), 3)
+    return out

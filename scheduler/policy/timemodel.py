@@ -235,6 +235,16 @@ class Work:
     bn_rows: int = 0  # precise BN: training images forwarded again before each validation
 
 
+def work_for(rows: int, test_rows: int, *, folds: int, epochs: int, batch: int) -> Work:
+    """A timm job's work on ``rows`` training rows split in ``folds`` (precise BN when a fold has few steps)."""
+    from scheduler.policy.autotune import PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS, optimizer_steps
+    from scheduler.policy.dryrun import fold_train_rows
+
+    train = fold_train_rows(rows, folds) or rows
+    bn = min(PRECISE_BN_MAX_SAMPLES, train) if optimizer_steps(train, batch, epochs) < PRECISE_BN_UNDER_STEPS else 0
+    return Work(train, rows - train, test_rows, epochs, folds, bn)
+
+
 def epoch_s(sp: Speed, w: Work, slowdown: float = 1.0) -> float:
     """Seconds of one epoch: training, precise BN and validation, slowed by the card's other jobs."""
     forward = sp.images_per_s * EVAL_SPEEDUP

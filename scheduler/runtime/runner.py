@@ -57,7 +57,7 @@ def rehearsal_threads(cpus: int, wave_cpus: int) -> int:
 def modelled_epochs(dry: DryRun) -> dict[str, float]:
     """The time model's seconds per epoch for the plan's timm jobs on its card (empty when the rows are unknown or
     the model has nothing to say)."""
-    from scheduler.policy.advise import modelled_epoch_s
+    from scheduler.policy.colocation import modelled_epoch_s
     from scheduler.store.advising import speed
 
     data = dry.data or {}

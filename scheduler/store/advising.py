@@ -52,10 +52,20 @@ def speed(model: str, image_size: int, batch: int, card: str, *, amp: bool = Tru
                            measured=measured_speeds(model, image_size, card, amp=amp, channels_last=channels_last))
 
 
-def _memory(model: str, image_size: int, batch: int) -> int:
-    from scheduler.policy.estimate import estimate
+def memory(card: str, sources: dict | None = None):
+    """(model, image size, batch) -> MiB on ``card``: measured before computed, as ``submit``'s dry run packs it;
+    each figure's source goes into ``sources``."""
+    from scheduler.policy.estimate import figure
 
-    return estimate(model, image_size, batch).peak_mib
+    measured = measurements.memory_source()
+
+    def mib(model: str, image_size: int, batch: int) -> int:
+        f = figure(model, image_size, batch, card=card, measured=measured)
+        if sources is not None:
+            sources[model, image_size, batch] = f.source
+        return f.mib
+
+    return mib
 
 
 def facts(data: str | None, metric: str | None) -> adv.DataFacts:
@@ -90,13 +100,24 @@ def advise(*, hardware: str, budget: str, data: str | None = None, metric: str |
     for m in models or []:
         if m != adv.LIGHTGBM and m not in planmod.timm_models():
             raise UserError(f"--models: timm does not know the model '{m}' (or name lightgbm)")
+    from scheduler.core import hardware as hw
+
+    machine = hw.from_profile(hardware, cpus=cpus)
+    if len(machine.devices) != 1:
+        raise UserError(f"--hardware {hardware}: advise plans one card ({len(machine.devices)} given); name one "
+                        f"profile, e.g. {machine.profile}")
+    hardware = machine.profile
     f = facts(data, metric)
     req = adv.Request(card=hardware, budget=budget, budget_s=budget_s, cpus=cpus,
                       models=tuple(models) if models else None, name=name)
-    advice = adv.advise(f, req, adv.Tools(memory=_memory, speed=speed))
+    sources: dict = {}
+    advice = adv.advise(f, req, adv.Tools(memory=memory(hardware, sources), speed=speed))
+    for j in advice.jobs:
+        if j["kind"] == "timm":
+            j["gpu_memory_source"] = sources.get((j["model"], j["image_size"], j["batch_size"]), "computed")
     text = to_yaml(advice, f)
     plan = planmod.from_dict(yaml.safe_load(text), source="the advised plan")
-    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan), train_rows=f.rows)
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan), train_rows=f.rows, measured=measurements.memory_source())
     if dry.changes:  # the planner and submit's fitter disagree: say so rather than hide it
         advice.reasons.append("submit will change: " + "; ".join(dry.changes))
     return Advised(advice, text, dry)
