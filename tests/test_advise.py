@@ -156,6 +156,13 @@ def test_submit_reads_the_advised_plan_from_stdin(run_cli, tmp_path, monkeypatch
     assert [j["name"] for j in json.loads(out)["jobs"]] == ["lgbm"]
     code, _, err = run_cli("submit", "plans/option1.yaml", "--models", "resnet18", "--dry-run")
     assert code == 2 and "go with --advise" in err
+    out_file = tmp_path / "advised.yaml"
+    code, out, err = run_cli("submit", "--advise", "--hardware", "A10-24GB", "--budget", "1h", "--data", "wine",
+                             "--out", out_file, "--dry-run", "--json")
+    assert code == 0, err
+    assert out_file.is_file() and json.loads(out)["plan"] == "advised"
+    code, _, err = run_cli("submit", "--advise", "--budget", "1h", "--dry-run")
+    assert code == 2 and "--advise needs --hardware" in err
 
 
 @pytest.mark.slow
