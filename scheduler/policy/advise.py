@@ -171,7 +171,7 @@ class _Planner:
         self.cpus = self.hardware.total_cpus
         self.window = req.budget_s * (1 - req.reserve)
         self.target = MARGIN * self.window
-        asked = list(req.models) if req.models else None
+        asked = list(dict.fromkeys(req.models)) if req.models else None  # a model named twice is one job
         self.lightgbm = facts.features > 0 and (asked is None or LIGHTGBM in asked)
         gpu_ok = facts.images and facts.task == "classification"
         self.models = [m for m in (asked or SHORTLIST) if m != LIGHTGBM] if gpu_ok else []
