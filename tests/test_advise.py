@@ -175,7 +175,13 @@ def test_digits_on_an_a10_and_an_a100_with_the_real_estimator(run_cli, tmp_path)
                                     "--json")
         assert code == 0, err
         plans[card] = json.loads(stdout)
-        assert plans[card]["placement"]["waves"] == 1 and not plans[card]["placement"]["warnings"]
+        placed = plans[card]["placement"]
+        assert placed["waves"] == len(plans[card]["waves"])  # submit packs the waves advise timed
+        assert not [w for w in placed["warnings"] if "changes" in w or "lowered" in w]
+        assert not [r for r in plans[card]["reasons"] if r.startswith("submit will change")]
+        advised_waves = {n: w["wave"] for w in plans[card]["waves"] for n in w["jobs"]}
+        packed_waves = {n: d["wave"] for d in placed["devices"] for n in d["jobs"] if n in advised_waves}
+        assert packed_waves == advised_waves
         code, _, err = run_cli("submit", tmp_path / f"{card}.yaml", "--dry-run")
         assert code == 0, err
     small, large = (gpu_jobs(type("A", (), {"jobs": plans[c]["jobs"]})) for c in ("A10-24GB", "A100-40GB"))
