@@ -143,6 +143,23 @@ def test_the_verb_on_a_tabular_built_in_and_a_budget_too_short(run_cli, tmp_path
     assert code == 2 and "image models" in err
 
 
+def test_a_tabular_competition_folder_gets_lightgbm_alone(run_cli, tmp_path):
+    import json
+
+    from jobs import shelf
+
+    folder = shelf.write("diabetes", tmp_path / "comp")  # a regression on ten numeric columns
+    out = tmp_path / "plan.yaml"
+    code, stdout, err = run_cli("advise", "--hardware", "A100-40GB", "--budget", "2h", "--data", folder, "--out", out,
+                                "--json")
+    assert code == 0, err
+    body = json.loads(stdout)
+    assert [j["kind"] for j in body["jobs"]] == ["lightgbm"] and body["plan"]["metric"] == "rmse"
+    assert yaml.safe_load(out.read_text())["data"] == str(folder.resolve())
+    code, _, err = run_cli("submit", out, "--dry-run")
+    assert code == 0, err
+
+
 def test_submit_reads_the_advised_plan_from_stdin(run_cli, tmp_path, monkeypatch):
     import io
 

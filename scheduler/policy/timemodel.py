@@ -22,7 +22,9 @@ Where each figure comes from (``Speed.parts`` carries each one with its source, 
 4. **fp32** trains at ``FP32_FACTOR = 0.5`` of AMP (an assumption: half the bytes per activation, tensor cores off).
 5. **Measured on this machine**: a throughput gpupack measured for the same model, image size, precision and card in
    an earlier run (``store/measurements.py``, passed in as ``measured`` {batch: images/s}) replaces the figure at that
-   batch, and at another batch scales the model's figure by measured / modelled at the nearest measured batch.
+   batch, and at another batch scales the model's figure by measured / modelled at the nearest measured batch. The
+   runner records a fold's rate inside its training steps as it ran, beside its neighbours: taken as the rate alone
+   and then slowed again by co-location, it errs towards a later finish, never an earlier one.
 
 Co-location slows each job (``policy/colocation.py``). Pure given the benchmark files; ``GPUPACK_TIMM_BENCHMARKS``
 names another folder.

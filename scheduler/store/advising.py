@@ -78,8 +78,7 @@ def facts(data: str | None, metric: str | None) -> adv.DataFacts:
     folder = datasource.materialised(choice.builtin) if choice.builtin else choice.dir
     comp = load_competition(folder, metric)
     if metric is None:
-        metric = shelf.get(choice.builtin).metric if choice.builtin else \
-            ("accuracy" if comp.task == "classification" else "rmse")
+        metric = shelf.get(choice.builtin).metric if choice.builtin else guess_metric(comp)
         comp = load_competition(folder, metric)
     written = None if choice.builtin == "digits" and data is None else \
         (choice.builtin if choice.builtin else str(Path(choice.dir).resolve()))
@@ -87,6 +86,21 @@ def facts(data: str | None, metric: str | None) -> adv.DataFacts:
                          metric=metric, features=len(comp.feature_cols),
                          classes=len(comp.classes) if comp.task == "classification" else None,
                          label=choice.label(), data=written)
+
+
+def guess_metric(comp) -> str:
+    """A metric for a folder that names none: rmse for a numeric target with fractions or many distinct values (more
+    than 20 and 5 % of the rows), auc for a probability column, log_loss for one column per class, else accuracy
+    (``--metric`` says otherwise)."""
+    import pandas as pd
+
+    if comp.form.kind == "targets":
+        return "rmse"
+    target = comp.train[comp.target_col]
+    if pd.api.types.is_numeric_dtype(target) and ((target.round() != target).mean() > 0.05
+                                                   or target.nunique() > max(20, 0.05 * len(target))):
+        return "rmse"
+    return {"probability": "auc", "class_columns": "log_loss"}.get(comp.form.kind, "accuracy")
 
 
 def advise(*, hardware: str, budget: str, data: str | None = None, metric: str | None = None,
