@@ -203,3 +203,20 @@ def test_digits_on_an_a10_and_an_a100_with_the_real_estimator(run_cli, tmp_path)
         assert code == 0, err
     small, large = (gpu_jobs(type("A", (), {"jobs": plans[c]["jobs"]})) for c in ("A10-24GB", "A100-40GB"))
     assert len(large) > len(small)
+
+
+def test_the_runner_gets_each_jobs_modelled_epoch_from_the_dry_run():
+    from scheduler.core import hardware as hw
+    from scheduler.core import plan as planmod
+    from scheduler.policy import dryrun
+    from scheduler.runtime.runner import modelled_epochs
+
+    plan = planmod.from_dict({"name": "p", "hardware": "A10-24GB", "jobs": [
+        {"name": "lgbm", "kind": "lightgbm"},
+        {"name": "r18", "kind": "timm", "model": "resnet18", "batch_size": 64, "epochs": 4, "folds": 3,
+         "resources": {"gpu_memory": "4GB"}}]})
+    dry = dryrun.prepare(plan, hw.from_profile("A10-24GB"), estimated=False)
+    assert modelled_epochs(dry) == {}  # rows unknown: the budget waits for a measured epoch, as before
+    dry.data = {"train_rows": 1437, "test_rows": 360}
+    got = modelled_epochs(dry)
+    assert set(got) == {"r18"} and 0 < got["r18"] < 60
