@@ -32,8 +32,8 @@ from jobs.models import new_model
 from jobs.throughput import ThroughputWindow
 from jobs.timm_tuning import REHEARSAL_BATCH_SIZE, Tuning, compute_batch, job_memory, starting_batch
 from jobs.trainer import OutOfMemory, StepSettings, Trainer, guarded, predict_shrinking
-from scheduler.policy.autotune import (PRECISE_BN_UNDER_STEPS, BatchTuner, lr_factor, optimizer_steps,
-                                       statistical_cap)
+from scheduler.policy.autotune import (PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS, BatchTuner, lr_factor,
+                                       optimizer_steps, statistical_cap)
 from scheduler.core.scoring import get as get_metric
 from scheduler.core.plan import TimmJob
 
@@ -42,7 +42,6 @@ log = logging.getLogger("gpupack.job")
 REHEARSAL_IMAGE_SIZE = 32
 REHEARSAL_EPOCHS = 3
 REHEARSAL_STEPS_PER_EPOCH = 25
-PRECISE_BN_MAX_SAMPLES = 4096  # training images forwarded to recompute BatchNorm statistics
 CACHE_LIMIT_BYTES = 2 << 30  # decoded uint8 images kept in RAM when every loader process's copy fits in this
 
 

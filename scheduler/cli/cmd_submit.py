@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from scheduler.cli.cmd_advise import advice_flags
 from scheduler.cli.common import common_flags
 from scheduler.core.errors import UserError
 from scheduler.core.units import parse_duration_s
@@ -17,7 +18,8 @@ from scheduler.store import measurements
 
 def add_verbs(verbs) -> None:
     s = common_flags(verbs.add_parser("submit", help="pack a plan onto the hardware and run it (or --dry-run to only show)"))
-    s.add_argument("plan", nargs="?", help="the plan's YAML file, e.g. plans/option1.yaml")
+    s.add_argument("plan", nargs="?", help="the plan's YAML file, e.g. plans/option1.yaml ('-': read it from stdin, "
+                                          "as in `advise ... --out - | submit -`)")
     s.add_argument("--resume", metavar="RUN", help="go on with a stopped run (its driver killed, interrupted, "
                                                    "cancelled): run only what had not finished, then blend everything")
     s.add_argument("--dry-run", action="store_true", help="show where every job goes, and why; run nothing")
@@ -30,6 +32,9 @@ def add_verbs(verbs) -> None:
     s.add_argument("--address", metavar="auto|HOST:PORT", help="join this Ray cluster instead of starting one")
     s.add_argument("--budget", metavar="DURATION", help="the run's time budget (90s, 30m, 1h30m); overrides the plan")
     s.add_argument("--no-dashboard", action="store_true", help="start Ray without its dashboard (faster start)")
+    s.add_argument("--advise", action="store_true", help="advise a plan for --hardware, --budget and --data (as "
+                                                         "`advise` does), write it, and run it")
+    advice_flags(s, for_submit=True)
     s.set_defaults(func=cmd_submit)
 
 
@@ -54,6 +59,34 @@ def _resume(args: argparse.Namespace, console: Console) -> int:
     return run_with_progress(dry, args, data.dir, console, builtin=data.builtin)
 
 
+def _advised_or_stdin(args: argparse.Namespace, console: Console) -> None:
+    """``--advise``: advise, write the plan, and submit that file; ``-``: the plan read from stdin (its ``data:``
+    relative to the working folder). Sets ``args.plan`` and ``args.plan_dir``."""
+    import sys
+    import tempfile
+
+    from scheduler.cli.cmd_advise import make_advice, show, write
+
+    args.plan_dir = str(Path(args.plan).parent) if args.plan and args.plan != "-" else "."
+    if not args.advise and any(getattr(args, k) is not None for k in ("metric", "models", "cpus", "out")):
+        raise UserError("--metric, --models, --cpus and --out go with --advise")
+    if args.advise:
+        if args.plan:
+            raise UserError("--advise writes the plan itself: give no plan file")
+        if not args.hardware or not args.budget:
+            raise UserError("--advise needs --hardware (e.g. A10-24GB) and --budget (e.g. 20m)")
+        advised = make_advice(args)
+        path = write(advised, args.out)
+        if not args.json:
+            show(advised, console)
+            console.print(f"wrote {path}; submitting it")
+        args.plan, args.plan_dir = str(path), str(path.parent)
+    elif args.plan == "-":
+        folder = Path(tempfile.mkdtemp(prefix="gpupack-plan-"))
+        (folder / "plan.yaml").write_text(sys.stdin.read())
+        args.plan = str(folder / "plan.yaml")
+
+
 def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     from scheduler.store import datasource
     from scheduler.policy import dryrun
@@ -62,10 +95,11 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
 
     if args.resume:
         return _resume(args, console)
+    _advised_or_stdin(args, console)
     if not args.plan:
-        raise UserError("submit needs a plan file (e.g. plans/option1.yaml), or --resume RUN")
+        raise UserError("submit needs a plan file (e.g. plans/option1.yaml), --advise, or --resume RUN")
     plan = planmod.load(args.plan)
-    data = datasource.choose(args.data, plan, Path(args.plan))
+    data = datasource.choose(args.data, plan, Path(args.plan_dir) / "plan.yaml")
     plan = datasource.with_metric(plan, data)
     if args.budget:
         plan = plan.model_copy(update={"budget": _budget_arg(args)})

@@ -9,14 +9,14 @@ import sys
 
 from rich.console import Console
 
-from scheduler.cli import cmd_data, cmd_estimate, cmd_machine, cmd_runs, cmd_service, cmd_submit
+from scheduler.cli import cmd_advise, cmd_data, cmd_estimate, cmd_machine, cmd_runs, cmd_service, cmd_submit
 from scheduler.core.errors import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpupack", description="Pack training jobs onto GPU memory and run them on Ray.")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for group in (cmd_submit, cmd_estimate, cmd_runs, cmd_data, cmd_machine, cmd_service):
+    for group in (cmd_submit, cmd_estimate, cmd_runs, cmd_data, cmd_machine, cmd_service, cmd_advise):
         group.add_verbs(verbs)  # in this order: `gpupack --help` lists the verbs as it always has
     return parser
 

@@ -33,6 +33,7 @@ GROW_LARGE_UNDER = 0.70
 ROUND_TO = 8
 MIN_OPTIMIZER_STEPS = 150  # per fold, over its planned epochs
 PRECISE_BN_UNDER_STEPS = 300  # fewer planned steps per fold than this: recompute BatchNorm statistics each epoch
+PRECISE_BN_MAX_SAMPLES = 4096  # training images forwarded to recompute BatchNorm statistics
 ADAPTIVE_OPTIMIZERS = frozenset({"adamw", "adam", "lamb", "nadam", "radam", "adagrad", "rmsprop"})
 
 

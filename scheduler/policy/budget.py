@@ -1,7 +1,9 @@
 """Time-budget decisions: pure functions of what the jobs reported. The driver applies them.
 
-A plan's ``budget`` minus its ``reserve_for_inference`` is the training window. After a job's first epoch its finish
-is estimated (folds × epochs × measured time per epoch, fewer epochs when early stopping has been cutting folds
+A plan's ``budget`` minus its ``reserve_for_inference`` is the training window. Before a job's first epoch is measured,
+its finish is the time model's (``policy/timemodel.py``: seconds per epoch from timm's benchmark, the card and this
+machine's measurements, slowed by its neighbours on the card) — tentative, like a first epoch alone, so it cuts only
+when it passes the deadline itself. After a job's first epoch its finish is estimated (folds × epochs × measured time per epoch, fewer epochs when early stopping has been cutting folds
 short). When the plan's estimated finish passes 80 % of the window, cuts are made where they cost least: folds first
 (5 → 3 → 1), then epochs (by 40 %), the most expensive job first, until the estimate is back inside 80 % or nothing
 is left to cut. At the training deadline every job is asked to stop (it keeps its finished folds); a job that has not
@@ -31,6 +33,16 @@ class JobProgress:
     finished: bool = False
     cuttable: bool = True  # False for jobs gpupack cannot resize (a command job: only its deadline applies)
     provisional: bool = False  # the epoch time comes from the first epoch alone (start-up included)
+    modelled_seconds_per_epoch: float | None = None  # the time model's figure, used until an epoch is measured
+
+    @property
+    def per_epoch(self) -> tuple[float | None, bool]:
+        """(seconds per epoch, tentative): measured, else the time model's (tentative), else None."""
+        if self.seconds_per_epoch is not None:
+            return self.seconds_per_epoch, self.provisional
+        if self.modelled_seconds_per_epoch is not None:
+            return self.modelled_seconds_per_epoch, True
+        return None, False
 
 
 def epoch_seconds(measured: list[float]) -> tuple[float | None, bool]:
@@ -54,24 +66,26 @@ class Cut:
 
 
 def remaining_s(p: JobProgress) -> float | None:
-    """Seconds the job still needs, from its measured epoch time; None before its first epoch."""
+    """Seconds the job still needs, from its measured epoch time (before its first epoch, the time model's); None
+    when there is neither."""
     if p.finished:
         return 0.0
-    if p.seconds_per_epoch is None:
+    per_epoch, _ = p.per_epoch
+    if per_epoch is None:
         return None
     per_fold = p.epochs
     if p.epochs_per_finished_fold is not None:
         per_fold = min(p.epochs, max(1.0, p.epochs_per_finished_fold))
     current = max(0.0, per_fold - p.epoch_in_fold) if p.folds_done < p.folds else 0.0
     later_folds = max(0, p.folds - p.folds_done - 1)
-    return (current + later_folds * per_fold) * p.seconds_per_epoch
+    return (current + later_folds * per_fold) * per_epoch
 
 
 def plan_finish(jobs: list[JobProgress], now: float, deadline: float | None = None) -> float | None:
-    """When the last measured job should end; None while no job has a measured epoch. With ``deadline``, a
-    provisional estimate counts only when it passes the deadline itself."""
+    """When the last job should end; None while no job has an epoch time. With ``deadline``, a tentative estimate
+    (a first epoch alone, or the time model's) counts only when it passes the deadline itself."""
     ends = [now + r for p in jobs if (r := remaining_s(p)) is not None
-            and not (p.provisional and deadline is not None and now + r <= deadline)]
+            and not (p.per_epoch[1] and deadline is not None and now + r <= deadline)]
     return max(ends) if ends else None
 
 

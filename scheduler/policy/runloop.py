@@ -47,6 +47,7 @@ class RunState:
         self.grace_s = budget.grace_s(plan.budget, plan.reserve_for_inference)
         self.best_fit = best_fit or (lambda mib, room: None)
         self.interrupted = False
+        self.modelled: dict[str, float] = {}  # seconds per epoch from the time model, until an epoch is measured
         self._known: set | None = None
         self._last_rebalance = 0.0
 
@@ -312,6 +313,7 @@ class RunState:
                 epochs=min(planned_epochs, j.limits.get("epochs", planned_epochs)),
                 folds_done=t.get("folds_done", 0), epoch_in_fold=t.get("epoch_in_fold", 0),
                 seconds_per_epoch=per_epoch, provisional=provisional,
+                modelled_seconds_per_epoch=self.modelled.get(name) if spec.kind == "timm" else None,
                 epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
                 cuttable=spec.kind == "timm"))
         for p in progress:

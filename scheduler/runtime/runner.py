@@ -54,6 +54,22 @@ def rehearsal_threads(cpus: int, wave_cpus: int) -> int:
     return max(1, min(cpus or 1, round(physical * (cpus or 1) / max(1, wave_cpus))))
 
 
+def modelled_epochs(dry: DryRun) -> dict[str, float]:
+    """The time model's seconds per epoch for the plan's timm jobs on its card (empty when the rows are unknown or
+    the model has nothing to say)."""
+    from scheduler.policy.colocation import modelled_epoch_s
+    from scheduler.store.advising import speed
+
+    data = dry.data or {}
+    if not data.get("train_rows"):
+        return {}
+    try:
+        return modelled_epoch_s(dry.plan, dry.placement.assignments, card=dry.hardware.profile,
+                                rows=data["train_rows"], test_rows=data.get("test_rows") or 0, speed=speed)
+    except Exception:  # noqa: BLE001 -- without the model the budget waits for a measured epoch, as before
+        return {}
+
+
 def short(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[-1][:300] if text else type(error).__name__
@@ -92,6 +108,11 @@ class Runner:
                             builtin=self.builtin)
         self.record.event("run_start", plan=self.plan.name, rehearsal=not self.cuda, budget_s=self.plan.budget,
                           training_deadline_s=round(self.deadline - self.started_at, 1), resumed=self.opts.resume)
+        if self.cuda:  # a rehearsal's CPU epochs have nothing to do with the card's: no model for them
+            self.run_state.modelled = modelled_epochs(self.dry)
+            if self.run_state.modelled:
+                self.record.event("note", note="seconds per epoch from the time model, until measured: "
+                                  + ", ".join(f"{k} {v:.1f}s" for k, v in self.run_state.modelled.items()))
 
     def settings(self, name: str) -> dict:
         a = self.where[name]

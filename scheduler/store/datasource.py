@@ -59,7 +59,7 @@ def with_metric(plan: Plan, choice: DataChoice) -> Plan:
 
 
 @functools.lru_cache(maxsize=None)
-def _materialised(name: str) -> Path:
+def materialised(name: str) -> Path:
     """A built-in competition written once per process into a temporary folder, for reading before a run."""
     from jobs import shelf
 
@@ -75,7 +75,7 @@ def inspect(choice: DataChoice, plan: Plan) -> dict:
     """
     from jobs.data import load_competition
 
-    comp = load_competition(_materialised(choice.builtin) if choice.builtin else choice.dir, plan.metric)
+    comp = load_competition(materialised(choice.builtin) if choice.builtin else choice.dir, plan.metric)
     for job in plan.jobs:
         check_job(job, comp)
     return {

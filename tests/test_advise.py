@@ -1,0 +1,222 @@
+"""``advise``: the planner with a made-up estimator (fast), the budget's first estimate from the time model, and the
+verb on the built-in competitions."""
+
+import pytest
+import yaml
+
+from conftest import SHARED_DATA
+
+pytestmark = pytest.mark.skipif(not (SHARED_DATA / "timm-benchmarks").is_dir(),
+                                reason="the time model needs timm's benchmark files in shared/data/timm-benchmarks")
+
+DIGITS = dict(rows=1437, test_rows=360, images=True, task="classification", metric="accuracy", features=64,
+              classes=10, label="built-in 'digits'")
+
+
+def tools(per_sample_mib=40.0):
+    from scheduler.policy import advise as adv
+    from scheduler.store.advising import speed
+
+    def memory(model, size, batch):
+        return int(1500 + per_sample_mib * batch * (size / 224) ** 2)
+
+    return adv.Tools(memory=memory, speed=speed)
+
+
+def run(card, budget, facts=DIGITS, **kw):
+    from scheduler.core.units import parse_duration_s
+    from scheduler.policy import advise as adv
+
+    return adv.advise(adv.DataFacts(**facts), adv.Request(card=card, budget=budget,
+                                                          budget_s=parse_duration_s(budget), **kw), tools())
+
+
+def gpu_jobs(advice):
+    return [j for j in advice.jobs if j["kind"] == "timm"]
+
+
+def test_a_larger_card_and_budget_get_more_or_larger_jobs_and_both_finish_inside_the_margin():
+    from scheduler.core import plan as planmod
+
+    a10, a100 = run("A10-24GB", "20m"), run("A100-40GB", "2h")
+    for a in (a10, a100):
+        assert a.finish_s <= a.target_s < a.window_s
+        planmod.from_dict(a.plan)  # submit's own schema takes it as is
+        assert a.waves[0]["wave"] == 0 and len(a.waves) <= 3
+        assert 0.70 <= a.waves[0]["share"] <= 0.90  # the band is filled
+        assert sum(w["seconds"] for w in a.waves) <= a.finish_s + 1
+    assert len(gpu_jobs(a100)) > len(gpu_jobs(a10)) or \
+        sum(j["gpu_memory_mib"] for j in gpu_jobs(a100)) > sum(j["gpu_memory_mib"] for j in gpu_jobs(a10))
+    for j in gpu_jobs(a10):  # the statistics rule: each fold gets its optimizer steps
+        assert j["optimizer_steps_per_fold"] >= 150
+        assert j["speed"]["parts"] and all(p["source"] for p in j["speed"]["parts"])
+
+
+def test_a_short_budget_cuts_folds_first():
+    a = run("A10-24GB", "20m")
+    b = run("A10-24GB", "9h")
+    assert {j["folds"] for j in b.jobs} == {5}
+    assert max(j["folds"] for j in a.jobs) <= 5 and a.finish_s <= a.target_s
+
+
+def test_a_tabular_competition_gets_lightgbm_and_no_image_model():
+    facts = dict(rows=426, test_rows=143, images=False, task="classification", metric="auc", features=30,
+                 label="built-in 'breast_cancer'")
+    a = run("A10-24GB", "1h", facts)
+    assert [j["kind"] for j in a.jobs] == ["lightgbm"] and not a.waves
+    assert any("no images" in r for r in a.reasons)
+
+
+def test_nothing_that_fits_says_so():
+    from scheduler.core.errors import UserError
+
+    with pytest.raises(UserError, match="no plan finishes") as e:
+        run("A10-24GB", "5s")
+    assert e.value.exit_status == 2
+    facts = dict(DIGITS, features=0)
+    with pytest.raises(UserError, match="no model fits"):
+        from scheduler.core.units import parse_duration_s
+        from scheduler.policy import advise as adv
+
+        adv.advise(adv.DataFacts(**facts), adv.Request(card="T4-16GB", budget="1h", budget_s=parse_duration_s("1h")),
+                   tools(per_sample_mib=100_000.0))
+
+
+def test_the_budget_uses_the_time_model_before_an_epoch_is_measured():
+    from scheduler.policy.budget import JobProgress, decide_cuts, remaining_s
+
+    p = JobProgress("b4", folds=3, epochs=8, modelled_seconds_per_epoch=60.0)
+    assert remaining_s(p) == 3 * 8 * 60.0
+    assert decide_cuts([p], now=5, window_start=0, deadline=1530) == []  # tentative: cuts only past the deadline
+    assert decide_cuts([JobProgress("b4", folds=3, epochs=8, modelled_seconds_per_epoch=90.0)], 5, 0, 1530)
+    measured = JobProgress("b4", folds=3, epochs=8, epoch_in_fold=2, seconds_per_epoch=4.0, provisional=False,
+                           modelled_seconds_per_epoch=60.0)
+    assert remaining_s(measured) == (6 + 2 * 8) * 4.0  # a measured epoch wins
+
+
+def test_modelled_epoch_seconds_follow_the_placement():
+    from scheduler.core import plan as planmod
+    from scheduler.policy import colocation
+    from scheduler.policy.packing import Assignment
+    from scheduler.store.advising import speed
+
+    plan = planmod.from_dict({"name": "p", "hardware": "A10-24GB", "jobs": [
+        {"name": "a", "kind": "timm", "model": "resnet50", "batch_size": 64, "epochs": 4, "folds": 3},
+        {"name": "b", "kind": "timm", "model": "resnet18", "batch_size": 64, "epochs": 4, "folds": 3}]})
+    together = [Assignment("a", 0, "local", 0, 5000, 2, ""), Assignment("b", 0, "local", 0, 3000, 2, "")]
+    apart = [Assignment("a", 0, "local", 0, 5000, 2, ""), Assignment("b", 1, "local", 0, 3000, 2, "")]
+    t = colocation.modelled_epoch_s(plan, together, card="A10-24GB", rows=1437, test_rows=360, speed=speed)
+    s = colocation.modelled_epoch_s(plan, apart, card="A10-24GB", rows=1437, test_rows=360, speed=speed)
+    assert set(t) == {"a", "b"} and t["a"] > s["a"] > 0
+
+
+def test_run_state_shows_an_eta_from_the_time_model(tmp_path):
+    from scheduler.core import plan as planmod
+    from scheduler.policy import runloop as rl
+    from scheduler.policy.packing import Assignment
+
+    plan = planmod.from_dict({"name": "p", "budget": "1h", "jobs": [
+        {"name": "a", "kind": "timm", "model": "resnet18", "batch_size": 64, "epochs": 4, "folds": 3}]})
+    state = rl.RunState(plan, [Assignment("a", 0, "local", 0, 3000, 2, "")], rl.Window(0.0, 3000.0))
+    state.modelled = {"a": 10.0}
+    state.handle(rl.Start(0.0), rl.JobStarted("a", 1.0))
+    state.handle(rl.Tick(2.0))
+    assert state.jobs["a"].progress["eta_s"] == 120.0
+
+
+def test_the_verb_on_a_tabular_built_in_and_a_budget_too_short(run_cli, tmp_path):
+    out = tmp_path / "tab.yaml"
+    code, stdout, _ = run_cli("advise", "--hardware", "A10-24GB", "--budget", "1h", "--data", "breast_cancer",
+                              "--out", out, "--json")
+    assert code == 0
+    import json
+
+    body = json.loads(stdout)
+    assert [j["kind"] for j in body["jobs"]] == ["lightgbm"] and body["plan"]["metric"] == "auc"
+    plan = yaml.safe_load(out.read_text())
+    assert plan["data"] == "breast_cancer" and plan["hardware"] == "A10-24GB"
+    code, _, err = run_cli("advise", "--hardware", "A10-24GB", "--budget", "5s", "--data", "breast_cancer",
+                           "--out", tmp_path / "x.yaml")
+    assert code == 2 and "no plan finishes" in err
+    code, _, err = run_cli("advise", "--hardware", "A10-24GB", "--budget", "1h", "--data", "iris",
+                           "--models", "resnet18", "--out", tmp_path / "y.yaml")
+    assert code == 2 and "image models" in err
+
+
+def test_a_tabular_competition_folder_gets_lightgbm_alone(run_cli, tmp_path):
+    import json
+
+    from jobs import shelf
+
+    folder = shelf.write("diabetes", tmp_path / "comp")  # a regression on ten numeric columns
+    out = tmp_path / "plan.yaml"
+    code, stdout, err = run_cli("advise", "--hardware", "A100-40GB", "--budget", "2h", "--data", folder, "--out", out,
+                                "--json")
+    assert code == 0, err
+    body = json.loads(stdout)
+    assert [j["kind"] for j in body["jobs"]] == ["lightgbm"] and body["plan"]["metric"] == "rmse"
+    assert yaml.safe_load(out.read_text())["data"] == str(folder.resolve())
+    code, _, err = run_cli("submit", out, "--dry-run")
+    assert code == 0, err
+
+
+def test_submit_reads_the_advised_plan_from_stdin(run_cli, tmp_path, monkeypatch):
+    import io
+
+    code, stdout, _ = run_cli("advise", "--hardware", "A10-24GB", "--budget", "1h", "--data", "wine", "--out", "-")
+    assert code == 0 and stdout.startswith("# Written by `gpupack advise`")
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdout))
+    code, out, err = run_cli("submit", "-", "--dry-run", "--json")
+    assert code == 0, err
+    import json
+
+    assert [j["name"] for j in json.loads(out)["jobs"]] == ["lgbm"]
+    code, _, err = run_cli("submit", "plans/option1.yaml", "--models", "resnet18", "--dry-run")
+    assert code == 2 and "go with --advise" in err
+    out_file = tmp_path / "advised.yaml"
+    code, out, err = run_cli("submit", "--advise", "--hardware", "A10-24GB", "--budget", "1h", "--data", "wine",
+                             "--out", out_file, "--dry-run", "--json")
+    assert code == 0, err
+    assert out_file.is_file() and json.loads(out)["plan"] == "advised"
+    code, _, err = run_cli("submit", "--advise", "--budget", "1h", "--dry-run")
+    assert code == 2 and "--advise needs --hardware" in err
+
+
+@pytest.mark.slow
+def test_digits_on_an_a10_and_an_a100_with_the_real_estimator(run_cli, tmp_path):
+    import json
+
+    plans = {}
+    for card, budget in (("A10-24GB", "20m"), ("A100-40GB", "2h")):
+        code, stdout, err = run_cli("advise", "--hardware", card, "--budget", budget, "--out", tmp_path / f"{card}.yaml",
+                                    "--json")
+        assert code == 0, err
+        plans[card] = json.loads(stdout)
+        placed = plans[card]["placement"]
+        assert placed["waves"] == len(plans[card]["waves"])  # submit packs the waves advise timed
+        assert not [w for w in placed["warnings"] if "changes" in w or "lowered" in w]
+        assert not [r for r in plans[card]["reasons"] if r.startswith("submit will change")]
+        advised_waves = {n: w["wave"] for w in plans[card]["waves"] for n in w["jobs"]}
+        packed_waves = {n: d["wave"] for d in placed["devices"] for n in d["jobs"] if n in advised_waves}
+        assert packed_waves == advised_waves
+        code, _, err = run_cli("submit", tmp_path / f"{card}.yaml", "--dry-run")
+        assert code == 0, err
+    small, large = (gpu_jobs(type("A", (), {"jobs": plans[c]["jobs"]})) for c in ("A10-24GB", "A100-40GB"))
+    assert len(large) > len(small)
+
+
+def test_the_runner_gets_each_jobs_modelled_epoch_from_the_dry_run():
+    from scheduler.core import hardware as hw
+    from scheduler.core import plan as planmod
+    from scheduler.policy import dryrun
+    from scheduler.runtime.runner import modelled_epochs
+
+    plan = planmod.from_dict({"name": "p", "hardware": "A10-24GB", "jobs": [
+        {"name": "lgbm", "kind": "lightgbm"},
+        {"name": "r18", "kind": "timm", "model": "resnet18", "batch_size": 64, "epochs": 4, "folds": 3,
+         "resources": {"gpu_memory": "4GB"}}]})
+    dry = dryrun.prepare(plan, hw.from_profile("A10-24GB"), estimated=False)
+    assert modelled_epochs(dry) == {}  # rows unknown: the budget waits for a measured epoch, as before
+    dry.data = {"train_rows": 1437, "test_rows": 360}
+    got = modelled_epochs(dry)
+    assert set(got) == {"r18"} and 0 < got["r18"] < 60
