@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import random
 import statistics
 import sys
 import time
@@ -31,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.core.hardware import Device, Node  # noqa: E402
 from scheduler.policy.packing import Demand, l2_lower_bound, pack  # noqa: E402
-from scheduler.policy.placement_online import (FragmentationCache, Shape, best_node, evaluate_node,  # noqa: E402
-                                              room_after, workload_of)
+from scheduler.policy.placement_online import (FragmentationCache, Shape, WorkloadLearner, best_node,  # noqa: E402
+                                              evaluate_node, room_after, workload_of)
+from benchmarks.gorand import Rand  # noqa: E402
 
 DATA = Path("/work/shared/data/alibaba-gpu-v2023")
 MILLI = 1000
@@ -189,40 +189,55 @@ def pod_shapes(data: Path) -> list[tuple[int, int, int, int, frozenset[str] | No
     return out
 
 
-def arrivals(pods: list, capacity_milli: int, seed: int) -> list:
-    """The pods in a seeded shuffle, then, as the simulator's tuneUpPods (pkg/simulator/utils.go) inflates a list
-    that asks for less than INFLATION x capacity, pods drawn again uniformly from the list and appended until the
-    next one would take the GPU requests past the target (the simulator compares with the pod's per-GPU share)."""
-    rng = random.Random(seed)
-    order = list(pods)
-    rng.shuffle(order)
+def arrivals(pods: list, capacity_milli: int, seed: int, nodes: int) -> tuple[list, list[int]]:
+    """The protocol of the paper's simulator (pkg/simulator/core.go, simulator.go), with Go's math/rand
+    (benchmarks/gorand.py): ``rand.Seed(seed)``; one ``rand.Int()`` (a debug log's argument); the pods, in name order,
+    ``rand.Shuffle``d; then tuneUpPods: ``rand.Intn(len(pods))`` draws appended while the GPU requests stay within
+    INFLATION x capacity (the test adds the drawn pod's per-GPU share); then ``rand.Perm(nodes)``, node i (in name
+    order) being renamed ``%04d-<name>`` with ``perm[i]``. Returns the arrivals and the perm."""
+    rng = Rand(seed)
+    rng.int()
+    order = rng.shuffled(list(pods))
     target = INFLATION * capacity_milli
     asked = sum(p[0] * p[1] for p in order)
-    if asked > target:  # tuneDownPods: random pods are removed (the default list asks for less)
+    if asked > target:  # tuneDownPods (the default list asks for less)
         while asked > target and order:
-            pod = order.pop(rng.randrange(len(order)))
+            pod = order.pop(rng.intn(len(order)))
             asked -= pod[0] * pod[1]
-        return order
-    while True:
-        pod = rng.choice(pods)
-        if asked + pod[0] > target:
-            break
-        order.append(pod)
-        asked += pod[0] * pod[1]
-    return order
+    else:
+        while True:
+            pod = pods[rng.intn(len(pods))]
+            if asked + pod[0] > target:
+                break
+            order.append(pod)
+            asked += pod[0] * pod[1]
+    return order, rng.perm(nodes)
 
 
-def simulate(policy: str, cluster, pods: list, seed: int, workload) -> tuple[float, int, int]:
-    cpus0, mem0, gpus0, models = cluster
-    cpus, mem, free = list(cpus0), list(mem0), [list(g) for g in gpus0]
-    caps = [[MILLI] * len(g) for g in gpus0]
-    capacity = MILLI * sum(len(g) for g in gpus0)
+def simulate(policy: str, cluster, pods: list, seed: int, workload=None) -> tuple[float, int, int]:
+    """One run: ``policy`` is first_fit, best_fit, fgd (with the fixed ``workload``) or "service" (FGD with the
+    workload the service learns online, ``WorkloadLearner``, as ``scheduler.service.queue`` does). Nodes are taken in
+    the order of their random names, so every policy's ties go to the smallest random name, as the simulator's."""
+    cpus0, mem0, gpus0, models0 = cluster
+    order, perm = arrivals(pods, MILLI * sum(len(g) for g in gpus0), seed, len(gpus0))
+    by_name = sorted(range(len(gpus0)), key=perm.__getitem__)
+    cpus, mem = [cpus0[i] for i in by_name], [mem0[i] for i in by_name]
+    free, models = [list(gpus0[i]) for i in by_name], [models0[i] for i in by_name]
+    caps = [[MILLI] * len(g) for g in free]
+    capacity = MILLI * sum(len(g) for g in free)
+    learner = WorkloadLearner() if policy == "service" else None
+    rule = "fgd" if policy == "service" else policy
     frag = FragmentationCache(workload) if policy == "fgd" else None
     version = [0] * len(free)
     memo: dict[tuple, tuple[int, object]] = {}  # (node, request shape) -> (node version, evaluate_node answer)
     allocated, placed, dropped = 0, 0, 0
-    for g, n, c, m, spec in arrivals(pods, capacity, seed):
-        shape, gpus = (g, n, c), (max(n, 1) if g else 0)
+    for g, n, c, m, spec in order:
+        shape, gpus = (g, n, c, m, spec), (max(n, 1) if g else 0)
+        if learner is not None:
+            learner.add(Shape(g, n, c, spec, memory=m))
+            if learner.workload() is not workload:
+                workload, frag = learner.current, learner.cache
+                memo.clear()
 
         def answers():
             for node in range(len(free)):
@@ -230,12 +245,13 @@ def simulate(policy: str, cluster, pods: list, seed: int, workload) -> tuple[flo
                     continue
                 hit = memo.get((node, shape))
                 if hit is None or hit[0] != version[node]:
-                    ans = evaluate_node(policy, g, c, free[node], cpus[node], caps=caps[node], gpus=gpus,
-                                        workload=workload, frag=frag, model=models[node])
+                    ans = evaluate_node(rule, g, c, free[node], cpus[node], caps=caps[node], gpus=gpus,
+                                        workload=workload or (), frag=frag, model=models[node], memory=m,
+                                        memory_free=mem[node] if learner is not None else None)
                     memo[(node, shape)] = hit = (version[node], ans)
                 yield node, hit[1]
 
-        best = best_node(answers(), policy)
+        best = best_node(answers(), rule)
         if best is None:
             dropped += 1
             continue
@@ -286,8 +302,10 @@ def online(data: Path, seeds: list[int], policies: list[str], typical: str = "we
     pods = pod_shapes(data)
     workload = typical_workload(pods, typical)
     print(f"\nOnline: {len(cluster[0]):,} GPU nodes, {sum(map(len, cluster[2])):,} GPUs; {len(pods):,} pods "
-          f"(openb_pod_list_default.csv), arriving shuffled until GPU requests reach {INFLATION} x capacity; "
-          f"FGD's workload: {len(workload)} typical GPU request shapes")
+          f"(openb_pod_list_default.csv), shuffled and tuned up with Go's math/rand until GPU requests reach "
+          f"{INFLATION} x capacity; ties to the smallest random node name. 'service': FGD on the typical requests "
+          f"learned online from the requests seen so far (WorkloadLearner); 'fgd': on a fixed set ({typical}, "
+          f"{len(workload)} shapes)")
     results: dict[str, list[float]] = {}
     for policy in policies:
         results[policy] = []
@@ -299,7 +317,7 @@ def online(data: Path, seeds: list[int], policies: list[str], typical: str = "we
                   f"{time.perf_counter() - t:.1f} s)", flush=True)
     print(f"\nGPU allocation ratio at {INFLATION:.0%} arrived GPU requests, %")
     head = "".join(f"{s:>7}" for s in seeds)
-    print(f"  {'policy':24}{head}   {'mean':>6}")
+    print(f"  {'policy':24}{head}   {'mean':>6}   (ours over the seeds shown; paper's over 42-51)")
     for policy, values in results.items():
         print(f"  {'ours: ' + policy:24}" + "".join(f"{v:7.2f}" for v in values) + f"   {statistics.mean(values):6.2f}")
     for name, values in PAPER.items():
@@ -319,7 +337,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="seeds 42-43 and a 20 s cap on the optimum")
     parser.add_argument("--skip-offline", action="store_true")
     parser.add_argument("--skip-online", action="store_true")
-    parser.add_argument("--policies", default="first_fit,best_fit,fgd")
+    parser.add_argument("--policies", default="service,first_fit,best_fit",
+                        help="service (the slot service's policy: FGD on the workload it learns online), first_fit, "
+                             "best_fit, fgd (FGD on a fixed workload, --typical)")
     parser.add_argument("--typical", default="weighted", choices=["weighted", "all", "paper"],
                         help="how FGD's typical requests are derived (see typical_workload)")
     args = parser.parse_args()

@@ -68,7 +68,7 @@ def _device_order(key: str) -> tuple[str, int]:
 
 
 SHAPE_MIB = 512  # request sizes are bucketed to this for the workload FGD reasons about
-RECENT_REQUESTS = 500
+RECENT_REQUESTS = 5000  # requests FGD learns its typical requests from (WorkloadLearner's window)
 
 
 @dataclass(frozen=True)
