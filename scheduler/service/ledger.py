@@ -37,9 +37,10 @@ def place_online(request_mib: int, request_cpus: int, free_by_device: dict[str, 
                  free_cpus_by_node: dict[str, int], learned: Learned | None = None) -> str | None:
     """The device (``node:index``) for a request, or None when it fits nowhere now.
 
-    With ``learned`` (the workload seen so far and the devices' limits): FGD (``scheduler.policy.placement_online.fgd``), which places
-    where the cluster's expected fragmentation grows least — on the Alibaba trace it beats best fit on every seed
-    (``benchmarks/alibaba_trace.py``); ``cache``, a ``FragmentationCache`` for that workload, only speeds it up.
+    With ``learned`` (the workload the queue's ``WorkloadLearner`` has seen and the devices' limits): FGD
+    (``scheduler.policy.placement_online.fgd``), scored as the FGD paper's simulator (the integer sigmoid of the
+    fragmentation decrease), ties to best fit — the policy ``benchmarks/alibaba_trace.py`` replays as "service" on
+    the paper's protocol; ``cache``, a ``FragmentationCache`` for that workload, only speeds it up.
     Without them: best fit, the least memory left, ties to the lower index. Where one device alone can take the
     request, that device is the answer of both, found without weighing anything."""
     eligible = {key: free for key, free in free_by_device.items()
@@ -68,7 +69,7 @@ def _device_order(key: str) -> tuple[str, int]:
 
 
 SHAPE_MIB = 512  # request sizes are bucketed to this for the workload FGD reasons about
-RECENT_REQUESTS = 500
+RECENT_REQUESTS = 5000  # requests FGD learns its typical requests from (WorkloadLearner's window)
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ order of two requests never changes with time: ``created / aging - priority`` so
 from __future__ import annotations
 
 import bisect
-import collections
 from typing import Any
 
 from scheduler.core.states import SlotState
+from scheduler.policy.placement_online import Shape, WorkloadLearner
 from scheduler.service.ledger import (
     RECENT_REQUESTS, SHAPE_MIB, Claim, Learned, QueueEstimates, StartSimulation, place_online, shadow,
 )
@@ -35,8 +35,7 @@ class Queue:
         self.version = 0  # bumped when the granted leases change
         self.gen = 0  # bumped when the queue changes
         self._head_cache: tuple = (None, None)
-        self._recent: collections.deque = collections.deque(maxlen=RECENT_REQUESTS)  # (MiB, cpus) of new requests
-        self._appended, self._workload_at, self._workload_cache = 0, 0, None
+        self._learner = WorkloadLearner(window=RECENT_REQUESTS)  # FGD's typical requests, learned from arrivals
         self._shapes: dict[tuple[int, int], Any] = {}  # (MiB, cpus) → its Shape, made once
         self.frag = None  # FGD's memo of node fragmentation, for the current workload
         self.est: QueueEstimates | None = None
@@ -71,8 +70,11 @@ class Queue:
 
     def arrive(self, s: Slot) -> None:
         """A new request: it joins the queue and the recent workload."""
-        self._recent.append((s.gpu_memory_mib, s.cpus))
-        self._appended += 1
+        key = (s.gpu_memory_mib, s.cpus)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = Shape(max(1, round(key[0] / SHAPE_MIB)) * SHAPE_MIB, 1, key[1])
+        self._learner.add(shape)
         self.enqueue(s)
 
     def enqueue(self, s: Slot) -> None:
@@ -108,22 +110,12 @@ class Queue:
         return i if i < len(self.order) and self.order[i] == item else None
 
     def workload(self):
-        """The shapes of recent requests, as FGD's typical requests; recomputed every 25 new requests (a
-        distribution moves slowly, and the request path must stay fast)."""
-        from scheduler.policy.placement_online import FragmentationCache, Shape, workload_of
-
-        if self._workload_cache is not None and self._appended - self._workload_at < 25:
-            return self._workload_cache
-        self._workload_at = self._appended
-        shapes = []
-        for key in self._recent:
-            shape = self._shapes.get(key)
-            if shape is None:
-                shape = self._shapes[key] = Shape(max(1, round(key[0] / SHAPE_MIB)) * SHAPE_MIB, 1, key[1])
-            shapes.append(shape)
-        self._workload_cache = workload_of(shapes, coverage=0.95)
-        self.frag = FragmentationCache(self._workload_cache)
-        return self._workload_cache
+        """FGD's typical requests: the shapes of the requests seen so far (``WorkloadLearner``: every shape of the
+        last ``RECENT_REQUESTS``, flattened weights, rebuilt as requests come), the same learner the Alibaba replay
+        scores (``benchmarks/alibaba_trace.py``, policy "service")."""
+        workload = self._learner.workload()
+        self.frag = self._learner.cache
+        return workload
 
     # -- admission and backfill --
 
