@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.policy.placement_online import (FragmentationCache, Shape, WorkloadLearner, evaluate_node, fgd,
+from scheduler.policy.placement_online import (Shape, WorkloadLearner, evaluate_node, fgd,
                                                fgd_score, node_fragmentation, place)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
