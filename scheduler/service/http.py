@@ -175,11 +175,11 @@ def _off_loop(op: Op, body: dict | None) -> bool:
     """Whether the call may take long (the estimator, psutil, NVML): it then runs off the event loop."""
     if op.name == "request_slot":
         return bool(body.get("model") and not body.get("gpu_memory") and not body.get("gpu_memory_mib"))
-    return op.name in ("job_status", "gpu_status")
+    return op.name in ("job_status", "gpu_status") or (op.name == "submit_job" and body.get("job") is not None)
 
 
 def _job_body(b: dict) -> None:
-    allowed = {"slot_id", "argv", "entrypoint", "cwd", "env"}
+    allowed = {"slot_id", "argv", "entrypoint", "cwd", "env", "job", "data", "metric", "seed"}
     if set(b) - allowed:
         raise ServiceError(f"unknown field(s) {names(set(b) - allowed)}; allowed: {', '.join(sorted(allowed))}")
     if "entrypoint" in b and "argv" not in b:

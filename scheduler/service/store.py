@@ -69,6 +69,9 @@ class Job:
     reason: str | None = None
     stop_requested: bool = False
     gpu_peak_mib: int | None = None
+    spec: dict | None = None  # a job in the plan's schema, with its data and metric (scheduler.service.specs)
+    node: str | None = None  # the slot's node
+    node_id: str | None = None  # Ray's id of the node the job runs on (jobs run through Ray)
 
     def __post_init__(self):
         self.state = JobState(self.state)
