@@ -101,6 +101,8 @@ class RaySupervisor(Supervisor):
             figures["gpu_memory_peak_mib"] = j.gpu_peak_mib
         return figures
 
+    shows_slots = True
+
     def publish(self, slots: list) -> None:
         """``slots``: (slot id, owner, state, device or "", MiB) of every live slot, for the dashboard's gauges."""
         self._slots = slots

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import sqlite3
 import threading
 import time
 import uuid
@@ -146,22 +147,28 @@ class Service(JobOps):
         now = time.time()
         with self._lock:
             if v["crid"]:
-                sid = self.by_request.get((who.name, v["crid"])) or self.store.slot_of_request(who.name, v["crid"])
+                sid = self.by_request.get((who.name, v["crid"]))  # an ended slot's: the insert below finds it
                 if sid:
                     return self.get_slot(sid, who)
             s = Slot(slot_id="slot-" + uuid.uuid4().hex[:12], owner=who.name, state=SlotState.QUEUED,
                      gpu_memory_mib=v["mib"], cpus=v["cpus"], minutes=v["minutes"], priority=v["priority"],
                      label=v["label"], client_request_id=v["crid"], created=now, heartbeat_s=v["heartbeat_s"],
                      estimate=v["estimate"], heartbeat=now)
-            dump(vars(s))  # what could not be read back is refused before anything is kept
+            data = dump(vars(s))  # what could not be read back is refused before anything is kept
             self.slots[s.slot_id] = s
             if s.client_request_id:
                 self.by_request[(who.name, s.client_request_id)] = s.slot_id
             self.queue.arrive(s)
             try:
                 with self._transaction():
-                    self.store.save_slot(s)
+                    self.store.insert_slot(s, data)
                     self._schedule(now, only=s)
+            except sqlite3.IntegrityError:  # a retry of a request whose slot has ended: that slot is the answer
+                self._forget(s)
+                sid = self.store.slot_of_request(who.name, v["crid"]) if v["crid"] else None
+                if sid is None:
+                    raise
+                return self.get_slot(sid, who)
             except BaseException:
                 self._forget(s)
                 raise
@@ -325,8 +332,10 @@ class Service(JobOps):
                 self.procs.poll(now)
                 self.queue.reorder()
                 self._schedule(now)
-            self.procs.publish([(s.slot_id, s.owner, s.state.value, s.device or "", s.gpu_memory_mib)
-                                for s in self.slots.values()])
+            if self.procs.shows_slots:
+                self.procs.publish([(s.slot_id, s.owner, s.state.value, s.device or "", s.gpu_memory_mib)
+                                    for s in self.slots.values()])
+        self.store.checkpoint()
 
     def _refresh_if_stale(self, now: float) -> None:
         with self._lock:

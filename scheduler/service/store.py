@@ -15,6 +15,8 @@ from scheduler.core.states import JobState, SlotState
 from scheduler.service.procs import private_dir, private_file
 from scheduler.service.validate import MAX_NAME
 
+CHECKPOINT_BACKSTOP_PAGES = 20000  # ~80 MB of WAL
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS slots (slot_id TEXT PRIMARY KEY, owner TEXT, state TEXT, device TEXT, gpu_memory_mib INT,
     cpus INT, data TEXT);
@@ -110,10 +112,28 @@ class Store:
     def __init__(self, folder: Path):
         self.db = open_db(folder, check_same_thread=False)
         self.db.execute("PRAGMA synchronous=NORMAL")
+        # Checkpoints (copying the WAL into the database, with its fsync) are the reclaimer's, on a connection of its
+        # own and outside the lock (:meth:`checkpoint`); a commit runs one itself only past this backstop.
+        self.db.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_BACKSTOP_PAGES}")
+        self.path = folder / "service.sqlite"
+        self._checkpointer: sqlite3.Connection | None = None
+
+    def checkpoint(self) -> None:
+        """A passive checkpoint on a second connection (call from the reclaimer, without the service's lock): it
+        never blocks a commit, so no request waits for the database file's fsync."""
+        if self._checkpointer is None:
+            self._checkpointer = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def save_slot(self, s: Slot) -> None:
         self.db.execute("INSERT OR REPLACE INTO slots VALUES (?,?,?,?,?,?,?)",
                         (s.slot_id, s.owner, s.state.value, s.device, s.gpu_memory_mib, s.cpus, json.dumps(vars(s))))
+
+    def insert_slot(self, s: Slot, data: str) -> None:
+        """A new slot (``data``: its JSON); sqlite3.IntegrityError when its owner has used its client_request_id
+        before (so a retry needs no lookup on the way in)."""
+        self.db.execute("INSERT INTO slots VALUES (?,?,?,?,?,?,?)",
+                        (s.slot_id, s.owner, s.state.value, s.device, s.gpu_memory_mib, s.cpus, data))
 
     def save_job(self, j: Job) -> None:
         self.db.execute("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?)",
@@ -156,4 +176,6 @@ class Store:
             raise
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self.db.close()

@@ -158,6 +158,8 @@ class Supervisor:
             figures["gpu_memory_peak_mib"] = j.gpu_peak_mib
         return figures
 
+    shows_slots = False  # the Ray supervisor shows slots as gauges (publish)
+
     def publish(self, slots: list) -> None:
         """Nothing to show beyond this machine (the Ray supervisor puts slots on the dashboard)."""
 
