@@ -5,8 +5,9 @@ left is the decision itself and its commit.
   comparison of the fixed segments, before Starlette's middleware and router (whose route scan, exception wrappers
   and per-request objects cost more than the service's decision). Whatever does not match exactly (MCP, an unknown
   path, another method, ``HEAD``) goes on to the Starlette app, which answers as before.
-- :class:`Corked`: a response's head and body leave in one ``send`` instead of two. On loopback the kernel's work
-  for a send (waking the reader) was the largest single cost of a call in the profile.
+- :class:`Corked`: a response's head and body leave in one ``send`` instead of two, as soon as the body is written.
+  On loopback the kernel's work for a send (waking the reader) was the largest single cost of a call in the
+  profile.
 """
 
 from __future__ import annotations
@@ -59,21 +60,26 @@ class Routes:
 
 
 class Corked:
-    """A transport whose writes within one turn of the event loop leave together, at the end of that turn."""
+    """A transport that holds a response's head until its body is written, and sends the two in one ``send``; a
+    head without a body (or anything else held) leaves at the end of the event loop's turn."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport, self._loop = transport, loop
-        self._pending: list[bytes] = []
+        self._held: bytes | None = None
 
     def write(self, data: bytes) -> None:
-        if not self._pending:
+        if self._held is not None:
+            data, self._held = self._held + data, None
+            self._transport.write(data)
+        elif data.startswith(b"HTTP/1.1 ") and data.endswith(b"\r\n\r\n"):  # a head: its body comes next
+            self._held = data
             self._loop.call_soon(self._flush)
-        self._pending.append(data)
+        else:
+            self._transport.write(data)
 
     def _flush(self) -> None:
-        if self._pending:
-            data = b"".join(self._pending)
-            self._pending.clear()
+        if self._held is not None:
+            data, self._held = self._held, None
             if not self._transport.is_closing():
                 self._transport.write(data)
 

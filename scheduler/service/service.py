@@ -335,7 +335,6 @@ class Service(JobOps):
             if self.procs.shows_slots:
                 self.procs.publish([(s.slot_id, s.owner, s.state.value, s.device or "", s.gpu_memory_mib)
                                     for s in self.slots.values()])
-        self.store.checkpoint()
 
     def _refresh_if_stale(self, now: float) -> None:
         with self._lock:

@@ -15,8 +15,6 @@ from scheduler.core.states import JobState, SlotState
 from scheduler.service.procs import private_dir, private_file
 from scheduler.service.validate import MAX_NAME
 
-CHECKPOINT_BACKSTOP_PAGES = 20000  # ~80 MB of WAL
-
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS slots (slot_id TEXT PRIMARY KEY, owner TEXT, state TEXT, device TEXT, gpu_memory_mib INT,
     cpus INT, data TEXT);
@@ -112,18 +110,6 @@ class Store:
     def __init__(self, folder: Path):
         self.db = open_db(folder, check_same_thread=False)
         self.db.execute("PRAGMA synchronous=NORMAL")
-        # Checkpoints (copying the WAL into the database, with its fsync) are the reclaimer's, on a connection of its
-        # own and outside the lock (:meth:`checkpoint`); a commit runs one itself only past this backstop.
-        self.db.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_BACKSTOP_PAGES}")
-        self.path = folder / "service.sqlite"
-        self._checkpointer: sqlite3.Connection | None = None
-
-    def checkpoint(self) -> None:
-        """A passive checkpoint on a second connection (call from the reclaimer, without the service's lock): it
-        never blocks a commit, so no request waits for the database file's fsync."""
-        if self._checkpointer is None:
-            self._checkpointer = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def save_slot(self, s: Slot) -> None:
         self.db.execute("INSERT OR REPLACE INTO slots VALUES (?,?,?,?,?,?,?)",
@@ -176,6 +162,4 @@ class Store:
             raise
 
     def close(self) -> None:
-        if self._checkpointer is not None:
-            self._checkpointer.close()
         self.db.close()
