@@ -19,6 +19,8 @@ pytestmark = pytest.mark.slow
 LIMIT = int(40960 * 0.90)  # an A100-40GB's band top, MiB
 SLEEPER = [sys.executable, "-c", "import os, time; print('node', os.environ['GPUPACK_NODE_ID'], flush=True); "
                                  "time.sleep(120)"]
+STUBBORN = [sys.executable, "-c", "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                  "print('node', os.environ['GPUPACK_NODE_ID'], flush=True); time.sleep(120)"]
 
 
 class Checker(threading.Thread):
@@ -83,6 +85,15 @@ def node_ids(ray) -> dict[str, str]:
     return out
 
 
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def wait(predicate, timeout=60.0, what="the condition"):
     end = time.time() + timeout
     while time.time() < end:
@@ -124,14 +135,21 @@ def test_job_specs_train_in_slots_on_both_nodes_and_blend(cluster, tmp_path):
         svc.release(s["slot_id"])
 
 
-def test_slots_on_both_nodes_run_there_and_a_lost_node_ends_its_jobs(cluster):
+def test_slots_on_both_nodes_run_there_and_a_lost_node_ends_its_jobs(cluster, monkeypatch):
+    from scheduler.service import remote, supervisor
+
+    monkeypatch.setattr(supervisor, "TERM_GRACE_S", 2.0)  # SIGKILL 2 s after SIGTERM, on whichever node
+    monkeypatch.setattr(remote, "TERM_GRACE_S", 2.0)
     ray, svc = cluster["ray"], cluster["svc"]
+    # Ray frees a released lease's group a moment after the ledger does: until then it reads as held by others
+    wait(lambda: all(d["used_by_others_mib"] == 0 for d in svc.gpu_status()["devices"]), what="Ray to catch up")
     slots = [svc.request_slot({"gpu_memory": "20GB", "cpus": 1, "minutes": 10}) for _ in range(4)]
     assert all(s["state"] == "granted" for s in slots)
     assert sorted((s["node"], s["device"]) for s in slots) == [("n1", 0), ("n1", 1), ("n2", 0), ("n2", 1)]
     extra = svc.request_slot({"gpu_memory": "20GB", "cpus": 1, "minutes": 10})
     assert extra["state"] == "queued"  # every device holds 20 GB of its 36 GB band
-    jobs = [svc.submit_job(s["slot_id"], SLEEPER) for s in slots]
+    jobs = [svc.submit_job(s["slot_id"], STUBBORN if s["node"] == "n1" and s["device"] == 1 else SLEEPER)
+            for s in slots]
     ids = node_ids(ray)
     for s, j in zip(slots, jobs):
         text = wait(lambda j=j: "node" in (t := svc.job_logs(j["job_id"])["text"]) and t, what="the job's log")
@@ -153,6 +171,8 @@ def test_slots_on_both_nodes_run_there_and_a_lost_node_ends_its_jobs(cluster):
         st = wait(lambda j=j: (st := svc.job_status(j["job_id"]))["state"] == "FAILED" and st, timeout=90,
                   what="a lost node's job to end")
         assert "lost" in st["reason"] and "n2" in st["reason"], st["reason"]
+        # its process ends with the actor that ran it (here the "node" shares this machine, so we can look)
+        wait(lambda st=st: not _alive(st["pid"]), timeout=30, what="a lost node's job process to end")
     for s in slots:
         if s["node"] == "n2":
             got = wait(lambda s=s: (g := svc.get_slot(s["slot_id"]))["state"] == "expired" and g, what="slot end")
@@ -170,6 +190,8 @@ def test_slots_on_both_nodes_run_there_and_a_lost_node_ends_its_jobs(cluster):
     for s in [*(s for s in slots[1:] if s["node"] == "n1"), extra]:
         svc.release(s["slot_id"])
     wait(lambda: all(svc.job_status(j["job_id"])["state"] == "CANCELLED" for j in live), what="jobs to stop")
+    stubborn = [svc.job_status(j["job_id"]) for s, j in zip(slots, jobs) if (s["node"], s["device"]) == ("n1", 1)]
+    assert stubborn[0]["exit_code"] == -9  # it ignored SIGTERM: SIGKILL ended it after the grace
     # and Ray has given every lease's memory back on the node that stays
     wait(lambda: all(ray.available_resources().get(f"gpupack_mem_n1_{d}") == LIMIT for d in (0, 1)),
          what="Ray to free the memory")

@@ -32,6 +32,9 @@ def add_verbs(subparsers) -> None:
     sv.add_argument("--heartbeat-timeout", default="60s", metavar="DURATION",
                     help="a lease not renewed for this long is reclaimed (default 60s)")
     sv.add_argument("--no-ray", action="store_true", help="keep the ledger without Ray (no plan runs share the devices)")
+    sv.add_argument("--jobs", choices=["auto", "ray", "local"], default="auto",
+                    help="where slot jobs run: 'ray' as actors on their slot's node, 'local' as processes here; "
+                         "'auto' (default): on Ray when joining a cluster (--address), else here")
     sv.add_argument("--new-token", metavar="NAME", help="mint a token for agent NAME, print it, and exit")
     sv.add_argument("--json", action="store_true")
     sv.set_defaults(func=cmd_serve)
@@ -274,11 +277,15 @@ def cmd_serve(args, console) -> int:
 
     hw = hardware.resolve(args.hardware, gpus_per_node=args.gpus_per_node, cpus=args.cpus)
     backend = FixedBackend() if args.no_ray else RayBackend(hw, high, args.address)
-    service = Service(hw, state, band_high=high, backend=backend, heartbeat_timeout_s=heartbeat)
+    if args.jobs == "ray" and args.no_ray:
+        raise UserError("--jobs ray needs Ray: drop --no-ray")
+    service = Service(hw, state, band_high=high, backend=backend, heartbeat_timeout_s=heartbeat,
+                      jobs_on_ray={"auto": None, "ray": True, "local": False}[args.jobs])
     url = f"http://{args.host}:{args.port}"
     _print(args, {"url": url, "rest": f"{url}/api", "mcp": f"{url}/mcp", "state": str(service.state_dir),
                   "token_file": str(service.state_dir / "token"), "hardware": hw.to_json(),
                   "limits_mib": service.limits, "ray": not args.no_ray,
+                  "jobs": "ray" if service.procs.shows_slots else "local",
                   "hint": "in another shell: python -m scheduler slot request --gpu-memory 12GB --cpus 2 --minutes 20"})
     sys.stdout.flush()
     try:

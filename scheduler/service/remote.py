@@ -51,6 +51,7 @@ class RaySupervisor(Supervisor):
         self._ended: dict[str, tuple[int | None, str | None]] = {}  # job id → (exit status, lost reason)
         self._figures: dict[str, dict] = {}
         self._slots: list | None = None  # the latest slots to show as gauges
+        self._releases: dict[str, Any] = {}  # ended slots whose groups go once their jobs have ended
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gpupack-ray-jobs", daemon=True)
         self._thread.start()
@@ -84,10 +85,22 @@ class RaySupervisor(Supervisor):
             j = self.jobs.get(jid)
             if j is not None:
                 self.conclude(j, now, code, lost)
+        live = {j.slot_id for j in self.jobs.values()}
+        for slot_id in [sid for sid in self._releases if sid not in live]:
+            self._releases.pop(slot_id)(slot_id)
         for jid, at in list(self.kill_at.items()):
             if now >= at and jid in self.jobs:
                 self._ops.put(("signal", jid, signal.SIGKILL))
                 self.kill_at[jid] = now + TERM_GRACE_S
+
+    def release(self, slot_id: str, release) -> None:
+        """An ended slot's placement group is removed once its jobs have ended: removing it kills the actors in it
+        before they could signal their jobs (and SIGKILL them after the grace), and Ray rightly keeps the memory
+        held until they are gone."""
+        if any(j.slot_id == slot_id for j in self.jobs.values()):
+            self._releases[slot_id] = release
+        else:
+            release(slot_id)
 
     def finish(self, j: Job, now: float, code: int | None) -> None:
         self.conclude(j, now, code)
@@ -292,11 +305,14 @@ def _alive(node_id: str | None) -> bool:
 
 
 def jobs_on_ray(backend, wanted: bool | None) -> bool:
-    """Whether the service runs its jobs as actors on their slots' nodes: when asked, else when its ledger is Ray's
-    (a service without Ray runs them as processes on its own machine)."""
+    """Whether the service runs its jobs as actors on their slots' nodes: when asked, else when its ledger is a Ray
+    cluster it joined (which outlives the service). A service without Ray, or with a local Ray of its own that ends
+    with it, runs them as processes on its machine, where they outlive a restart."""
     from scheduler.service.ledger import RayBackend
 
-    return isinstance(backend, RayBackend) if wanted is None else wanted
+    if wanted is not None:
+        return wanted
+    return isinstance(backend, RayBackend) and not getattr(getattr(backend, "cluster", None), "started_here", False)
 
 
 def actor_name(slot_id: str, job_id: str) -> str:

@@ -49,7 +49,7 @@ class Settings:
     heartbeat_timeout_s: float = 60.0  # a request's heartbeat_s when it names none
     aging_s: float = AGING_S
     tick_s: float = 1.0  # the reclaimer's period
-    jobs_on_ray: bool | None = None  # jobs as Ray actors on their slot's node; None: when the backend is Ray's
+    jobs_on_ray: bool | None = None  # jobs as Ray actors on their slot's node; None: on a Ray cluster it joined
 
 
 class Service(JobOps):
@@ -242,7 +242,7 @@ class Service(JobOps):
 
     def _end_slot(self, s: Slot, now: float, state: SlotState, reason: str) -> None:
         if s.state == SlotState.GRANTED:
-            self.backend.release(s.slot_id)
+            self.procs.release(s.slot_id, self.backend.release)  # once its jobs have ended
         self.queue.remove(s)
         s.state, s.ended, s.end_reason = state, now, reason
         self.slots.pop(s.slot_id, None)

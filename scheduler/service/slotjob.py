@@ -13,7 +13,7 @@ from pathlib import Path
 
 from scheduler.service.procs import _last_metrics, private_dir, signal_group
 from scheduler.service.store import Job
-from scheduler.service.supervisor import command_of, measure, spawn
+from scheduler.service.supervisor import TERM_GRACE_S, command_of, measure, spawn
 
 MAX_OUTPUTS = 256 << 20  # what one job's outputs may bring back through Ray
 LOG_CHUNK = 1 << 20
@@ -34,7 +34,7 @@ class SlotJob:
 
         node_id = ray.get_runtime_context().get_node_id()
         env = {**os.environ, **j.env, **env, "GPUPACK_JOB": j.job_id, "GPUPACK_NODE_ID": node_id,
-               "GPUPACK_OUTPUT_DIR": str(self.dir / "output")}
+               "GPUPACK_OUTPUT_DIR": str(self.dir / "output"), "GPUPACK_END_WITH_PARENT": str(TERM_GRACE_S)}
         self.proc, started = spawn(command_of(j), j.cwd or (str(self.dir) if j.spec else None), env, self.dir)
         return {"pid": self.proc.pid, "pid_start": started, "node_id": node_id}
 

@@ -160,6 +160,11 @@ class Supervisor:
 
     shows_slots = False  # the Ray supervisor shows slots as gauges (publish)
 
+    def release(self, slot_id: str, release) -> None:
+        """Give an ended slot's reservation back (``release(slot_id)``): at once here, where the processes are this
+        machine's to signal."""
+        release(slot_id)
+
     def publish(self, slots: list) -> None:
         """Nothing to show beyond this machine (the Ray supervisor puts slots on the dashboard)."""
 
