@@ -59,6 +59,23 @@ class Routes:
         await response(scope, receive, send)
 
 
+class Answer:
+    """A JSON answer as its two ASGI messages, with the two headers it needs (a Starlette ``JSONResponse`` builds a
+    header object and more for each answer)."""
+
+    __slots__ = ("body", "status_code")
+
+    def __init__(self, content: Any, status: int = 200):
+        from scheduler.service.validate import render
+
+        self.body, self.status_code = render(content), status
+
+    async def __call__(self, scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": [(b"content-length", b"%d" % len(self.body)), (b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": self.body})
+
+
 class Corked:
     """A transport that holds a response's head until its body is written, and sends the two in one ``send``; a
     head without a body (or anything else held) leaves at the end of the event loop's turn."""

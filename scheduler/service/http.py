@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from scheduler.service.service import ADMIN, Identity, Service, ServiceError, Unauthorized
-from scheduler.service.fastpath import Routes, protocol_class
+from scheduler.service.fastpath import Answer, Routes, protocol_class
 from scheduler.service.ops import OPS, Op
 from scheduler.service.validate import MAX_BODY, names, parse_body, query_int, render
 
@@ -121,8 +121,8 @@ def _answer(fn):
         try:
             result = await fn(request)
         except ServiceError as e:
-            return _JSON({"error": str(e)}, e.status)
-        return result if isinstance(result, Response) else _JSON(result)
+            return Answer({"error": str(e)}, e.status)
+        return result if isinstance(result, Response) else Answer(result)
 
     return wrapped
 
