@@ -61,7 +61,8 @@ def add_verbs(subparsers) -> None:
     sb.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment (repeatable)")
     sb.add_argument("--spec", metavar="FILE", help="a job in the plan's schema (YAML or JSON: kind timm, lightgbm or "
                     "command) to run instead of a command; its memory is estimated and must fit the slot")
-    sb.add_argument("--data", help="with --spec: the competition folder, or a built-in one (digits, iris, …)")
+    sb.add_argument("--data", help="with --spec: the competition folder, or a built-in one (digits, iris, …; "
+                                   "default digits)")
     sb.add_argument("--metric", help="with --spec: the metric (default: the built-in's, else accuracy)")
     sb.add_argument("--seed", type=int, help="with --spec: the folds' seed (default 42)")
     _request_flags(sb, required=False)

@@ -10,10 +10,13 @@ status, its signals, and at the end its outputs, which travel back through Ray (
 
 :class:`RaySupervisor` is the service's side: the :class:`~scheduler.service.supervisor.Supervisor` interface
 (start, stop, poll, figures, adopt), with every Ray call made by one thread, off the service's lock and the request
-path. An actor that dies with its node ends its job FAILED, "node lost"; the service ends the node's slots and Ray
-frees their memory. Actors are detached and named ``gpupack-<slot>-<job>`` in the ``gpupack`` namespace, so a
-restarted service finds its running jobs again, and the Ray dashboard lists them beside plan jobs; slots themselves,
-queued or granted, are gauges (``gpupack_slot_gpu_memory_mib``, ``gpupack_slots``).
+path. An actor that dies with its node ends its job FAILED, "lost: node … left the cluster", and the job's process
+group ends with the actor's process (the wrapper's parent-death signal); the service ends the node's slots, and an
+ended slot's group is removed once its jobs have ended (removing it first would kill the actors before they signal).
+Actors are named ``gpupack-<slot>-<job>`` in the ``gpupack`` namespace, so the Ray dashboard lists them beside plan
+jobs and a restarted service looks its running jobs up by name (a slot's group belongs to the service's Ray driver:
+jobs whose group ended with an old driver are found gone and marked lost); slots themselves, queued or granted, are
+gauges (``gpupack_slot_gpu_memory_mib``, ``gpupack_slots``).
 """
 
 from __future__ import annotations
