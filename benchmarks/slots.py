@@ -14,7 +14,7 @@ Two workloads:
 the server's CPU time per call (all calls, releases included) is printed: on a shared machine the round trips measure
 the neighbours too, the CPU time much less so.
 
-    python benchmarks/slots.py [--seconds 10] [--think-ms 0] [--clients 1,10,100] [--alone 50] [--hold 3]
+    python benchmarks/slots.py [--seconds 10] [--think-ms 0] [--clients 1,10,100] [--alone 50] [--hold 3] [--runs 1]
 """
 
 from __future__ import annotations
@@ -162,9 +162,19 @@ class Server:
 
     def measure(self, label: str, clients: int, seconds: float, think_ms: float, alone: bool = False,
                 hold: int = 3) -> dict:
-        cpu = self.cpu_s()
+        cpu, mine = self.cpu_s(), _own_cpu_s()
         lat, calls = asyncio.run(run_clients(self.port, self.token, clients, seconds, think_ms / 1000, alone=alone, hold=hold))
-        return figures(label, clients, lat, seconds, think_ms, (self.cpu_s() - cpu) / max(1, calls))
+        row = figures(label, clients, lat, seconds, think_ms, (self.cpu_s() - cpu) / max(1, calls))
+        row["client_cpu_ms_per_call"] = round((_own_cpu_s() - mine) / max(1, calls) * 1000, 3)
+        return row
+
+
+def _own_cpu_s() -> float:
+    """This process's CPU time (the clients'): on 2 cores the clients and the server share the machine."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def figures(label: str, clients: int, lat: list[float], seconds: float, think_ms: float, cpu_per_call: float) -> dict:
@@ -187,6 +197,7 @@ def main() -> int:
     ap.add_argument("--clients", default="1,10,100", help="client counts for the loop ('' for none)")
     ap.add_argument("--alone", type=int, default=50, help="clients for requests alone (0 for none)")
     ap.add_argument("--hold", type=int, default=3, help="slots each client keeps in the requests-alone workload")
+    ap.add_argument("--runs", type=int, default=1, help="measure each loop workload this many times (the spread)")
     ap.add_argument("--serve", nargs=5, metavar=("PORT", "STATE", "PROFILE", "GPUS", "CPUS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -198,7 +209,8 @@ def main() -> int:
     if counts:
         with Server(LOOP_HARDWARE) as srv:
             for n in counts:
-                rows.append(srv.measure("loop", n, args.seconds, args.think_ms))
+                for _ in range(args.runs):
+                    rows.append(srv.measure("loop", n, args.seconds, args.think_ms))
     if args.alone:
         with Server(ALONE_HARDWARE) as srv:
             rows.append(srv.measure("requests alone", args.alone, args.seconds, args.think_ms, alone=True,

@@ -18,9 +18,18 @@ def _service(tmp_path):
 
 def test_rest_serves_exactly_the_declared_operations(tmp_path):
     s = _service(tmp_path)
-    app = build_app(s).app.app  # BearerAuth(BodyLimit(Starlette))
+    fast = build_app(s).app.app  # BearerAuth(BodyLimit(Routes(…, fallback=Starlette)))
+    app = fast.fallback
     routes = {(m, r.path) for r in app.routes if r.path != "/mcp" for m in r.methods - {"HEAD"}}
     assert routes == {(op.method, op.path) for op in OPS}
+    for op in OPS:  # the fast path finds each declared operation, with its path parameters, and nothing else
+        path = op.path.replace("{slot_id}", "slot-1").replace("{job_id}", "job-1")
+        handler, params = fast.match(op.method, path)
+        assert params == {p.name: path.split("/")[op.path.split("/").index("{" + p.name + "}")]
+                          for p in op.params if p.where == "path"}
+    for method, path in (("GET", "/mcp"), ("HEAD", "/api/slots"), ("GET", "/api/slots/"), ("GET", "/api//renew"),
+                         ("PUT", "/api/slots"), ("GET", "/api/nothing")):
+        assert fast.match(method, path) is None, (method, path)
     s.close()
 
 

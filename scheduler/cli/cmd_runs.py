@@ -14,8 +14,13 @@ from scheduler.core.states import JobState
 
 
 def add_verbs(verbs) -> None:
-    en = verbs.add_parser("ensemble", help="re-blend a finished run's predictions without retraining")
-    en.add_argument("run", help="the run's folder")
+    en = verbs.add_parser("ensemble", help="re-blend a finished run's predictions without retraining, or blend "
+                                           "jobs' output folders (the service's slots: --data and the folders)")
+    en.add_argument("run", help="the run's folder; with --data, a job's output folder")
+    en.add_argument("more", nargs="*", metavar="FOLDER", help="with --data: more jobs' output folders to blend")
+    en.add_argument("--data", help="blend job output folders (as job_status's outputs.dir gives them) on this "
+                                   "competition: a folder, or a built-in one's name")
+    en.add_argument("--out", default="submission.csv", help="with --data: where the submission goes")
     en.add_argument("--method", choices=["mean", "weighted", "rank", "hill_climb", "stack"],
                     help="default: the plan's")
     en.add_argument("--metric", choices=["accuracy", "log_loss", "auc", "f1_macro", "qwk", "rmse", "mae"],
@@ -74,6 +79,17 @@ def cmd_ensemble(args: argparse.Namespace, console: Console) -> int:
     from scheduler.runtime.submit import write_submission
     from scheduler.cli.views import show_summary
 
+    if args.data or args.more:
+        from pathlib import Path
+
+        from scheduler.runtime.submit import blend_outputs
+
+        if not args.data:
+            raise UserError("several folders are jobs' outputs: give --data, the competition they were trained on")
+        summary = blend_outputs([args.run, *args.more], args.data, args.metric or "accuracy",
+                                args.method or "hill_climb", Path(args.out))
+        print(json.dumps(summary) if args.json else json.dumps(summary, indent=2))
+        return 0
     record = RunRecord.open_existing(run_dir(args.run))
     info = settle(record)
     if info.get("status") == "running":

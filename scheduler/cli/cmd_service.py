@@ -32,6 +32,9 @@ def add_verbs(subparsers) -> None:
     sv.add_argument("--heartbeat-timeout", default="60s", metavar="DURATION",
                     help="a lease not renewed for this long is reclaimed (default 60s)")
     sv.add_argument("--no-ray", action="store_true", help="keep the ledger without Ray (no plan runs share the devices)")
+    sv.add_argument("--jobs", choices=["auto", "ray", "local"], default="auto",
+                    help="where slot jobs run: 'ray' as actors on their slot's node, 'local' as processes here; "
+                         "'auto' (default): on Ray when joining a cluster (--address), else here")
     sv.add_argument("--new-token", metavar="NAME", help="mint a token for agent NAME, print it, and exit")
     sv.add_argument("--json", action="store_true")
     sv.set_defaults(func=cmd_serve)
@@ -56,6 +59,12 @@ def add_verbs(subparsers) -> None:
     sb.add_argument("--slot", metavar="ID", help="the slot (default: env GPUPACK_SLOT, else a new one from the flags)")
     sb.add_argument("--cwd", help="working folder (default: the current one)")
     sb.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment (repeatable)")
+    sb.add_argument("--spec", metavar="FILE", help="a job in the plan's schema (YAML or JSON: kind timm, lightgbm or "
+                    "command) to run instead of a command; its memory is estimated and must fit the slot")
+    sb.add_argument("--data", help="with --spec: the competition folder, or a built-in one (digits, iris, …; "
+                                   "default digits)")
+    sb.add_argument("--metric", help="with --spec: the metric (default: the built-in's, else accuracy)")
+    sb.add_argument("--seed", type=int, help="with --spec: the folds' seed (default 42)")
     _request_flags(sb, required=False)
     sb.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command and its arguments (no shell)")
     sb.set_defaults(func=cmd_job_submit)
@@ -188,8 +197,11 @@ def cmd_job_submit(args, console) -> int:
     argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    if not argv:
-        raise UserError("give the command after --, e.g. job submit -- python train.py")
+    spec = _read_spec(args.spec) if args.spec else None
+    if spec is not None and argv:
+        raise UserError("give a command after -- or --spec FILE, not both")
+    if spec is None and not argv:
+        raise UserError("give the command after --, e.g. job submit -- python train.py (or --spec job.yaml)")
     env = {}
     for item in args.env:
         name, eq, value = item.partition("=")
@@ -205,8 +217,27 @@ def cmd_job_submit(args, console) -> int:
     slot_id = slot_id or os.environ.get("GPUPACK_SLOT")
     if not slot_id:
         raise UserError("no slot: pass --slot ID, set GPUPACK_SLOT, or give --gpu-memory to request one")
-    answer["job"] = client.submit_job(slot_id, argv, cwd=args.cwd or os.getcwd(), env=env or None)
+    if spec is not None:
+        answer["job"] = client.submit_job(slot_id, None, cwd=args.cwd, env=env or None, job=spec,
+                                          data=args.data or "digits", metric=args.metric, seed=args.seed)
+    else:
+        answer["job"] = client.submit_job(slot_id, argv, cwd=args.cwd or os.getcwd(), env=env or None)
     return _print(args, answer if "slot" in answer else answer["job"])
+
+
+def _read_spec(path: str) -> dict:
+    """One job in the plan's schema from a YAML or JSON file (a plan with one job is taken too)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(open(path).read())
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"--spec {path}: {e}") from None
+    if isinstance(raw, dict) and isinstance(raw.get("jobs"), list) and len(raw["jobs"]) == 1:
+        raw = raw["jobs"][0]
+    if not isinstance(raw, dict):
+        raise UserError(f"--spec {path}: one job, a mapping with kind (timm, lightgbm, command) and its fields")
+    return raw
 
 
 def cmd_job_logs(args, console) -> int:
@@ -247,11 +278,15 @@ def cmd_serve(args, console) -> int:
 
     hw = hardware.resolve(args.hardware, gpus_per_node=args.gpus_per_node, cpus=args.cpus)
     backend = FixedBackend() if args.no_ray else RayBackend(hw, high, args.address)
-    service = Service(hw, state, band_high=high, backend=backend, heartbeat_timeout_s=heartbeat)
+    if args.jobs == "ray" and args.no_ray:
+        raise UserError("--jobs ray needs Ray: drop --no-ray")
+    service = Service(hw, state, band_high=high, backend=backend, heartbeat_timeout_s=heartbeat,
+                      jobs_on_ray={"auto": None, "ray": True, "local": False}[args.jobs])
     url = f"http://{args.host}:{args.port}"
     _print(args, {"url": url, "rest": f"{url}/api", "mcp": f"{url}/mcp", "state": str(service.state_dir),
                   "token_file": str(service.state_dir / "token"), "hardware": hw.to_json(),
                   "limits_mib": service.limits, "ray": not args.no_ray,
+                  "jobs": "ray" if service.procs.shows_slots else "local",
                   "hint": "in another shell: python -m scheduler slot request --gpu-memory 12GB --cpus 2 --minutes 20"})
     sys.stdout.flush()
     try:

@@ -351,3 +351,18 @@ def _explain(e: ValidationError, raw: dict, source: str) -> str:
         msg = f"{msg}, got {err.get('input')!r}"
     where = ".".join(parts)
     return f"{source}: {where}: {msg}" if where else f"{source}: {msg}"
+
+
+def job_from_dict(raw: Any, source: str = "job") -> JobSpec:
+    """One job in the plan's schema (``kind`` timm, lightgbm or command), checked as a plan's job is: the same
+    errors, as one :class:`UserError` line. A job without a name is named after its kind."""
+    if isinstance(raw, dict) and "name" not in raw:
+        raw = {**raw, "name": str(raw.get("kind", "job"))}
+    try:
+        _check_job(raw, 0, source)
+        try:
+            return _JOB_MODELS[raw["kind"]].model_validate(raw)
+        except ValidationError as e:
+            raise UserError(_explain(e, {"jobs": [raw]}, source)) from None
+    except UserError as e:
+        raise UserError(str(e).replace(f"{source}: {_job_label(0, raw)}", source, 1)) from None

@@ -32,3 +32,33 @@ class Gauges:
         if value is None:
             return
         self._g[name].set(float(value), tags={"plan": plan, "job": job, "device": device})
+
+
+class SlotGauges:
+    """Every slot, queued or granted, as gauges in Ray's metrics (the dashboard's metrics view, Prometheus):
+    ``gpupack_slot_gpu_memory_mib`` per slot (tags slot, owner, state, device; 0 once it has ended) and
+    ``gpupack_slots`` per state."""
+
+    def __init__(self):
+        from ray.util.metrics import Gauge
+
+        self.mib = Gauge("gpupack_slot_gpu_memory_mib", description="A service slot's GPU memory (MiB); 0 once ended",
+                         tag_keys=("slot", "owner", "state", "device"))
+        self.count = Gauge("gpupack_slots", description="The service's slots by state", tag_keys=("state",))
+        self.shown: dict[str, dict] = {}
+
+    def show(self, slots: list) -> None:
+        now: dict[str, dict] = {}
+        counts = {"queued": 0, "granted": 0}
+        for slot_id, owner, state, device, mib in slots:
+            tags = {"slot": slot_id, "owner": owner, "state": state, "device": device or ""}
+            self.mib.set(float(mib), tags=tags)
+            now[slot_id] = tags
+            counts[state] = counts.get(state, 0) + 1
+        for slot_id, tags in self.shown.items():
+            if now.get(slot_id) != tags:
+                self.mib.set(0.0, tags=tags)
+        self.shown = now
+        for state, n in counts.items():
+            self.count.set(float(n), tags={"state": state})
+

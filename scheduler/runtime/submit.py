@@ -148,5 +148,36 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
             "submission_source": source, "submission_source_text": SOURCES[source]}
 
 
+def blend_outputs(folders: list[Path], data: str, metric: str, method: str, out: Path) -> dict:
+    """Blend jobs run anywhere, such as a service's slots: each folder is a job's outputs (``oof.csv``,
+    ``test.csv``, ``result.json``; the ``outputs.dir`` that ``job_status`` gives), ``data`` the competition (a folder,
+    or a built-in one's name). Writes the submission to ``out``; returns what ``ensemble --json`` prints."""
+    import tempfile
+
+    from jobs import shelf
+    from jobs.data import load_competition
+
+    if data in shelf.NAMES and not Path(data).is_dir():
+        data = str(shelf.write(data, Path(tempfile.mkdtemp(prefix="gpupack-data-"))))
+    comp = load_competition(Path(data), metric)
+    saved = []
+    for d in map(Path, folders):
+        p = outputs.load(d)
+        if p is not None:  # named by the job's id (its folder), since two slots' jobs may share a name
+            p.job = d.parent.name if d.name == "output" else d.name
+            saved.append(p)
+    preds, notes = ensemble.align_columns(saved, comp.classes)
+    if not preds:
+        raise UserError(f"nothing to blend: none of {', '.join(map(str, folders))} holds a finished job's "
+                        f"predictions (oof.csv and test.csv) for this competition")
+    b = ensemble.blend(preds, comp.truth(), comp.test_ids, metric, method)
+    frame = ensemble.submission_frame(comp.sample_submission, comp.test_ids, b.test_pred, b.classes, comp.form)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out, index=False)
+    return {"submission": str(out), "ensemble_method": method, "metric": metric, "ensemble_cv": b.oof_score,
+            "weights": b.weights, "job_scores": b.job_scores, "held_out_score": comp.held_out(frame, metric),
+            "notes": notes + list(b.notes)}
+
+
 def default_run_dir(plan_name: str, run_dir: str | None) -> Path:
     return Path(run_dir) if run_dir else new_run_dir(Path("runs"), plan_name)

@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from scheduler.service.service import ADMIN, Identity, Service, ServiceError, Unauthorized
+from scheduler.service.fastpath import Answer, Routes, protocol_class
 from scheduler.service.ops import OPS, Op
 from scheduler.service.validate import MAX_BODY, names, parse_body, query_int, render
 
@@ -120,8 +121,8 @@ def _answer(fn):
         try:
             result = await fn(request)
         except ServiceError as e:
-            return _JSON({"error": str(e)}, e.status)
-        return result if isinstance(result, Response) else _JSON(result)
+            return Answer({"error": str(e)}, e.status)
+        return result if isinstance(result, Response) else Answer(result)
 
     return wrapped
 
@@ -168,6 +169,9 @@ def serve(service: Service, host: str = "127.0.0.1", port: int = 8780, log_level
     app = build_app(service, host=host)
     gc.collect()
     gc.freeze()
+    uvicorn_kw.setdefault("http", protocol_class() or "auto")  # one send per answer (fastpath.Corked)
+    uvicorn_kw.setdefault("proxy_headers", False)  # loopback or a trusted network; nothing to rewrite
+    uvicorn_kw.setdefault("access_log", False)
     uvicorn.run(app, host=host, port=port, log_level=log_level, **uvicorn_kw)
 
 
@@ -175,11 +179,11 @@ def _off_loop(op: Op, body: dict | None) -> bool:
     """Whether the call may take long (the estimator, psutil, NVML): it then runs off the event loop."""
     if op.name == "request_slot":
         return bool(body.get("model") and not body.get("gpu_memory") and not body.get("gpu_memory_mib"))
-    return op.name in ("job_status", "gpu_status")
+    return op.name in ("job_status", "gpu_status") or (op.name == "submit_job" and body.get("job") is not None)
 
 
 def _job_body(b: dict) -> None:
-    allowed = {"slot_id", "argv", "entrypoint", "cwd", "env"}
+    allowed = {"slot_id", "argv", "entrypoint", "cwd", "env", "job", "data", "metric", "seed"}
     if set(b) - allowed:
         raise ServiceError(f"unknown field(s) {names(set(b) - allowed)}; allowed: {', '.join(sorted(allowed))}")
     if "entrypoint" in b and "argv" not in b:
@@ -208,7 +212,8 @@ def _follow(s: Service, first: dict, who: Identity) -> StreamingResponse:
 
 
 def _rest(s: Service, op: Op):
-    """The REST handler of a declared operation: path, query and body parameters in, the Service method's JSON out."""
+    """The REST handler of a declared operation (a Starlette endpoint): path, query and body parameters in, the
+    Service method's JSON out."""
     fn = getattr(s, op.name)
     in_body = [p.name for p in op.params if p.where == "body"]
 
@@ -236,7 +241,7 @@ def _rest(s: Service, op: Op):
             return _follow(s, out, kw["who"])
         return out
 
-    return Route(op.path, handler, methods=[op.method])
+    return handler
 
 
 def build_app(service: Service, host: str = "127.0.0.1") -> BearerAuth:
@@ -252,15 +257,16 @@ def build_app(service: Service, host: str = "127.0.0.1") -> BearerAuth:
         async with mcp.session_manager.run():
             yield
 
+    handlers = [(op.method, op.path, _rest(service, op)) for op in OPS]
     routes = [
-        *(_rest(service, op) for op in OPS),
+        *(Route(path, handler, methods=[method]) for method, path, handler in handlers),
         Route("/mcp", mcp_app),  # any method: the MCP transport answers for itself
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error, Exception: _crash})
     app.state.service = service
     app.state.mcp = mcp
-    return BearerAuth(BodyLimit(app), service)
+    return BearerAuth(BodyLimit(Routes(handlers, app, _crash)), service)
 
 
 # --- MCP ----------------------------------------------------------------------------------------------------------

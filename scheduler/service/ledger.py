@@ -204,6 +204,8 @@ class LedgerBackend(Protocol):
 
     def confirmed(self, slot_id: str) -> bool | None: ...  # None when the backend does not confirm
 
+    def lost_nodes(self) -> set[str]: ...  # nodes that have left the cluster: their slots end, nothing goes there
+
     def close(self) -> None: ...
 
 
@@ -226,6 +228,9 @@ class FixedBackend:
     def confirmed(self, slot_id):
         return None
 
+    def lost_nodes(self):
+        return set()
+
     def close(self):
         pass
 
@@ -243,6 +248,8 @@ class RayBackend:
         if start:
             self.cluster = runtime.start(hardware, band_high, address, dashboard=False)
         self._resources = {d.key: runtime.memory_resource(d.node, d.index) for d in hardware.devices}
+        self._limits = {d.key: int(d.memory_mib * band_high) for d in hardware.devices}
+        self._lost: set[str] = set()
         self._ops: "queue.Queue" = queue.Queue()
         self._pgs: dict[str, Any] = {}
         self._sizes: dict[str, tuple[str, int]] = {}
@@ -263,6 +270,18 @@ class RayBackend:
 
     def confirmed(self, slot_id):
         return slot_id in self._ready
+
+    def group(self, slot_id: str):
+        """The slot's placement group once made (its jobs' actors are scheduled into it), else None."""
+        return self._pgs.get(slot_id)
+
+    def resource(self, slot_id: str) -> str:
+        """The memory resource the slot's group holds (``gpupack_mem_<node>_<index>``)."""
+        return self._resources[self._sizes[slot_id][0]]
+
+    def lost_nodes(self):
+        """Nodes whose memory resources have left the cluster (the node died or was removed)."""
+        return set(self._lost)
 
     def wait_idle(self, timeout: float = 30.0) -> None:
         """Until every queued operation ran and every group is placed (tests)."""
@@ -290,8 +309,8 @@ class RayBackend:
                     bundle = {self._resources[dev]: float(mib)}
                     if cpus:
                         bundle["CPU"] = float(cpus)
-                    self._pgs[slot_id] = placement_group([bundle], strategy="STRICT_PACK", name=f"gpupack-{slot_id}")
                     self._sizes[slot_id] = (dev, mib)
+                    self._pgs[slot_id] = placement_group([bundle], strategy="STRICT_PACK", name=f"gpupack-{slot_id}")
                 elif op == "release" and slot_id in self._pgs:
                     remove_placement_group(self._pgs.pop(slot_id))
                     self._sizes.pop(slot_id, None)
@@ -313,7 +332,10 @@ class RayBackend:
         for sid in self._ready:
             dev, mib = self._sizes[sid]
             ours[dev] = ours.get(dev, 0) + mib
-        self._others = {dev: max(0, int(total.get(res, 0) - avail.get(res, 0)) - ours.get(dev, 0))
+        gone = {dev for dev, res in self._resources.items() if not total.get(res)}  # a lost node's devices
+        self._lost = {dev.rpartition(":")[0] for dev in gone}
+        self._others = {dev: self._limits[dev] if dev in gone else
+                        max(0, int(total.get(res, 0) - avail.get(res, 0)) - ours.get(dev, 0))
                         for dev, res in self._resources.items()}
 
 

@@ -92,11 +92,17 @@ OPS: tuple[Op, ...] = (
        doc="Free the slot at once; jobs running in it are stopped."),
     Op("submit_job", "POST", "/api/jobs", hints=GRANT, tool="submit_job", params=(
         Param("slot_id", str, limits="a slot of yours"),
-        Param("argv", list[str], limits=f"1..{MAX_ARGV} strings, never a shell string"),
+        Param("argv", list[str] | None, None, limits=f"1..{MAX_ARGV} strings, never a shell string; or job"),
         Param("cwd", str | None, None, limits=f"an existing folder, at most {MAX_PATH} characters"),
         Param("env", dict[str, str] | None, None, limits=f"at most {MAX_ARGV} string names to string values"),
+        Param("job", dict[str, Any] | None, None, limits="a job in the plan's schema (kind timm, lightgbm, command)"),
+        Param("data", str | None, None, limits="with job: a competition folder, or a built-in one (digits, iris, …)"),
+        Param("metric", str | None, None, limits="with job: accuracy, log_loss, auc, … (default: the data's)"),
+        Param("seed", int | None, None, limits="with job: 0..2^31-1"),
     ), doc="Run a command (argv list, never a shell string) in the slot, with its GPU and memory share in the\n"
-           "environment. Returns the job at once; poll job_status and job_logs."),
+           "environment; or a job in gpupack's plan schema (job={\"kind\": \"lightgbm\", \"folds\": 3}, "
+           "data=\"digits\"),\nwhose memory is estimated and must fit the slot (422 when not). Returns the job at "
+           "once; poll job_status\n(its outputs' paths and scores, to blend with ensemble) and job_logs."),
     Op("job_status", "GET", "/api/jobs/{job_id}", tool="job_status", params=(_JOB_ID,),
        doc="The job's state, exit code, runtime, GPU memory, CPU, RSS, throughput, and advice on its batch size."),
     Op("job_logs", "GET", "/api/jobs/{job_id}/logs", tool="job_logs", params=(

@@ -16,6 +16,16 @@ from scheduler.core.hardware import Hardware
 _WRAPPER = r"""
 import os, signal, subprocess, sys
 signal.signal(signal.SIGTERM, lambda *a: None)  # the group kill reaches the child too; wait for it to end
+grace = os.environ.get("GPUPACK_END_WITH_PARENT")
+if grace:  # a Ray actor's job: if the actor's process dies (its node is lost), the job's group ends too
+    import ctypes, threading
+    def orphaned(*a):
+        os.killpg(0, signal.SIGTERM)
+        threading.Timer(float(grace), os.killpg, (0, signal.SIGKILL)).start()
+    signal.signal(signal.SIGUSR1, orphaned)
+    ctypes.CDLL(None).prctl(1, int(signal.SIGUSR1))  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:
+        orphaned()
 try:
     p = subprocess.Popen(sys.argv[2:])
 except OSError as e:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import sqlite3
 import threading
 import time
 import uuid
@@ -28,12 +29,15 @@ from scheduler.service.auth import ADMIN, Identity, Tokens, admin_token, mint_to
 from scheduler.service.ledger import (  # noqa: F401  (place_online, estimate_starts, shadow: the service's policies)
     Claim, FixedBackend, LedgerBackend, QueueEstimates, RayBackend, estimate_starts, place_online, shadow,
 )
-from scheduler.service.procs import _local_node, _nvml_readings, private_dir
+from scheduler.service.procs import _local_node, _nvml_readings
 from scheduler.service.queue import AGING_S, Queue
+from scheduler.service.jobops import JobOps
 from scheduler.service.reclaimer import Reclaimer
+from scheduler.service.remote import RaySupervisor, jobs_on_ray
+from scheduler.service.specs import DoesNotFit  # noqa: F401  (a refusal of this interface)
 from scheduler.service.store import Job, Slot, Store, is_id
-from scheduler.service.supervisor import Supervisor, read_log
-from scheduler.service.views import device_json, job_json, slot_json
+from scheduler.service.supervisor import Supervisor
+from scheduler.service.views import device_json, slot_json
 from scheduler.service.validate import (  # noqa: F401  (the errors are part of this module's interface)
     Conflict, Forbidden, NotFound, ServiceError, TooLarge, Unauthorized, dump, job_request, show, slot_request,
 )
@@ -45,9 +49,10 @@ class Settings:
     heartbeat_timeout_s: float = 60.0  # a request's heartbeat_s when it names none
     aging_s: float = AGING_S
     tick_s: float = 1.0  # the reclaimer's period
+    jobs_on_ray: bool | None = None  # jobs as Ray actors on their slot's node; None: on a Ray cluster it joined
 
 
-class Service:
+class Service(JobOps):
     """The facade: auth (:mod:`~scheduler.service.auth`), SQLite (:mod:`~scheduler.service.store`), the ledger and
     the queue (:mod:`~scheduler.service.queue`, pure), the jobs' processes (:mod:`~scheduler.service.supervisor`),
     wired under one lock. Every public method returns JSON-ready dicts and raises :class:`ServiceError` on refusal;
@@ -81,7 +86,8 @@ class Service:
         self.by_request: dict[tuple[str, str], str] = {}
         self.jobs: dict[str, Job] = {}  # live ones: PENDING and RUNNING
         self.queue = Queue(self.limits, self.node_cpus, self.slots, cfg.aging_s)
-        self.procs = Supervisor(self.store, self.jobs)
+        self.procs = (RaySupervisor(self.store, self.jobs, self.backend) if jobs_on_ray(self.backend, cfg.jobs_on_ray)
+                      else Supervisor(self.store, self.jobs))
         self._thread = Reclaimer(self.tick, self._refresh_if_stale, cfg.tick_s) if start_threads else None
         self._load()
         if self._thread:
@@ -141,22 +147,28 @@ class Service:
         now = time.time()
         with self._lock:
             if v["crid"]:
-                sid = self.by_request.get((who.name, v["crid"])) or self.store.slot_of_request(who.name, v["crid"])
+                sid = self.by_request.get((who.name, v["crid"]))  # an ended slot's: the insert below finds it
                 if sid:
                     return self.get_slot(sid, who)
             s = Slot(slot_id="slot-" + uuid.uuid4().hex[:12], owner=who.name, state=SlotState.QUEUED,
                      gpu_memory_mib=v["mib"], cpus=v["cpus"], minutes=v["minutes"], priority=v["priority"],
                      label=v["label"], client_request_id=v["crid"], created=now, heartbeat_s=v["heartbeat_s"],
                      estimate=v["estimate"], heartbeat=now)
-            dump(vars(s))  # what could not be read back is refused before anything is kept
+            data = dump(vars(s))  # what could not be read back is refused before anything is kept
             self.slots[s.slot_id] = s
             if s.client_request_id:
                 self.by_request[(who.name, s.client_request_id)] = s.slot_id
             self.queue.arrive(s)
             try:
                 with self._transaction():
-                    self.store.save_slot(s)
+                    self.store.insert_slot(s, data)
                     self._schedule(now, only=s)
+            except sqlite3.IntegrityError:  # a retry of a request whose slot has ended: that slot is the answer
+                self._forget(s)
+                sid = self.store.slot_of_request(who.name, v["crid"]) if v["crid"] else None
+                if sid is None:
+                    raise
+                return self.get_slot(sid, who)
             except BaseException:
                 self._forget(s)
                 raise
@@ -230,7 +242,7 @@ class Service:
 
     def _end_slot(self, s: Slot, now: float, state: SlotState, reason: str) -> None:
         if s.state == SlotState.GRANTED:
-            self.backend.release(s.slot_id)
+            self.procs.release(s.slot_id, self.backend.release)  # once its jobs have ended
         self.queue.remove(s)
         s.state, s.ended, s.end_reason = state, now, reason
         self.slots.pop(s.slot_id, None)
@@ -302,71 +314,12 @@ class Service:
                 "nodes": [{"node": n, "cpus": c, "free_cpus": cpus[n]} for n, c in self.node_cpus.items()],
                 "queued": queued, "time": now}
 
-    # -- jobs --
-
-    def submit_job(self, slot_id: str, argv: list[str], cwd: str | None = None, env: dict | None = None,
-                   who: Identity = ADMIN) -> dict:
-        """Run ``argv`` (never through a shell) in the slot; it waits (PENDING) while the slot is queued."""
-        v = job_request(argv, cwd, env)
-        now = time.time()
-        with self._lock:
-            s = self._owned(slot_id, who)
-            s.heartbeat = now
-            jid = "job-" + uuid.uuid4().hex[:12]
-            d = self.state_dir / "jobs" / jid
-            j = Job(job_id=jid, slot_id=slot_id, owner=s.owner, argv=v["argv"], cwd=v["cwd"], env=v["env"],
-                    state=JobState.PENDING, created=now, dir=str(d))
-            dump(vars(j))
-            private_dir(self.state_dir / "jobs")
-            private_dir(d)
-            private_dir(d / "output")
-            self.jobs[jid] = j
-            self.store.save_job(j)
-            if s.state == SlotState.GRANTED:
-                self._start_job(j, s, now)
-            return job_json(j)
-
-    def _start_job(self, j: Job, s: Slot, now: float) -> None:
-        self.procs.start(j, self._slot_json(s, now)["env"], now)
-
-    def cancel_job(self, job_id: str, who: Identity = ADMIN) -> dict:
-        with self._lock:
-            j = self._lookup("jobs", job_id, who)
-            if not j.state.terminal:
-                self.procs.stop(j, time.time(), "cancelled")
-            return job_json(j)
-
-    def job_status(self, job_id: str, who: Identity = ADMIN) -> dict:
-        """State, exit status, runtime and the figures: GPU memory, CPU, RSS, throughput, and the advice."""
-        from scheduler.policy.autotune import advice
-
-        with self._lock:
-            j = self._lookup("jobs", job_id, who)
-            s = self.slots.get(j.slot_id)
-            if s is not None:
-                s.heartbeat = time.time()
-        out = job_json(j)
-        figures = self.procs.figures(j)
-        share = s.gpu_memory_mib if s else None
-        params = (s.estimate or {}).get("params") if s else None
-        out["figures"] = figures
-        out["share_mib"] = share
-        out["advice"] = advice(figures["gpu_memory_peak_mib"], share, params)
-        return out
-
-    def job_logs(self, job_id: str, tail: int | None = 100, offset: int | None = None,
-                 who: Identity = ADMIN) -> dict:
-        """The last ``tail`` lines, or everything from byte ``offset`` (to follow: pass back the offset returned)."""
-        with self._lock:
-            j = self._lookup("jobs", job_id, who)
-        text, end = read_log(Path(j.dir) / "log", tail, offset)
-        return {"job_id": job_id, "state": j.state.value, "text": text, "offset": end, "done": j.state.terminal}
-
     # -- the reclaimer --
 
     def tick(self, now: float | None = None) -> None:
         """Reclaim leases past their deadline or heartbeat, reap and kill jobs, start what the queue can start."""
         now = time.time() if now is None else now
+        lost = self.backend.lost_nodes()
         with self._lock:
             with self._transaction():
                 for s in list(self.slots.values()):
@@ -374,9 +327,14 @@ class Service:
                         self._end_slot(s, now, SlotState.EXPIRED, "deadline")
                     elif now - s.heartbeat > s.heartbeat_s:
                         self._end_slot(s, now, SlotState.EXPIRED, "heartbeat lost")
+                    elif s.state == SlotState.GRANTED and s.device.rpartition(":")[0] in lost:
+                        self._end_slot(s, now, SlotState.EXPIRED, f"node {s.device.rpartition(':')[0]} lost")
                 self.procs.poll(now)
                 self.queue.reorder()
                 self._schedule(now)
+            if self.procs.shows_slots:
+                self.procs.publish([(s.slot_id, s.owner, s.state.value, s.device or "", s.gpu_memory_mib)
+                                    for s in self.slots.values()])
 
     def _refresh_if_stale(self, now: float) -> None:
         with self._lock:
@@ -391,6 +349,8 @@ class Service:
             if stop_jobs:
                 for j in list(self.jobs.values()):
                     self.procs.stop(j, time.time(), "service stopped")
+        self.procs.close()
+        with self._lock:
             self.backend.close()
             self.store.close()
 

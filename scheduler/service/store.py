@@ -69,6 +69,9 @@ class Job:
     reason: str | None = None
     stop_requested: bool = False
     gpu_peak_mib: int | None = None
+    spec: dict | None = None  # a job in the plan's schema, with its data and metric (scheduler.service.specs)
+    node: str | None = None  # the slot's node
+    node_id: str | None = None  # Ray's id of the node the job runs on (jobs run through Ray)
 
     def __post_init__(self):
         self.state = JobState(self.state)
@@ -111,6 +114,12 @@ class Store:
     def save_slot(self, s: Slot) -> None:
         self.db.execute("INSERT OR REPLACE INTO slots VALUES (?,?,?,?,?,?,?)",
                         (s.slot_id, s.owner, s.state.value, s.device, s.gpu_memory_mib, s.cpus, json.dumps(vars(s))))
+
+    def insert_slot(self, s: Slot, data: str) -> None:
+        """A new slot (``data``: its JSON); sqlite3.IntegrityError when its owner has used its client_request_id
+        before (so a retry needs no lookup on the way in)."""
+        self.db.execute("INSERT INTO slots VALUES (?,?,?,?,?,?,?)",
+                        (s.slot_id, s.owner, s.state.value, s.device, s.gpu_memory_mib, s.cpus, data))
 
     def save_job(self, j: Job) -> None:
         self.db.execute("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?)",

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,25 +52,16 @@ class Supervisor:
         return True
 
     def start(self, j: Job, env: dict[str, str], now: float) -> None:
-        import psutil
-
         d = Path(j.dir)
         env = {**os.environ, **j.env, **env, "GPUPACK_JOB": j.job_id, "GPUPACK_OUTPUT_DIR": str(d / "output")}
         try:
-            with open(os.open(d / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as logf:
-                proc = subprocess.Popen([sys.executable, "-c", _WRAPPER, str(d / "exit_code"), *j.argv],
-                                        cwd=j.cwd and str(Path(j.cwd).expanduser()), env=env, stdout=logf,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            proc, j.pid_start = spawn(command_of(j), j.cwd or (str(d) if j.spec else None), env, d)
         except OSError as e:
             j.state, j.ended, j.reason = JobState.FAILED, now, f"cannot start: {e}"
             self.store.save_job(j)
             self.jobs.pop(j.job_id, None)
             return
         j.pid, j.started, j.state = proc.pid, now, JobState.RUNNING
-        try:
-            j.pid_start = psutil.Process(proc.pid).create_time()
-        except psutil.Error:
-            j.pid_start = now
         self.procs[j.job_id] = proc
         self.store.save_job(j)
 
@@ -101,8 +93,17 @@ class Supervisor:
                 code = int(path.read_text().strip())
             except ValueError:
                 pass
+        self.conclude(j, now, code)
+        if j.pid and signal_group(j.pid, j.job_id, signal.SIGTERM):  # its children end with it
+            self.lingering[j.pid] = (j.job_id, now + TERM_GRACE_S)
+
+    def conclude(self, j: Job, now: float, code: int | None, lost: str | None = None) -> None:
+        """The job's end, stored: CANCELLED when a stop was asked, SUCCEEDED on exit status 0, else FAILED; ``lost``
+        (its node is gone) is FAILED whatever was asked, with that reason."""
         j.exit_code, j.ended = code, now
-        if j.stop_requested:
+        if lost:
+            j.state, j.reason = JobState.FAILED, lost
+        elif j.stop_requested:
             j.state = JobState.CANCELLED
         elif code == 0:
             j.state = JobState.SUCCEEDED
@@ -115,8 +116,6 @@ class Supervisor:
         self.kill_at.pop(j.job_id, None)
         self.ps.pop(j.job_id, None)
         self.store.save_job(j)
-        if j.pid and signal_group(j.pid, j.job_id, signal.SIGTERM):  # its children end with it
-            self.lingering[j.pid] = (j.job_id, now + TERM_GRACE_S)
 
     def poll(self, now: float) -> None:
         """Reap the jobs that ended; SIGKILL those past their grace, and what lingers of ended ones."""
@@ -153,28 +152,65 @@ class Supervisor:
                    "rss_mib": None, "throughput": _last_metrics(Path(j.dir) / "output" / "metrics.jsonl")}
         if j.state != JobState.RUNNING or not j.pid:
             return figures
-        import psutil
-
-        ps = self.ps.get(j.job_id)
-        try:
-            if ps is None or ps[0].pid != j.pid:
-                ps = (psutil.Process(j.pid), {})
-                self.ps[j.job_id] = ps
-            procs = [ps[0], *ps[0].children(recursive=True)]
-            cpu = 0.0
-            for p in procs:  # cpu_percent needs the same Process object between calls
-                q = ps[1].setdefault(p.pid, p)
-                cpu += q.cpu_percent(None)
-            figures["cpu_percent"] = round(cpu, 1)
-            figures["rss_mib"] = round(sum(p.memory_info().rss for p in procs) / 2**20, 1)
-            gpu = _gpu_mib_of({p.pid for p in procs})
-            figures["gpu_memory_mib"] = gpu
-            if gpu is not None:
-                j.gpu_peak_mib = max(gpu, j.gpu_peak_mib or 0)
-                figures["gpu_memory_peak_mib"] = j.gpu_peak_mib
-        except psutil.Error:
-            pass
+        figures.update(measure(j.pid, self.ps.setdefault(j.job_id, {})))
+        if figures["gpu_memory_mib"] is not None:
+            j.gpu_peak_mib = max(figures["gpu_memory_mib"], j.gpu_peak_mib or 0)
+            figures["gpu_memory_peak_mib"] = j.gpu_peak_mib
         return figures
+
+    shows_slots = False  # the Ray supervisor shows slots as gauges (publish)
+
+    def release(self, slot_id: str, release) -> None:
+        """Give an ended slot's reservation back (``release(slot_id)``): at once here, where the processes are this
+        machine's to signal."""
+        release(slot_id)
+
+    def publish(self, slots: list) -> None:
+        """Nothing to show beyond this machine (the Ray supervisor puts slots on the dashboard)."""
+
+    def close(self) -> None:
+        pass
+
+
+def command_of(j: Job) -> list[str]:
+    """What a job runs: its argv, or for a job spec the spec runner in this process's Python (the spec travels in the
+    environment, ``GPUPACK_JOB_SPEC``)."""
+    return [sys.executable, "-m", "scheduler.service.spec_job"] if j.spec else list(j.argv)
+
+
+def spawn(argv: list[str], cwd: str | None, env: dict[str, str], d: Path) -> tuple[subprocess.Popen, float]:
+    """Start ``argv`` through the wrapper that records its exit status in ``d/exit_code``, in its own process group,
+    its output appended to ``d/log``; returns the process and its start time (to know it again after a restart)."""
+    import psutil
+
+    with open(os.open(d / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as logf:
+        proc = subprocess.Popen([sys.executable, "-c", _WRAPPER, str(d / "exit_code"), *argv],
+                                cwd=cwd and str(Path(cwd).expanduser()), env=env, stdout=logf,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        return proc, psutil.Process(proc.pid).create_time()
+    except psutil.Error:
+        return proc, time.time()
+
+
+def measure(pid: int, seen: dict) -> dict:
+    """CPU percent, RSS and GPU memory (NVML) of a process and its children; ``seen`` keeps the Process objects
+    between calls (cpu_percent needs them). Whatever cannot be read is left out."""
+    import psutil
+
+    out: dict = {}
+    try:
+        root = seen.get("root")
+        if root is None or root.pid != pid:
+            root = seen["root"] = psutil.Process(pid)
+            seen["procs"] = {}
+        procs = [root, *root.children(recursive=True)]
+        out["cpu_percent"] = round(sum(seen["procs"].setdefault(p.pid, p).cpu_percent(None) for p in procs), 1)
+        out["rss_mib"] = round(sum(p.memory_info().rss for p in procs) / 2**20, 1)
+        out["gpu_memory_mib"] = _gpu_mib_of({p.pid for p in procs})
+    except psutil.Error:
+        pass
+    return out
 
 
 def read_log(path: Path, tail: int | None = 100, offset: int | None = None) -> tuple[str, int]:

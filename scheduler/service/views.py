@@ -49,7 +49,8 @@ def job_json(j: Job) -> dict:
             "cwd": j.cwd, "pid": j.pid, "exit_code": j.exit_code, "reason": j.reason, "created": j.created,
             "started": j.started, "ended": j.ended,
             "runtime_s": round(end - j.started, 3) if j.started else None,
-            "log": str(Path(j.dir) / "log"), "output_dir": str(Path(j.dir) / "output")}
+            "log": str(Path(j.dir) / "log"), "output_dir": str(Path(j.dir) / "output"),
+            "node": j.node, "node_id": j.node_id, "spec": j.spec}
 
 
 def device_json(d, limit_mib: int, granted: list[Slot], others_mib: int, free_mib: int, reading) -> dict:

@@ -1,0 +1,101 @@
+"""Jobs given in the plan's own schema (``timm``, ``lightgbm``, ``command``) rather than as an argv: checked as a
+plan's job is, their GPU memory estimated and held to the slot's, and what they leave (out-of-fold and test
+predictions, ``result.json``) described for ``job_status``, so that an agent can blend the slots it ran.
+
+A spec runs as ``python -m scheduler.service.spec_job`` (:mod:`scheduler.service.spec_job`) with the spec in its
+environment, on whatever node its slot names: the data is a folder there, or the name of a built-in competition
+(``jobs.shelf``), written into the job's folder where it runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from scheduler.service.validate import MAX_PATH, ServiceError, check_json, estimate_model, show, text
+
+
+class DoesNotFit(ServiceError):
+    """A job spec whose memory is more than its slot holds."""
+
+    status = 422
+
+
+SPEC_FIELDS = ("job", "data", "metric", "seed")
+
+
+def job_spec(job: Any, data: Any, metric: Any, seed: Any = None) -> dict:
+    """The spec a job in the plan's schema runs as: ``{"job", "data", "metric", "seed", "gpu_memory_mib", "why"}``,
+    ``gpu_memory_mib`` what it needs on the GPU (0 for LightGBM, None when a command says nothing) and ``why`` where
+    that figure comes from. Every fault is a 400 naming the field."""
+    from jobs import shelf
+    from scheduler.core.errors import UserError
+    from scheduler.core.plan import METRICS, job_from_dict
+
+    if not isinstance(job, dict):
+        raise ServiceError("job: an object in the plan's job schema, e.g. {\"kind\": \"lightgbm\", \"folds\": 3}")
+    check_json(job)
+    try:
+        spec = job_from_dict(job, "job")
+    except UserError as e:
+        raise ServiceError(str(e)) from None
+    if data is None:
+        raise ServiceError(f"data: a competition folder, or a built-in one: {', '.join(shelf.NAMES)}")
+    text("data", data, MAX_PATH, controls=True)
+    builtin = data in shelf.NAMES and not Path(data).is_dir()
+    if not builtin and not Path(data).expanduser().is_dir():
+        raise ServiceError(f"data: {show(data, 200)} is neither a folder nor a built-in competition "
+                           f"({', '.join(shelf.NAMES)})")
+    if metric is None:
+        metric = shelf.get(data).metric if builtin else "accuracy"
+    if metric not in METRICS:
+        raise ServiceError(f"metric: {show(metric)} is not one of {', '.join(METRICS)}")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31):
+        raise ServiceError("seed: an integer in [0, 2^31)")
+    mib, why = _need(spec)
+    return {"job": spec.model_dump(mode="json"), "data": data if builtin else str(Path(data).expanduser()),
+            "metric": metric, "seed": 42 if seed is None else seed, "gpu_memory_mib": mib, "why": why}
+
+
+def _need(spec) -> tuple[int | None, str]:
+    """The GPU memory a job needs (MiB) and where the figure comes from."""
+    if spec.kind == "lightgbm":
+        return 0, "a LightGBM job takes no GPU memory"
+    if spec.resources.gpus:
+        raise ServiceError("job.resources.gpus: a slot is a share of one device; whole devices are for plan runs")
+    if spec.resources.gpu_memory is not None:
+        return spec.resources.gpu_memory, "the job's resources.gpu_memory"
+    model = getattr(spec, "model", None)
+    if model is None:
+        return None, "a command that names neither resources.gpu_memory nor a model: not checked"
+    if not isinstance(spec.batch_size, int):
+        raise ServiceError("job.batch_size: a number in a slot (the slot's size is fixed; 'auto' is for plan runs)")
+    peak, _ = estimate_model(model, spec.image_size, spec.batch_size)
+    return peak, f"estimated for {model} at {spec.image_size} px, batch {spec.batch_size}"
+
+
+def check_fits(spec: dict, slot_mib: int) -> None:
+    """Refuse (422) a spec that needs more GPU memory than its slot holds, saying what would fit."""
+    need = spec.get("gpu_memory_mib")
+    if need is not None and need > slot_mib:
+        raise DoesNotFit(f"job: needs {need} MiB of GPU memory ({spec['why']}), but the slot holds {slot_mib} MiB; "
+                         f"request a slot of at least {math.ceil(need / 1024)} GiB, or a smaller batch")
+
+
+def outputs_of(folder: Path) -> dict | None:
+    """What a job left in its output folder for blending: the files' paths and, from ``result.json``, its metric,
+    cross-validated score and per-fold scores; None when it left nothing of the kind."""
+    paths = {name: folder / f"{name}.csv" for name in ("oof", "test", "partial_test")}
+    result_path = folder / "result.json"
+    if not result_path.is_file() and not any(p.is_file() for p in paths.values()):
+        return None
+    out: dict = {"dir": str(folder), **{k: str(p) if p.is_file() else None for k, p in paths.items()},
+                 "result": str(result_path) if result_path.is_file() else None}
+    try:
+        result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    except (OSError, ValueError):
+        result = {}
+    out.update(metric=result.get("metric"), cv_score=result.get("cv_score"),
+               folds=[{"fold": f.get("fold"), "score": f.get("score")} for f in result.get("folds") or []])
+    return out
