@@ -1,13 +1,11 @@
 """``advise``: the planner with a made-up estimator (fast), the budget's first estimate from the time model, and the
-verb on the built-in competitions."""
+verb on the built-in competitions. These run with or without shared/data: without it, the time model uses its
+built-in rows (tests/test_timemodel_builtin.py)."""
 
 import pytest
 import yaml
 
-from conftest import SHARED_DATA
 
-pytestmark = pytest.mark.skipif(not (SHARED_DATA / "timm-benchmarks").is_dir(),
-                                reason="the time model needs timm's benchmark files in shared/data/timm-benchmarks")
 
 DIGITS = dict(rows=1437, test_rows=360, images=True, task="classification", metric="accuracy", features=64,
               classes=10, label="built-in 'digits'")

@@ -107,6 +107,18 @@ class Speed:
         return d
 
 
+# The default shortlist's rows of the benchmark's first file (channels-last, torch 1.12), as timm published them: what
+# the time model falls back on where the benchmark folder is not at hand (an installed gpupack, a machine without
+# ``shared/data``). tests/test_timemodel.py checks them against the file whenever it is present.
+BUILTIN_FILE = "built-in rows of " + BENCH_FILES[0]
+BUILTIN_ROWS = tuple(Row(m, ips, ms, b, size, params, BUILTIN_FILE) for m, ips, ms, b, size, params in (
+    ("resnet18", 3481.78, 146.713, 512, 224, 11.69), ("resnet34", 2036.51, 250.813, 512, 224, 21.8),
+    ("resnet50", 1218.01, 419.528, 512, 224, 25.56), ("efficientnet_b0", 1751.72, 291.183, 512, 224, 5.29),
+    ("efficientnet_b2", 978.68, 260.092, 256, 256, 9.11), ("efficientnet_b3", 572.18, 221.941, 128, 288, 12.23),
+    ("efficientnet_b4", 354.99, 268.381, 96, 320, 19.34), ("regnety_016", 650.07, 785.757, 512, 224, 11.2),
+))
+
+
 def benchmark_dir() -> Path:
     env = os.environ.get("GPUPACK_TIMM_BENCHMARKS")
     return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data" / "timm-benchmarks"
@@ -114,7 +126,8 @@ def benchmark_dir() -> Path:
 
 @functools.lru_cache(maxsize=8)
 def load(folder: str | None = None) -> dict[str, dict[str, Row]]:
-    """{file name: {model: row}} for every benchmark file present (empty when the folder is absent)."""
+    """{file name: {model: row}} for every benchmark file present; the built-in rows (``BUILTIN_ROWS``) alone when
+    none is."""
     root = Path(folder) if folder else benchmark_dir()
     out: dict[str, dict[str, Row]] = {}
     for name in BENCH_FILES:
@@ -126,14 +139,14 @@ def load(folder: str | None = None) -> dict[str, dict[str, Row]]:
                                     int(r["train_batch_size"]), int(r["train_img_size"]), float(r["param_count"]),
                                     name) for r in csv.DictReader(f)}
         out[name] = rows
-    return out
+    return out or {BUILTIN_FILE: {r.model: r for r in BUILTIN_ROWS}}
 
 
 def base_row(model: str, channels_last: bool = True, table: dict | None = None) -> tuple[Row, str] | None:
     """The benchmark row for ``model`` and a note on how it was chosen; the closest name's when it has none."""
     table = load() if table is None else table
-    order = [f for f in BENCH_FILES if ("nhwc" in f) == channels_last] + \
-            [f for f in BENCH_FILES if ("nhwc" in f) != channels_last]
+    files = BENCH_FILES + (BUILTIN_FILE,)
+    order = [f for f in files if ("nhwc" in f) == channels_last] + [f for f in files if ("nhwc" in f) != channels_last]
     for f in order:
         if f in table and model in table[f]:
             return table[f][model], f"{SOURCE_TIMM} ({f})"
