@@ -39,3 +39,30 @@ def test_option1_on_the_card_every_job_learns_and_each_image_job_counts(tmp_path
     for name in ("effnet_b4", "resnet50"):
         result = json.loads((run_dir / "jobs" / name / "result.json").read_text())
         assert result["throughput"]["gpu_mem_peak_mib"] <= placement[name]["gpu_memory_mib"]
+
+
+def test_a_run_on_the_card_teaches_the_next_dry_run_its_real_memory(tmp_path):
+    """Issue 14's real path: ResNet-18 trains on the card, its fold reports the allocator peak and the process's NVML
+    figure, the run's summary lists estimated vs measured, and a later dry run of the same job on this card packs the
+    measured figure and says so."""
+    import os
+
+    import yaml
+
+    env = {**os.environ, "GPUPACK_MEASUREMENTS": str(tmp_path / "measurements.sqlite")}
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "learn", "budget": "15m", "jobs": [
+        {"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 64, "epochs": 2,
+         "folds": 2, "resources": {"cpus": 2}}]}))
+    res = subprocess.run([sys.executable, "-m", "scheduler", "submit", str(plan), "--no-dashboard", "--json",
+                          "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=900, cwd=ROOT,
+                         env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = {r["job"]: r for r in json.loads(res.stdout)["memory"]}
+    assert rows["r18"]["measured_mib"] and rows["r18"]["estimated_mib"]
+    dry = subprocess.run([sys.executable, "-m", "scheduler", "submit", str(plan), "--dry-run", "--json"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    job = json.loads(dry.stdout)["jobs"][0]
+    assert job["estimate_source"].startswith("measured"), job
+    assert job["measured_mib"] and job["gpu_memory_mib"] >= job["measured_mib"] * 0.95
