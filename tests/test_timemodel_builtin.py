@@ -48,3 +48,20 @@ def test_the_built_in_rows_are_the_files_rows():
         want = table[row.model]
         assert (row.images_per_s, row.step_ms, row.batch, row.image_size, row.params_m) == \
             (want.images_per_s, want.step_ms, want.batch, want.image_size, want.params_m)
+
+
+def test_a_gain_measured_on_this_card_calibrates_its_occupancy_and_answers_for_its_models(tmp_path, monkeypatch):
+    """doctor records the card as NVML names it ('NVIDIA A10'); the advisor asks for the profile (A10-24GB): both are
+    one card, so the measurement is used for those models as is, and for any other set through the occupancy."""
+    from scheduler.policy import colocation, packgain
+
+    monkeypatch.setenv("GPUPACK_CACHE_DIR", str(tmp_path))
+    before = colocation.occupancy("A10-24GB")
+    packgain.remember(packgain.Measurement("NVIDIA A10", (("resnet50", 64), ("efficientnet_b0", 64)), 1.5,
+                                           source="doctor"))
+    found = colocation.measured_gain([("resnet50", 64), ("efficientnet_b0", 64)], "A10-24GB")
+    assert found is not None and found["gain"] == 1.5
+    occ = colocation.occupancy("A10-24GB")
+    busy = [colocation._busy(m, b, "A10-24GB") for m, b in (("resnet50", 64), ("efficientnet_b0", 64))]
+    assert occ.value == round(2 / (1.5 * sum(busy)), 3) != before.value
+    assert "measured on A10-24GB" in occ.source

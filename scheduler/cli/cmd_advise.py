@@ -91,6 +91,10 @@ def show(advised, console: Console) -> None:
         console.print(f"wave {w['wave']}: {len(w['jobs'])} jobs, {w['used_mib']:,} MiB ({w['share']:.0%} of the card), "
                       f"{format_duration(w['seconds'])}; packing gain {w['packing_gain']:.2f} (each job "
                       f"{w['slowdown']:.2f}× slower than alone; {w['gain_source']})")
+        if w["packing_gain"] < 1 and len(w["jobs"]) > 1:
+            console.print("  [yellow]by this model the wave's jobs would end sooner one after another; the plan still "
+                          "ends in time. On the card, `python -m scheduler doctor` measures its real packing gain, "
+                          "which replaces the model[/]")
     sources = {p["name"]: p["source"] for j in a.jobs if j.get("speed") for p in j["speed"]["parts"]
                if p["name"] != "benchmark_images_per_s"}
     rows = sorted({p["source"] for j in a.jobs if j.get("speed") for p in j["speed"]["parts"]

@@ -27,6 +27,7 @@ import statistics
 from pathlib import Path
 from typing import Callable
 
+from scheduler.core.hardware import profile_for
 from scheduler.policy import packgain, timemodel
 from scheduler.policy.timemodel import Part, Speed
 
@@ -41,7 +42,9 @@ def profiles_dir() -> Path:
 
 
 def _card_key(name: str) -> str:
-    return re.sub(r"[^0-9a-z]", "", name.lower())
+    """One key for a profile name and the NVML name the same card reports ('NVIDIA H100 80GB HBM3' = H100-80GB)."""
+    profile = profile_for(name)
+    return re.sub(r"[^0-9a-z]", "", (profile.name if profile else name).lower())
 
 
 def gavel_resnet50_pairs(folder: Path | None = None) -> list[tuple[tuple[int, int], float]]:
@@ -92,7 +95,20 @@ def calibration(large: bool) -> tuple[tuple[str, float, float], ...]:
     return tuple(out)
 
 
+def _implied(m: packgain.Measurement, card: str) -> float | None:
+    """The occupancy a measured set implies on ``card``: k ÷ (gain × Σ busy)."""
+    busy = [_busy(model, batch, card) for model, batch in m.jobs]
+    return None if None in busy or not m.gain else len(m.jobs) / (m.gain * sum(busy))
+
+
 def occupancy(card: str) -> Part:
+    """This card's own measured sets (``doctor``, ``benchmarks/pack_gain.py``) when there are any, else its class's."""
+    own = [o for m in packgain.load_measured() if _card_key(m.card) == _card_key(card)
+           for o in [_implied(m, card)] if o is not None]
+    if own:
+        return Part("occupancy", round(statistics.median(own), 3),
+                    f"median over {len(own)} sets measured on {card} (this machine's doctor or benchmarks/pack_gain.py "
+                    "runs, or shared/gpu/README.md)")
     large = card in LARGE_CARDS
     cal = calibration(large)
     if not cal:
@@ -105,7 +121,7 @@ def occupancy(card: str) -> Part:
 
 def measured_gain(jobs: list[tuple[str, int]], card: str) -> dict | None:
     """A gain measured for these models on this card (the batches nearest), or None."""
-    mine = [m for m in packgain.load_measured() if _card_key(m.card) == _card_key(card)]  # "H100 80GB" = H100-80GB
+    mine = [m for m in packgain.load_measured() if _card_key(m.card) == _card_key(card)]
     found = packgain.expected(jobs, mine) if mine else None
     return found if found and found.get("gain") else None
 
