@@ -231,6 +231,18 @@ def profile_for(nvml_name: str) -> GpuProfile | None:
     return best[1] if best else None
 
 
+def card_name(name: str | None) -> str:
+    """A hardware profile name for ``name`` (a profile, or an NVML device name such as 'NVIDIA H100 80GB HBM3'),
+    so that figures recorded under either name are found under one; unknown names come back stripped."""
+    if not name:
+        return ""
+    for key in PROFILES:
+        if key.lower() == name.strip().lower():
+            return key
+    p = profile_for(name)
+    return p.name if p else name.strip()
+
+
 def detect(nvml=None) -> Hardware:
     """This machine's GPUs as one node, with the memory NVML reports. Raises UserError when there is none."""
     try:

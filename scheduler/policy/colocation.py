@@ -27,7 +27,7 @@ import statistics
 from pathlib import Path
 from typing import Callable
 
-from scheduler.core.hardware import profile_for
+from scheduler.core.hardware import card_name
 from scheduler.policy import packgain, timemodel
 from scheduler.policy.timemodel import Part, Speed
 
@@ -39,12 +39,6 @@ _GAVEL_JOB = re.compile(r"ResNet-50 \(batch size (\d+)\)")
 def profiles_dir() -> Path:
     env = os.environ.get("GPUPACK_COLOCATION_PROFILES")
     return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data" / "colocation-profiles"
-
-
-def _card_key(name: str) -> str:
-    """One key for a profile name and the NVML name the same card reports ('NVIDIA H100 80GB HBM3' = H100-80GB)."""
-    profile = profile_for(name)
-    return re.sub(r"[^0-9a-z]", "", (profile.name if profile else name).lower())
 
 
 def gavel_resnet50_pairs(folder: Path | None = None) -> list[tuple[tuple[int, int], float]]:
@@ -103,7 +97,7 @@ def _implied(m: packgain.Measurement, card: str) -> float | None:
 
 def occupancy(card: str) -> Part:
     """This card's own measured sets (``doctor``, ``benchmarks/pack_gain.py``) when there are any, else its class's."""
-    own = [o for m in packgain.load_measured() if _card_key(m.card) == _card_key(card)
+    own = [o for m in packgain.load_measured() if card_name(m.card) == card_name(card)
            for o in [_implied(m, card)] if o is not None]
     if own:
         return Part("occupancy", round(statistics.median(own), 3),
@@ -121,7 +115,7 @@ def occupancy(card: str) -> Part:
 
 def measured_gain(jobs: list[tuple[str, int]], card: str) -> dict | None:
     """A gain measured for these models on this card (the batches nearest), or None."""
-    mine = [m for m in packgain.load_measured() if _card_key(m.card) == _card_key(card)]
+    mine = [m for m in packgain.load_measured() if card_name(m.card) == card_name(card)]
     found = packgain.expected(jobs, mine) if mine else None
     return found if found and found.get("gain") else None
 

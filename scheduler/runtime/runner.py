@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scheduler.core.hardware import memory_fraction
+from scheduler.core.hardware import card_name, memory_fraction
 from scheduler.core.states import JobState
 from scheduler.policy import runloop as rl
 from scheduler.policy.dryrun import DryRun
@@ -170,7 +170,7 @@ class Runner:
         spec = self.plan.job(name)
         if not getattr(spec, "model", None) or not m.get("batch_size"):
             return
-        card = measurements.card_name(m.get("card") or self.dry.hardware.profile)
+        card = card_name(m.get("card") or self.dry.hardware.profile)
         config = measurements.Config(spec.model, getattr(spec, "image_size", 224), int(m["batch_size"]),
                                      measurements.precision_of(getattr(spec, "amp", True)), card, m.get("torch"),
                                      getattr(spec, "optimizer", "adamw"), getattr(spec, "channels_last", True))

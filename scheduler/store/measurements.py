@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from scheduler.core.hardware import PROFILES, profile_for
+from scheduler.core.hardware import card_name
 
 FIGURES = ("allocator_peak_mib", "reserved_mib", "nvml_mib", "train_samples_per_s")
 MEMORY_FIGURES = ("nvml_mib", "allocator_peak_mib", "reserved_mib")
@@ -97,17 +97,6 @@ class Scaled:
 
 def precision_of(amp: bool) -> str:
     return "amp" if amp else "fp32"
-
-
-def card_name(name: str | None) -> str:
-    """A hardware profile name for ``name`` (a profile, or an NVML device name such as 'NVIDIA H100 80GB HBM3')."""
-    if not name:
-        return ""
-    for key in PROFILES:
-        if key.lower() == name.strip().lower():
-            return key
-    p = profile_for(name)
-    return p.name if p else name.strip()
 
 
 def torch_version() -> str | None:
