@@ -125,3 +125,13 @@ def get(name: str) -> Builtin:
 def write(name: str, dir: Path | str) -> Path:
     """Write the built-in competition ``name`` into ``dir`` (created) and return ``dir``."""
     return get(name).write(Path(dir))
+
+
+def is_builtin(data: str) -> bool:
+    """``data`` names a built-in competition (and is no folder of that name)."""
+    return data in SHELF and not Path(data).is_dir()
+
+
+def folder(data: str, into: Path | str) -> Path:
+    """The competition folder for ``data``: the folder itself, or the built-in one written into ``into``."""
+    return write(data, into) if is_builtin(data) else Path(data)

@@ -157,9 +157,8 @@ def blend_outputs(folders: list[Path], data: str, metric: str, method: str, out:
     from jobs import shelf
     from jobs.data import load_competition
 
-    if data in shelf.NAMES and not Path(data).is_dir():
-        data = str(shelf.write(data, Path(tempfile.mkdtemp(prefix="gpupack-data-"))))
-    comp = load_competition(Path(data), metric)
+    where = shelf.write(data, tempfile.mkdtemp(prefix="gpupack-data-")) if shelf.is_builtin(data) else Path(data)
+    comp = load_competition(where, metric)
     saved = []
     for d in map(Path, folders):
         p = outputs.load(d)

@@ -35,9 +35,7 @@ def main() -> int:
     out_dir = Path(os.environ["GPUPACK_OUTPUT_DIR"])
     out_dir.mkdir(parents=True, exist_ok=True)
     job = job_from_dict(spec["job"])
-    data = Path(spec["data"])
-    if spec["data"] in shelf.NAMES and not data.is_dir():
-        data = shelf.write(spec["data"], out_dir.parent / "data")
+    data = shelf.folder(spec["data"], out_dir.parent / "data")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     metrics = out_dir / "metrics.jsonl"

@@ -43,7 +43,7 @@ def job_spec(job: Any, data: Any, metric: Any, seed: Any = None) -> dict:
     if data is None:
         raise ServiceError(f"data: a competition folder, or a built-in one: {', '.join(shelf.NAMES)}")
     text("data", data, MAX_PATH, controls=True)
-    builtin = data in shelf.NAMES and not Path(data).is_dir()
+    builtin = shelf.is_builtin(data)
     if not builtin and not Path(data).expanduser().is_dir():
         raise ServiceError(f"data: {show(data, 200)} is neither a folder nor a built-in competition "
                            f"({', '.join(shelf.NAMES)})")
