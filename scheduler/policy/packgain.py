@@ -18,6 +18,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from scheduler.core.paths import cache_dir
+
 SOURCE_H100 = "H100 80GB, synthetic data, bf16, channels_last, 2026-11-22 (shared/gpu/README.md)"
 
 
@@ -47,8 +49,7 @@ def gain(alone: list[float], together: list[float]) -> float:
 
 
 def cache_path() -> Path:
-    root = Path(os.environ.get("GPUPACK_CACHE_DIR", Path.home() / ".cache" / "gpupack"))
-    return root / "pack_gain.json"
+    return cache_dir() / "pack_gain.json"
 
 
 def load_measured() -> list[Measurement]:

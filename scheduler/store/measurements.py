@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from scheduler.core.hardware import card_name
+from scheduler.core.paths import cache_dir
 
 FIGURES = ("allocator_peak_mib", "reserved_mib", "nvml_mib", "train_samples_per_s")
 MEMORY_FIGURES = ("nvml_mib", "allocator_peak_mib", "reserved_mib")
@@ -112,8 +113,7 @@ def default_path() -> Path:
     explicit = os.environ.get("GPUPACK_MEASUREMENTS")
     if explicit:
         return Path(explicit)
-    root = os.environ.get("GPUPACK_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "gpupack") / "measurements.sqlite"
+    return cache_dir() / "measurements.sqlite"
 
 
 def _connect(path: Path | str | None) -> sqlite3.Connection:
