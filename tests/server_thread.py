@@ -6,7 +6,7 @@ import time
 
 import uvicorn
 
-from scheduler.service.http import build_app
+from scheduler.service.http import uvicorn_config
 
 
 def free_port() -> int:
@@ -20,8 +20,8 @@ class ServerThread:
         self.service = service
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(build_app(service), host="127.0.0.1", port=self.port, log_level="error",
-                                backlog=2048, timeout_keep_alive=60)
+        config = uvicorn_config(service, host="127.0.0.1", port=self.port, log_level="error", backlog=2048,
+                                timeout_keep_alive=60)  # the service's own protocol and group commit, as `serve`
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

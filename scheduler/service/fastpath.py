@@ -78,38 +78,49 @@ class Answer:
 
 class Corked:
     """A transport that holds a response's head until its body is written, and sends the two in one ``send``; a
-    head without a body (or anything else held) leaves at the end of the event loop's turn."""
+    head without a body (or anything else held) leaves at the end of the event loop's turn. With a ``group``
+    (:class:`scheduler.service.groupcommit.GroupCommit`), whatever is written while decisions are uncommitted waits
+    for their commit."""
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
-        self._transport, self._loop = transport, loop
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop, group=None):
+        self._transport, self._loop, self._group = transport, loop, group
         self._held: bytes | None = None
 
     def write(self, data: bytes) -> None:
         if self._held is not None:
             data, self._held = self._held + data, None
-            self._transport.write(data)
+            self._send(data)
         elif data.startswith(b"HTTP/1.1 ") and data.endswith(b"\r\n\r\n"):  # a head: its body comes next
             self._held = data
             self._loop.call_soon(self._flush)
         else:
+            self._send(data)
+
+    def _send(self, data: bytes) -> None:
+        if self._group is None or not self._group.hold(self._transport, data):
             self._transport.write(data)
 
     def _flush(self) -> None:
         if self._held is not None:
             data, self._held = self._held, None
             if not self._transport.is_closing():
-                self._transport.write(data)
+                self._send(data)
 
     def close(self) -> None:
         self._flush()
+        if self._group is not None and self._group.held:  # the answer waits for the commit: close after it
+            self._loop.call_soon(self._transport.close)
+            return
         self._transport.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
 
-def protocol_class():
-    """uvicorn's httptools protocol on a :class:`Corked` transport (None when httptools is missing: uvicorn's own)."""
+def protocol_class(group=None):
+    """uvicorn's httptools protocol on a :class:`Corked` transport, its decisions grouped by ``group`` (a
+    :class:`~scheduler.service.groupcommit.GroupCommit`, bound to the server's loop by the first connection); None
+    when httptools is missing (uvicorn's own protocol then)."""
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:
@@ -117,6 +128,8 @@ def protocol_class():
 
     class CorkedHttpTools(HttpToolsProtocol):
         def connection_made(self, transport) -> None:  # type: ignore[override]
-            super().connection_made(Corked(transport, self.loop))
+            if group is not None:
+                group.bind(self.loop)
+            super().connection_made(Corked(transport, self.loop, group))
 
     return CorkedHttpTools

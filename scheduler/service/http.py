@@ -158,6 +158,25 @@ def _who(request: Request) -> Identity:
     return request.scope["state"]["identity"]
 
 
+def uvicorn_config(service: Service, host: str = "127.0.0.1", port: int = 8780, **uvicorn_kw):
+    """uvicorn's configuration for the service: its own protocol (one send per answer, eager requests, the decisions
+    of a loop turn committed together before any answer leaves: :mod:`scheduler.service.fastpath`,
+    :mod:`scheduler.service.groupcommit`), no proxy-header middleware (loopback or a trusted network), no access
+    log."""
+    import uvicorn
+
+    from scheduler.service.groupcommit import GroupCommit
+
+    group = GroupCommit(service.store.db, service._lock)
+    protocol = protocol_class(group)
+    if protocol is not None:  # without httptools answers are not held back, so decisions commit one by one
+        service.store.group = group
+    uvicorn_kw.setdefault("http", protocol or "auto")
+    uvicorn_kw.setdefault("proxy_headers", False)
+    uvicorn_kw.setdefault("access_log", False)
+    return uvicorn.Config(build_app(service, host=host), host=host, port=port, **uvicorn_kw)
+
+
 def serve(service: Service, host: str = "127.0.0.1", port: int = 8780, log_level: str = "warning", **uvicorn_kw):
     """Serve the app with uvicorn until stopped. What was built before the first request (the imports, the app, the
     service's state) is frozen out of the garbage collector's sight first: a full collection of it takes 40-80 ms,
@@ -166,13 +185,11 @@ def serve(service: Service, host: str = "127.0.0.1", port: int = 8780, log_level
 
     import uvicorn
 
-    app = build_app(service, host=host)
+    config = uvicorn_config(service, host=host, port=port, log_level=log_level, **uvicorn_kw)
+    config.load()
     gc.collect()
     gc.freeze()
-    uvicorn_kw.setdefault("http", protocol_class() or "auto")  # one send per answer (fastpath.Corked)
-    uvicorn_kw.setdefault("proxy_headers", False)  # loopback or a trusted network; nothing to rewrite
-    uvicorn_kw.setdefault("access_log", False)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, **uvicorn_kw)
+    uvicorn.Server(config).run()
 
 
 def _off_loop(op: Op, body: dict | None) -> bool:

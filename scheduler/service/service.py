@@ -93,8 +93,8 @@ class Service(JobOps):
         if self._thread:
             self._thread.thread.start()
 
-    def _transaction(self):
-        return self.store.transaction()
+    def _transaction(self, undo=None):
+        return self.store.transaction(undo)
 
     def health(self) -> dict:
         return {"ok": True, "service": "gpupack"}
@@ -154,15 +154,15 @@ class Service(JobOps):
                      gpu_memory_mib=v["mib"], cpus=v["cpus"], minutes=v["minutes"], priority=v["priority"],
                      label=v["label"], client_request_id=v["crid"], created=now, heartbeat_s=v["heartbeat_s"],
                      estimate=v["estimate"], heartbeat=now)
-            data = dump(vars(s))  # what could not be read back is refused before anything is kept
             self.slots[s.slot_id] = s
             if s.client_request_id:
                 self.by_request[(who.name, s.client_request_id)] = s.slot_id
             self.queue.arrive(s)
             try:
-                with self._transaction():
-                    self.store.insert_slot(s, data)
+                with self._transaction(undo=lambda: self._forget(s)):
                     self._schedule(now, only=s)
+                    # stored once, as decided; what could not be read back is refused (and forgotten) here
+                    self.store.insert_slot(s, dump(vars(s)))
             except sqlite3.IntegrityError:  # a retry of a request whose slot has ended: that slot is the answer
                 self._forget(s)
                 sid = self.store.slot_of_request(who.name, v["crid"]) if v["crid"] else None
@@ -257,9 +257,11 @@ class Service(JobOps):
 
     def _schedule(self, now: float, only: Slot | None = None) -> None:
         """The queue's decisions (:meth:`Queue.schedule`), applied: each grant stored, mirrored into Ray, and the
-        slot's waiting jobs started. Call under the lock, in a transaction."""
+        slot's waiting jobs started. Call under the lock, in a transaction; ``only``: a new request (see
+        :meth:`Queue.schedule`), which the caller stores."""
         for s, _ in self.queue.schedule(now, self.backend.used_by_others(), only):
-            self.store.save_slot(s)
+            if s is not only:  # a new request is stored by its caller, once, after this
+                self.store.save_slot(s)
             self._reserve(s)
             for j in list(self.jobs.values()):
                 if j.slot_id == s.slot_id and j.state == JobState.PENDING:

@@ -1,0 +1,172 @@
+"""Group commit (scheduler.service.groupcommit): one event-loop turn's decisions committed together, no answer out
+before their commit, a failed commit undone and refused, other threads' decisions after the turn's; and, through a
+real server, an independent reader of the database already holding every grant a client has been answered."""
+
+import asyncio
+import json
+import sqlite3
+import threading
+import time
+
+import httpx
+
+from scheduler.core import hardware
+from scheduler.service.fastpath import Corked
+from scheduler.service.groupcommit import GroupCommit
+from scheduler.service.service import FixedBackend, Service
+from server_thread import ServerThread
+
+
+class Transport:
+    def __init__(self):
+        self.sent: list[bytes] = []
+        self.closed = False
+
+    def write(self, data):
+        self.sent.append(data)
+
+    def is_closing(self):
+        return self.closed
+
+    def close(self):
+        self.closed = True
+
+
+class FailingCommit:
+    """A connection whose COMMIT fails while ``fail`` is set (a full disk, say)."""
+
+    def __init__(self, db):
+        self.db, self.fail = db, False
+
+    def execute(self, sql, *args):
+        if self.fail and sql == "COMMIT":
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.db.execute(sql, *args)
+
+
+def _db(tmp_path):
+    db = sqlite3.connect(tmp_path / "t.sqlite", isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE t (k TEXT PRIMARY KEY)")
+    return db
+
+
+def _rows(tmp_path):
+    reader = sqlite3.connect(tmp_path / "t.sqlite")  # an independent reader: sees committed rows only
+    try:
+        return sorted(k for (k,) in reader.execute("SELECT k FROM t"))
+    finally:
+        reader.close()
+
+
+def test_a_turns_decisions_commit_together_and_their_answers_wait_for_it(tmp_path):
+    db = _db(tmp_path)
+    group = GroupCommit(db, threading.RLock())
+    out = Transport()
+
+    async def turn():
+        group.bind(asyncio.get_running_loop())
+        corked = Corked(out, asyncio.get_running_loop(), group)
+        for k in ("a", "b"):
+            with group.decision():
+                db.execute("INSERT INTO t VALUES (?)", (k,))
+            corked.write(b"HTTP/1.1 200 OK\r\n\r\n")
+            corked.write(k.encode())
+        try:
+            with group.decision():
+                db.execute("INSERT INTO t VALUES ('c')")
+                db.execute("INSERT INTO t VALUES ('a')")  # a duplicate: this decision fails, alone
+        except sqlite3.IntegrityError:
+            pass
+        assert out.sent == [] and _rows(tmp_path) == []  # nothing answered, nothing visible, before the commit
+        await asyncio.sleep(0)  # the next turn: the flush
+        assert _rows(tmp_path) == ["a", "b"]  # 'c' went with its failed decision
+        assert out.sent == [b"HTTP/1.1 200 OK\r\n\r\na", b"HTTP/1.1 200 OK\r\n\r\nb"]
+        corked.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        corked.write(b"later")  # nothing uncommitted now: it leaves at once
+        assert out.sent[-1].endswith(b"later")
+
+    asyncio.run(turn())
+    assert group.turns == 1 and group.decisions == 2
+
+
+def test_a_failed_commit_is_undone_and_every_held_answer_refused(tmp_path):
+    db = FailingCommit(_db(tmp_path))
+    group = GroupCommit(db, threading.RLock())
+    out, undone = Transport(), []
+
+    async def turn():
+        group.bind(asyncio.get_running_loop())
+        with group.decision(undo=lambda: undone.append("a")):
+            db.execute("INSERT INTO t VALUES ('a')")
+        group.hold(out, b"granted a")
+        db.fail = True
+        await asyncio.sleep(0)
+
+    asyncio.run(turn())
+    assert undone == ["a"] and _rows(tmp_path) == []
+    assert len(out.sent) == 1 and out.sent[0].startswith(b"HTTP/1.1 503 ") and b"granted" not in out.sent[0]
+    body = json.loads(out.sent[0].split(b"\r\n\r\n", 1)[1])
+    assert "retry" in body["error"] and out.closed
+
+
+def test_a_decision_on_another_thread_commits_the_turn_first(tmp_path):
+    """The reclaimer's tick (or an operation run off the loop) decides after the turn in progress, committed."""
+    svc = Service(hardware.from_profile("A100-40GB"), tmp_path / "state", backend=FixedBackend(),
+                  start_threads=False)
+    group = GroupCommit(svc.store.db, svc._lock)
+    svc.store.group = group
+
+    def committed_slots():
+        reader = sqlite3.connect(svc.db_path)
+        try:
+            return {sid: state for sid, state in reader.execute("SELECT slot_id, state FROM slots")}
+        finally:
+            reader.close()
+
+    async def turn():
+        group.bind(asyncio.get_running_loop())
+        slot = svc.request_slot({"gpu_memory": "4GB", "minutes": 5})  # on the loop: joins the turn
+        assert group.open and committed_slots() == {}
+        # before the loop's next turn, the reclaimer's tick on its thread, an hour later: the lease has expired
+        tick = threading.Thread(target=svc.tick, args=(time.time() + 3600,))
+        tick.start()
+        tick.join()
+        assert not group.open
+        return slot
+
+    slot = asyncio.run(turn())
+    assert committed_slots() == {slot["slot_id"]: "expired"}
+    svc.close()
+
+
+def test_every_grant_a_client_is_answered_is_already_in_the_database(tmp_path):
+    svc = Service(hardware.from_profile("A100-80GB", gpus_per_node=4), tmp_path / "state", backend=FixedBackend())
+    server = ServerThread(svc).start()
+    headers = {"Authorization": f"Bearer {svc.admin_token}"}
+    seen, missing = [], []
+
+    async def client(i):
+        reader = sqlite3.connect(svc.db_path)
+        async with httpx.AsyncClient(base_url=server.url, headers=headers) as c:
+            for _ in range(15):
+                r = await c.post("/api/slots", json={"gpu_memory": "2GB", "minutes": 5})
+                slot = r.json()
+                row = reader.execute("SELECT state FROM slots WHERE slot_id=?", (slot["slot_id"],)).fetchone()
+                seen.append(slot["slot_id"])
+                if row is None or row[0] != slot["state"]:
+                    missing.append((slot["slot_id"], slot["state"], row))
+                await c.delete(f"/api/slots/{slot['slot_id']}")
+        reader.close()
+
+    async def main():
+        await asyncio.gather(*(client(i) for i in range(20)))
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.stop()
+        svc.close()
+    assert len(seen) == 300 and not missing
+    group = svc.store.group
+    assert group is not None and group.decisions >= 600 and group.turns < group.decisions  # grouped, not one by one
