@@ -14,7 +14,8 @@ import torch
 
 from jobs import JobContext, run_job, timm_job
 from jobs.data import load_competition
-from jobs.memory import CONTEXT_ALLOWANCE_MIB, cap_process_memory, cuda_device
+from jobs.memory import cap_process_memory, cuda_device, outside_allocator_mib
+from scheduler.policy.overhead import overhead_for
 from scheduler.core.hardware import memory_fraction, physical_memory_mib, visible_index
 from scheduler.core.plan import TimmJob
 
@@ -31,7 +32,7 @@ class FakeCuda:
 
     def get_device_properties(self, device):
         torch.cuda._utils._get_device_index(device)  # raises as torch would on a device without an index
-        return SimpleNamespace(total_memory=self.total_mib * 2**20)
+        return SimpleNamespace(total_memory=self.total_mib * 2**20, name=getattr(self, "name", "NVIDIA H100 80GB HBM3"))
 
     def set_per_process_memory_fraction(self, fraction, device=None):
         index = torch.cuda._utils._get_device_index(device)
@@ -56,9 +57,24 @@ def test_the_cap_is_the_planned_mib_on_whatever_card_runs_the_job(card_mib):
     cap = cap_process_memory(7_218, cuda_device("cuda"), cuda=cuda)
     (fraction, index), = cuda.calls
     assert index == 0 and cap.card_mib == card_mib
-    assert fraction * card_mib == pytest.approx(7_218 - CONTEXT_ALLOWANCE_MIB, abs=card_mib * 1e-4)
+    outside = cap.outside_mib
+    assert fraction * card_mib == pytest.approx(7_218 - outside, abs=card_mib * 1e-4)
     # the same job, planned for an A100-40GB, may not take twice its share on the 80 GB card
-    assert fraction * card_mib + CONTEXT_ALLOWANCE_MIB <= 7_218 + 1
+    assert fraction * card_mib + outside <= 7_218 + 1
+
+
+def test_the_cap_leaves_outside_the_allocator_what_the_estimator_adds_there():
+    """The estimator plans context + libraries outside the allocator (760 MiB on an H100 with lazy loading): the
+    cap must leave exactly that, or NVML's figure for the process passes the plan (it once left 640)."""
+    cuda = FakeCuda(H100_MIB)
+    cuda.name = "NVIDIA H100 80GB HBM3"
+    cap = cap_process_memory(12_000, cuda_device("cuda"), cuda=cuda)
+    o = overhead_for("NVIDIA H100 80GB HBM3", None)
+    assert cap.outside_mib == round(o.context_mib + o.libraries_mib) == 760
+    assert cap.allocator_mib == 12_000 - 760
+    assert "760 MiB CUDA context and libraries" in cap.describe()
+    # with eager module loading (an older torch/CUDA) the context is larger, and so is what the cap leaves
+    assert outside_allocator_mib("RTX3090-24GB", "1.12.0+cu113") > 1_000
 
 
 def test_a_small_share_keeps_at_least_half_for_the_allocator():

@@ -55,9 +55,12 @@ class GroupCommit:
         self.turns = self.decisions = 0  # counts, for the log and the tests
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The loop whose turns group decisions (called on its thread, by the first connection)."""
-        if self.loop is None:
-            self.loop, self.thread = loop, threading.get_ident()
+        """The loop whose turns group decisions (called on its thread, by each connection; a server started again
+        on a new loop moves the group there, its last turn committed first)."""
+        if self.loop is not loop:
+            with self.lock:
+                self.commit()
+                self.loop, self.thread = loop, threading.get_ident()
 
     def owns(self) -> bool:
         """Whether the caller runs on the event loop's thread (its decisions join the turn)."""
