@@ -155,3 +155,22 @@ def test_slot_gauges_show_queued_and_granted_slots_and_zero_the_ended(monkeypatc
     assert mib("s2", "queued", "") == 0.0 and mib("s2", "granted", "n2:1") == 4096.0
     assert seen[("gpupack_slots", (("state", "granted"),))] == 1.0
     assert seen[("gpupack_slots", (("state", "queued"),))] == 0.0
+
+
+def test_a_models_memory_is_estimated_for_the_services_card(tmp_path):
+    """A slot asked for by model, and a job spec, are estimated with the service's card's overhead (its cuBLAS
+    workspaces, its context), not with an unknown card's."""
+    from scheduler.policy.estimate import estimate
+    from scheduler.service.specs import job_spec
+
+    peaks = {}
+    for profile in ("H100-80GB", "A100-40GB"):
+        svc = Service(hardware.from_profile(profile), tmp_path / profile, backend=FixedBackend(), start_threads=False)
+        slot = svc.request_slot({"model": "resnet18", "image_size": 64, "batch_size": 8})
+        peaks[profile] = slot["estimate"]["peak_mib"]
+        assert peaks[profile] == estimate("resnet18", 64, 8, card=profile).peak_mib
+        spec = job_spec({"kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 8}, "digits", None,
+                        card=svc.card)
+        assert spec["gpu_memory_mib"] == peaks[profile]
+        svc.close()
+    assert peaks["H100-80GB"] > peaks["A100-40GB"]  # Hopper's 32 MiB cuBLAS/cuBLASLt workspaces

@@ -35,7 +35,8 @@ class JobOps:
             raise ServiceError("give argv (a command) or job (a job in the plan's schema: timm, lightgbm, command), "
                                "not both" if argv is not None else "give argv (a command, a list of strings) or job "
                                "(a job in the plan's schema: timm, lightgbm, command)")
-        spec = job_spec(job, spec.get("data"), spec.get("metric"), spec.get("seed")) if job is not None else None
+        spec = (job_spec(job, spec.get("data"), spec.get("metric"), spec.get("seed"), card=self.card)
+                if job is not None else None)
         v = job_request(argv if spec is None else ["python", "-m", "scheduler.service.spec_job"], cwd, env)
         now = time.time()
         with self._lock:

@@ -67,6 +67,8 @@ class Service(JobOps):
         self.devices = {d.key: d for d in hardware.devices}
         if not self.devices:
             raise ValueError("the service needs at least one GPU device (a profile or a detected card)")
+        # the card a model's memory is estimated for (its context and workspaces): the profile, or the first card
+        self.card = hardware.profile or next(iter(self.devices.values())).name or None
         self.limits = {k: int(math.floor(d.memory_mib * band_high)) for k, d in self.devices.items()}
         # the cards really here (NVML), for the memory fraction a slot's process caps itself at: a service declared
         # as an A100-40GB on an 80 GB card must still hold each slot to its MiB
@@ -143,7 +145,7 @@ class Service(JobOps):
             if sid is not None:
                 return self.get_slot(sid, who)
         v = slot_request(req, max(self.limits.values()), max(self.node_cpus.values()), self.band_high,
-                         self.heartbeat_timeout_s)
+                         self.heartbeat_timeout_s, card=self.card)
         now = time.time()
         with self._lock:
             if v["crid"]:

@@ -25,10 +25,10 @@ class DoesNotFit(ServiceError):
 SPEC_FIELDS = ("job", "data", "metric", "seed")
 
 
-def job_spec(job: Any, data: Any, metric: Any, seed: Any = None) -> dict:
+def job_spec(job: Any, data: Any, metric: Any, seed: Any = None, card: str | None = None) -> dict:
     """The spec a job in the plan's schema runs as: ``{"job", "data", "metric", "seed", "gpu_memory_mib", "why"}``,
     ``gpu_memory_mib`` what it needs on the GPU (0 for LightGBM, None when a command says nothing) and ``why`` where
-    that figure comes from. Every fault is a 400 naming the field."""
+    that figure comes from (a model's memory estimated for ``card``). Every fault is a 400 naming the field."""
     from jobs import shelf
     from scheduler.core.errors import UserError
     from scheduler.core.plan import METRICS, job_from_dict
@@ -53,12 +53,12 @@ def job_spec(job: Any, data: Any, metric: Any, seed: Any = None) -> dict:
         raise ServiceError(f"metric: {show(metric)} is not one of {', '.join(METRICS)}")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31):
         raise ServiceError("seed: an integer in [0, 2^31)")
-    mib, why = _need(spec)
+    mib, why = _need(spec, card)
     return {"job": spec.model_dump(mode="json"), "data": data if builtin else str(Path(data).expanduser()),
             "metric": metric, "seed": 42 if seed is None else seed, "gpu_memory_mib": mib, "why": why}
 
 
-def _need(spec) -> tuple[int | None, str]:
+def _need(spec, card: str | None) -> tuple[int | None, str]:
     """The GPU memory a job needs (MiB) and where the figure comes from."""
     if spec.kind == "lightgbm":
         return 0, "a LightGBM job takes no GPU memory"
@@ -71,7 +71,7 @@ def _need(spec) -> tuple[int | None, str]:
         return None, "a command that names neither resources.gpu_memory nor a model: not checked"
     if not isinstance(spec.batch_size, int):
         raise ServiceError("job.batch_size: a number in a slot (the slot's size is fixed; 'auto' is for plan runs)")
-    peak, _ = estimate_model(model, spec.image_size, spec.batch_size)
+    peak, _ = estimate_model(model, spec.image_size, spec.batch_size, card)
     return peak, f"estimated for {model} at {spec.image_size} px, batch {spec.batch_size}"
 
 

@@ -217,20 +217,21 @@ SLOT_FIELDS = {"gpu_memory", "gpu_memory_mib", "model", "image_size", "batch_siz
 
 
 @functools.lru_cache(maxsize=256)
-def _estimated_mib(model: str, image_size: int, batch_size: int) -> tuple[int, int]:
+def _estimated_mib(model: str, image_size: int, batch_size: int, card: str | None) -> tuple[int, int]:
     from scheduler.policy.estimate import estimate
 
-    e = estimate(model, image_size, batch_size)
+    e = estimate(model, image_size, batch_size, card=card)
     return e.peak_mib, e.params
 
 
-def estimate_model(model: str, image_size: int, batch_size: int) -> tuple[int, int]:
-    """The estimator's peak MiB and parameter count; whatever stops it is the request's fault (a model too small
-    for the image, a size it cannot run), so it is a refusal naming what was asked, never a crash."""
+def estimate_model(model: str, image_size: int, batch_size: int, card: str | None = None) -> tuple[int, int]:
+    """The estimator's peak MiB and parameter count on ``card`` (the service's: its context and workspaces);
+    whatever stops it is the request's fault (a model too small for the image, a size it cannot run), so it is a
+    refusal naming what was asked, never a crash."""
     from scheduler.core.errors import UserError
 
     try:
-        return _estimated_mib(model, image_size, batch_size)
+        return _estimated_mib(model, image_size, batch_size, card)
     except UserError as e:
         raise ServiceError(str(e)) from None
     except Exception as e:  # noqa: BLE001  (the estimator runs the model: anything can stop it)
@@ -240,7 +241,7 @@ def estimate_model(model: str, image_size: int, batch_size: int) -> tuple[int, i
                            f"({why}); give gpu_memory instead") from None
 
 
-def _memory(req: dict, max_limit: int, band_high: float) -> tuple[int, dict | None]:
+def _memory(req: dict, max_limit: int, band_high: float, card: str | None = None) -> tuple[int, dict | None]:
     """The MiB a request asks for (given, or estimated from a model), and the estimate when there was one."""
     estimate = None
     if req.get("gpu_memory_mib") is not None:
@@ -260,7 +261,7 @@ def _memory(req: dict, max_limit: int, band_high: float) -> tuple[int, dict | No
             v = req.get(k)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= most:
                 raise ServiceError(f"{k}: an integer in 1..{most} is needed to estimate '{model}'")
-        mib, params = estimate_model(model, req["image_size"], req["batch_size"])
+        mib, params = estimate_model(model, req["image_size"], req["batch_size"], card)
         estimate = {"model": model, "image_size": req["image_size"], "batch_size": req["batch_size"],
                     "peak_mib": mib, "params": params}
     else:
@@ -271,12 +272,14 @@ def _memory(req: dict, max_limit: int, band_high: float) -> tuple[int, dict | No
     return mib, estimate
 
 
-def slot_request(req: dict, max_limit: int, max_cpus: int, band_high: float, heartbeat_s: float) -> dict:
-    """A slot request checked and normalised: mib, cpus, minutes, priority, label, crid, heartbeat_s, estimate."""
+def slot_request(req: dict, max_limit: int, max_cpus: int, band_high: float, heartbeat_s: float,
+                 card: str | None = None) -> dict:
+    """A slot request checked and normalised: mib, cpus, minutes, priority, label, crid, heartbeat_s, estimate
+    (a model's memory estimated for ``card``)."""
     unknown = set(req) - SLOT_FIELDS
     if unknown:
         raise ServiceError(f"unknown field(s) {names(unknown)}; allowed: {', '.join(sorted(SLOT_FIELDS))}")
-    mib, estimate = _memory(req, max_limit, band_high)
+    mib, estimate = _memory(req, max_limit, band_high, card)
     cpus = number("cpus", req.get("cpus", 1), 0, max_cpus, integer=True)
     minutes = number("minutes", req.get("minutes", 30), 0, MAX_MINUTES, low_open=True)
     priority = number("priority (higher first)", req.get("priority", 0), -100, 100, integer=True)
