@@ -44,6 +44,8 @@ DEFAULT_SEARCH_STEPS = 1_000_000
 MAX_SEARCH_JOBS = 200  # past it First-Fit-Decreasing answers (or arc-flow's bins, one device), unpolished, unsearched
 ARC_FLOW_SECONDS = 60.0  # one device: arc-flow (HiGHS via SciPy) proves the fewest waves; 3,078 jobs take ~4 s
 ARC_FLOW_BOUND_SECONDS = 10.0  # the bound where the search runs out: 40 distinct sizes take 0.4-6 s here
+ARC_FLOW_MAX_ARCS = 20_000  # both, only on graphs this small (the trace: 537 arcs; 40 random sizes: 2,000-12,000;
+#                             50: 30,000 arcs, 7 s; 80: 100,000 arcs, 32 s under a 10 s limit)
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ def pack(
 
     ``search_steps`` caps the exact search (0 skips it: First-Fit-Decreasing only), so the answer and ``exact``
     depend on the input alone, never on the machine's speed. Where the search cannot settle the fewest waves,
-    ``prove_waves`` tries the arc-flow bound (at most ``ARC_FLOW_BOUND_SECONDS``), which can only set
+    ``prove_waves`` tries the arc-flow bound (graphs of at most ``ARC_FLOW_MAX_ARCS`` arcs, within
+    ``ARC_FLOW_BOUND_SECONDS``), which can only set
     ``waves_exact``, never change the placement. The answer's ``how`` says what was proven and by what.
     """
     cluster = Cluster(tuple(nodes), band)
@@ -133,7 +136,7 @@ def pack(
     fewest = "lower bound" if waves == lower_bound_waves(cluster, items) else ""
     start = "First-Fit-Decreasing"
     if search_steps > 0 and not fewest and _one_bin_per_wave(cluster, items):
-        bins = arc_flow(items.size, cluster.limit[0], seconds=ARC_FLOW_SECONDS)
+        bins = arc_flow(items.size, cluster.limit[0], seconds=ARC_FLOW_SECONDS, max_arcs=ARC_FLOW_MAX_ARCS)
         if bins is not None:  # proven: the fewest bins, fullest first
             bins.sort(key=lambda b: -sum(items.size[k] for k in b))
             where, waves, fewest, start = [(0, 0)] * items.n, len(bins), "arc-flow", "arc-flow's bins"
@@ -183,7 +186,8 @@ def _proof(exact: bool, fewest: str, how: str) -> Proof:
 def _arc_flow_bound(cl: Cluster, it: Items) -> int:
     """A lower bound on the waves when the search could not settle them: the fewest bins of the largest device's
     limit that hold every GPU job (arc-flow, proven), shared among the devices of each wave; 0 when unproven."""
-    bins = arc_flow(it.size[:it.g], max(cl.limit, default=0), seconds=ARC_FLOW_BOUND_SECONDS) if it.g else None
+    bins = (arc_flow(it.size[:it.g], max(cl.limit, default=0), seconds=ARC_FLOW_BOUND_SECONDS,
+                     max_arcs=ARC_FLOW_MAX_ARCS) if it.g else None)
     return 0 if bins is None else -(-len(bins) // len(cl.devices))
 
 
