@@ -51,3 +51,8 @@ def test_pack_proves_the_fewest_waves_on_one_device_by_arc_flow():
     assert sorted(a.job for a in best.assignments) == sorted(d.name for d in demands)
     for w in range(best.waves):
         assert best.load_mib(w, gpu[0].devices[0]) <= 100
+
+
+def test_arc_flow_declines_a_graph_past_its_arc_limit():
+    assert arc_flow(SIZES, 100, max_arcs=5) is None
+    assert len(arc_flow(SIZES, 100, max_arcs=10_000)) == 3

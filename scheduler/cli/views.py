@@ -22,7 +22,8 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
     console.print(
         f"[bold]band[/] {low:.0%}–{high:.0%} of each card   [bold]budget[/] {format_duration(plan.budget)} "
         f"({plan.reserve_for_inference:.0%} kept for ensembling)   [bold]waves[/] {placement.waves}"
-        + ("" if placement.exact else "   (heuristic placement)")
+        + ("" if placement.exact else "   (fewest waves proven; the rest heuristic)" if placement.waves_exact
+           else "   (heuristic placement)")
     )
 
     t = Table(title="GPU memory per device and wave", title_justify="left")

@@ -96,6 +96,8 @@ class DryRun:
             "band": {"low": low, "high": high},
             "waves": self.placement.waves,
             "exact": self.placement.exact,
+            "waves_exact": self.placement.waves_exact,
+            "packing": self.placement.how,
             "jobs": self.job_rows(),
             "devices": self.device_rows(),
             "changes": list(self.changes),
@@ -246,6 +248,6 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
         later = [a.job for a in placement.assignments if a.wave > 0]
         warnings.append(f"{len(later)} job(s) wait for a later wave: {', '.join(later)}")
     if not placement.exact:
-        warnings.append("the plan is too large to pack exactly in time; this placement is First-Fit-Decreasing's")
+        warnings.append(f"the placement is not proven optimal: {placement.how}")
     dry.warnings = warnings
     return dry

@@ -155,7 +155,8 @@ def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float]
             why[j.name] = _statistics_note(j, old, batches[j.name])
 
     def placement(mem: dict[str, int], search_steps: int = SEARCH_STEPS) -> Placement:
-        return pack([Demand(j.name, mem[j.name], j.cpus) for j in jobs], nodes, band, search_steps=search_steps)
+        return pack([Demand(j.name, mem[j.name], j.cpus) for j in jobs], nodes, band, search_steps=search_steps,
+                    prove_waves=search_steps >= DEFAULT_SEARCH_STEPS)
 
     adjustable = [j for j in jobs if j.name in estimable and not j.fixed]
     for j in adjustable:  # a job larger than any device comes down first, whatever its neighbours

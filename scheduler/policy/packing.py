@@ -3,11 +3,24 @@
 Jobs that share a wave run at the same time, so a wave is a set of bins (one per device, holding at most the band's
 upper limit of its memory) bound together by each node's CPU cores. The objective is lexicographic: fewest waves; then
 as much GPU memory as fits in wave 0, then wave 1, ... (and every job as early as it fits); then as many devices inside
-the band as possible, filled one after the other rather than spread. At plan scale (a few devices, a few dozen jobs)
-a branch and bound proves the optimum; past its budget, First-Fit-Decreasing over (wave, device) bins answers, which is
-never worse than 11/9·OPT + 6/9 bins, and the placement says it is not proven. Where a wave is a single bin (one
-device, cores never binding), the fewest waves is plain bin packing at any size: the arc-flow model
-(``packing_exact``) proves it, e.g. 1,965 GPUs for the Alibaba trace's 3,078 sharing pods where FFD opens 1,975.
+the band as possible, filled one after the other rather than spread.
+
+What is proven, and how (``Placement.exact``: the whole objective; ``Placement.waves_exact``: the fewest waves;
+``Placement.how`` says which, in words):
+
+- the whole objective: a branch and bound (``packing_search``) within ``search_steps`` (1,000,000 by default, about
+  a second here). It settles every plan of 10 jobs on 1-8 devices and 40-90 % of plans of 20; plans of 40 run out.
+- the fewest waves: when First-Fit-Decreasing meets the lower bound (L2, cores); where a wave is one device whose
+  cores never bind, by the arc-flow model (``packing_exact``: 1,965 GPUs for the Alibaba trace's 3,078 sharing pods,
+  where FFD opens 1,975); by the search's first phase; or, when that runs out, by the arc-flow bound (the fewest
+  bins of the largest device's limit holding every GPU job, divided among a wave's devices). Of 80 random plans of
+  20 and 40 jobs (``benchmarks/packing.py``), 77 meet the lower bound and the arc-flow bound settles the other 3.
+- past ``MAX_SEARCH_JOBS`` jobs nothing is searched or polished: First-Fit-Decreasing answers (never worse than
+  11/9·OPT + 6/9 bins), or arc-flow's bins where a wave is one device.
+
+Not proven at 40 jobs: the later levels. Per-level MILPs (each level maximised with the earlier ones fixed, jobs
+counted per kind, waves and twin devices kept in order) took 12-25 s per 20-job plan and timed out on the in-band
+level alone at 40 jobs, so they are not used.
 
 Pure: no Ray, no GPU. Ties go to input order and lower device index, so the same plan always packs the same way.
 """
@@ -15,7 +28,7 @@ Pure: no Ray, no GPU. Ties go to input order and lower device index, so the same
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from scheduler.core.errors import UserError
 from scheduler.core.hardware import Device, Node
@@ -28,7 +41,11 @@ __all__ = ["DEFAULT_SEARCH_STEPS", "Assignment", "Demand", "PackingError", "Plac
 
 # At most about half a second of search in CPython; a step is roughly one bin looked at.
 DEFAULT_SEARCH_STEPS = 1_000_000
+MAX_SEARCH_JOBS = 200  # past it First-Fit-Decreasing answers (or arc-flow's bins, one device), unpolished, unsearched
 ARC_FLOW_SECONDS = 60.0  # one device: arc-flow (HiGHS via SciPy) proves the fewest waves; 3,078 jobs take ~4 s
+ARC_FLOW_BOUND_SECONDS = 10.0  # the bound where the search runs out: 40 distinct sizes take 0.4-6 s here
+ARC_FLOW_MAX_ARCS = 20_000  # both, only on graphs this small (the trace: 537 arcs; 40 random sizes: 2,000-12,000;
+#                             50: 30,000 arcs, 7 s; 80: 100,000 arcs, 32 s under a 10 s limit)
 
 
 @dataclass(frozen=True)
@@ -61,7 +78,9 @@ class Placement:
     nodes: tuple[Node, ...]
     band: tuple[float, float]
     waves: int
-    exact: bool  # True when the search proved this placement optimal
+    exact: bool  # True when this placement is proven optimal for the whole objective (see the module's docstring)
+    waves_exact: bool = False  # True when its number of waves is proven the fewest (always so when exact)
+    how: str = ""  # how it was found and what is proven, in words
 
     def limit_mib(self, device: Device) -> int:
         return floor(device.memory_mib * self.band[1])
@@ -82,6 +101,12 @@ class Placement:
         raise KeyError(f"no job '{job}' in this placement; jobs: {', '.join(a.job for a in self.assignments)}")
 
 
+class Proof(NamedTuple):
+    exact: bool
+    waves_exact: bool
+    how: str
+
+
 class PackingError(UserError):
     """A job no device or node can hold, whatever else runs: the plan must shrink it or the cluster must grow."""
 
@@ -92,48 +117,78 @@ def pack(
     band: tuple[float, float],
     *,
     search_steps: int = DEFAULT_SEARCH_STEPS,
+    prove_waves: bool = True,
 ) -> Placement:
     """Place every demand on a (wave, device) or, for CPU-only jobs, a (wave, node).
 
     ``search_steps`` caps the exact search (0 skips it: First-Fit-Decreasing only), so the answer and ``exact``
-    depend on the input alone, never on the machine's speed.
+    depend on the input alone, never on the machine's speed. Where the search cannot settle the fewest waves,
+    ``prove_waves`` tries the arc-flow bound (graphs of at most ``ARC_FLOW_MAX_ARCS`` arcs, within
+    ``ARC_FLOW_BOUND_SECONDS``), which can only set
+    ``waves_exact``, never change the placement. The answer's ``how`` says what was proven and by what.
     """
     cluster = Cluster(tuple(nodes), band)
     _check(demands, cluster)
     items = Items(demands)
     if not demands:
-        return Placement((), cluster.devices, cluster.nodes, tuple(band), 0, True)
+        return Placement((), cluster.devices, cluster.nodes, tuple(band), 0, True, True, "no jobs")
     where, waves = first_fit_decreasing(cluster, items)
-    if search_steps > 0 and _one_bin_per_wave(cluster, items) and waves > lower_bound_waves(cluster, items):
-        bins = arc_flow(items.size, cluster.limit[0], seconds=ARC_FLOW_SECONDS)
+    fewest = "lower bound" if waves == lower_bound_waves(cluster, items) else ""
+    start = "First-Fit-Decreasing"
+    if search_steps > 0 and not fewest and _one_bin_per_wave(cluster, items):
+        bins = arc_flow(items.size, cluster.limit[0], seconds=ARC_FLOW_SECONDS, max_arcs=ARC_FLOW_MAX_ARCS)
         if bins is not None:  # proven: the fewest bins, fullest first
             bins.sort(key=lambda b: -sum(items.size[k] for k in b))
-            where = [(0, 0)] * items.n
+            where, waves, fewest, start = [(0, 0)] * items.n, len(bins), "arc-flow", "arc-flow's bins"
             for w, b in enumerate(bins):
                 for k in b:
                     where[k] = (w, 0)
-            return _placement(cluster, items, demands, where, len(bins), True)
-    if search_steps > 0:
-        where, waves = polish(cluster, items, where)
-    unproven = where
-    budget = [search_steps]
-    exact, search = True, None
+    if search_steps <= 0 or items.n > MAX_SEARCH_JOBS:
+        why = "search off" if search_steps <= 0 else f"{items.n:,} jobs, past the search's limit of {MAX_SEARCH_JOBS}"
+        return _placement(cluster, items, demands, where, waves, _proof(False, fewest, f"{start} ({why})"))
+    where, waves = polish(cluster, items, where)
+    exact, where, waves, searched = _search(cluster, items, (where, waves), [search_steps])
+    fewest = fewest or searched
+    if not fewest and prove_waves and _arc_flow_bound(cluster, items) >= waves:
+        fewest = "arc-flow bound"
+    return _placement(cluster, items, demands, where, waves,
+                      _proof(exact, fewest, f"the best of {start} and {search_steps:,} search steps"))
+
+
+def _search(cl: Cluster, it: Items, start: tuple[list[tuple[int, int]], int], budget: list[int],
+            ) -> tuple[bool, list[tuple[int, int]], int, str]:
+    """The branch and bound from a polished placement: (proven, placement, waves, "search" when it settled the
+    fewest waves)."""
+    (where, waves), fewest, search = start, "", None
     try:
-        for w in range(lower_bound_waves(cluster, items), waves):
-            found = Search(cluster, items, w, budget).feasible()
+        for w in range(lower_bound_waves(cl, it), waves):
+            found = Search(cl, it, w, budget).feasible()
             if found is not None:
                 where, waves = found, w
                 break
-        search = Search(cluster, items, waves, budget)
-        where = search.optimise(where)
+        fewest = "search"
+        search = Search(cl, it, waves, budget)
+        return True, search.optimise(where), waves, fewest
     except OutOfSteps:
-        exact = False
         if search is not None and search.best_where is not None:
-            where = search.best_where
-    if not exact and where is not unproven:
-        where, waves = polish(cluster, items, where)
-    return _placement(cluster, items, demands, where, waves, exact)
+            return (False, *polish(cl, it, search.best_where), fewest)
+        return False, where, waves, fewest
 
+
+def _proof(exact: bool, fewest: str, how: str) -> Proof:
+    if exact:
+        return Proof(True, True, f"proven optimal: fewest waves by {fewest}, the rest by the search")
+    if fewest:
+        return Proof(False, True, f"fewest waves proven ({fewest}); the rest of the objective not proven: {how}")
+    return Proof(False, False, f"not proven: {how}")
+
+
+def _arc_flow_bound(cl: Cluster, it: Items) -> int:
+    """A lower bound on the waves when the search could not settle them: the fewest bins of the largest device's
+    limit that hold every GPU job (arc-flow, proven), shared among the devices of each wave; 0 when unproven."""
+    bins = (arc_flow(it.size[:it.g], max(cl.limit, default=0), seconds=ARC_FLOW_BOUND_SECONDS,
+                     max_arcs=ARC_FLOW_MAX_ARCS) if it.g else None)
+    return 0 if bins is None else -(-len(bins) // len(cl.devices))
 
 
 def _one_bin_per_wave(cl: Cluster, it: Items) -> bool:
@@ -179,7 +234,7 @@ def _check(demands: Sequence[Demand], cl: Cluster) -> None:
 
 
 def _placement(cl: Cluster, it: Items, demands: Sequence[Demand], where: list[tuple[int, int]], waves: int,
-               exact: bool) -> Placement:
+               proof: Proof) -> Placement:
     nd, nn = len(cl.devices), len(cl.nodes)
     loads = Loads(cl, it, where, waves)
     load, cpu = loads.mib, loads.cpu
@@ -219,4 +274,4 @@ def _placement(cl: Cluster, it: Items, demands: Sequence[Demand], where: list[tu
                 reason = (f"wave {w}: CPU-only and no node has {d.cpus} free cores in {earlier} "
                           f"(most free {most_cores_before[w]}); {cores}")
             out[it.order[k]] = Assignment(d.name, w, node.name, None, 0, d.cpus, reason)
-    return Placement(tuple(out), cl.devices, cl.nodes, tuple(cl.band), waves, exact)
+    return Placement(tuple(out), cl.devices, cl.nodes, tuple(cl.band), waves, *proof)
