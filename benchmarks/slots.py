@@ -83,6 +83,7 @@ async def run_clients(port: int, token: str, clients: int, seconds: float, think
     """Round trips in seconds: of every call (the loop), or of the slot requests only (``alone``); and how many
     calls were made in all."""
     latencies: list[float] = []
+    by_call: dict[str, list[float]] = {}  # the loop's round trips per call (request, renew, release)
     calls = 0
     end = time.perf_counter() + seconds
 
@@ -96,6 +97,8 @@ async def run_clients(port: int, token: str, clients: int, seconds: float, think
             calls += 1
             if keep:
                 latencies.append(time.perf_counter() - t0)
+                kind = "release" if method == "DELETE" else "renew" if path.endswith("/renew") else "request"
+                by_call.setdefault(kind, []).append(latencies[-1])
             return out
 
         try:
@@ -122,7 +125,7 @@ async def run_clients(port: int, token: str, clients: int, seconds: float, think
             conn.close()
 
     await asyncio.gather(*(one(i) for i in range(clients)))
-    return latencies, calls
+    return latencies, calls, by_call
 
 
 class Server:
@@ -163,8 +166,15 @@ class Server:
     def measure(self, label: str, clients: int, seconds: float, think_ms: float, alone: bool = False,
                 hold: int = 3) -> dict:
         cpu, mine = self.cpu_s(), _own_cpu_s()
-        lat, calls = asyncio.run(run_clients(self.port, self.token, clients, seconds, think_ms / 1000, alone=alone, hold=hold))
+        lat, calls, by_call = asyncio.run(run_clients(self.port, self.token, clients, seconds, think_ms / 1000,
+                                                      alone=alone, hold=hold))
         row = figures(label, clients, lat, seconds, think_ms, (self.cpu_s() - cpu) / max(1, calls))
+        if not alone and clients > 1:  # each kind of call: in a closed loop the costliest one sets the p99
+            row["by_call"] = {k: {"median_ms": round(statistics.median(v) * 1000, 2),
+                                  "p99_ms": round(sorted(v)[int(0.99 * (len(v) - 1))] * 1000, 2)}
+                              for k, v in sorted(by_call.items())}
+            print("                 " + "; ".join(f"{k}: median {f['median_ms']:.2f} ms, p99 {f['p99_ms']:.2f} ms"
+                                                  for k, f in row["by_call"].items()), flush=True)
         row["client_cpu_ms_per_call"] = round((_own_cpu_s() - mine) / max(1, calls) * 1000, 3)
         return row
 
