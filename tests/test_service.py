@@ -153,7 +153,18 @@ def test_retry_with_the_same_client_request_id_takes_one_slot(tmp_path):
     assert a["slot_id"] == b["slot_id"]
     assert s.gpu_status()["devices"][0]["granted_mib"] == 5000
     s.release(a["slot_id"])
-    assert s.request_slot(req(5000, client_request_id="r1"))["state"] == "released"
+    again = s.request_slot(req(5000, client_request_id="r1"))
+    assert again["state"] == "released" and again["slot_id"] == a["slot_id"]
+    assert s.gpu_status()["devices"][0]["granted_mib"] == 0  # the retry of an ended slot holds nothing
+
+
+def test_ended_slots_leave_nothing_behind_in_memory(tmp_path):
+    """A long-running service answers millions of requests: what it keeps in memory is the live slots only."""
+    s = make(tmp_path)
+    for i in range(50):
+        slot = s.request_slot(req(1000, client_request_id=f"r{i}"))
+        s.release(slot["slot_id"])
+    assert not s.slots and not s.by_request
 
 
 @pytest.mark.parametrize("bad", [

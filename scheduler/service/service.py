@@ -248,6 +248,8 @@ class Service(JobOps):
         self.queue.remove(s)
         s.state, s.ended, s.end_reason = state, now, reason
         self.slots.pop(s.slot_id, None)
+        if s.client_request_id:  # live slots only: a retry of an ended one is found by SQLite's unique index
+            self.by_request.pop((s.owner, s.client_request_id), None)
         self.store.save_slot(s)
         for j in list(self.jobs.values()):
             if j.slot_id == s.slot_id:
