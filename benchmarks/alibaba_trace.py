@@ -12,13 +12,15 @@ and multi-GPU too), in name order, rand.Shuffle'd; rand.Intn draws from the list
 reach 1.3 x the cluster's GPUs (tuneUpPods); nodes renamed with rand.Perm, ties going to the smallest random name;
 each pod placed at arrival or dropped (host CPU, host memory and GPU must fit); the GPU allocation ratio (allocated
 GPU / all GPU) at the end. Policies: "service" is the slot service's own (FGD on the typical requests it learns
-online from the requests seen so far, WorkloadLearner: nothing fitted to the evaluation seeds); first_fit,
-best_fit; "fgd" takes a fixed typical set instead (--typical). Not bit for bit the paper's simulator: a replica of
+online from the requests seen so far, WorkloadLearner, with the host look-ahead host_stranded: its one weight,
+HOST_LOOKAHEAD, chosen on seeds 1-8, never on the paper's 42-51); first_fit, best_fit; "fgd" takes a fixed typical
+set instead (--typical). Not bit for bit the paper's simulator: a replica of
 its FGD plugin on this replay scores 95.53 and 95.36 on seeds 42 and 43 where its cached results say 95.29 and 95.32,
 and its BestFit plugin scores differently from our best fit.
 
-Time here (2 shared cores): 80-180 s per seed for "service", 8-40 s for first and best fit; --seeds 42,43 (or
---quick) for fewer.
+Time here (2 shared cores): 25-45 s per seed for "service" (up to 180 s when the cores are busy), 8-40 s for
+first and best fit; --seeds 42,43 (or --quick) for fewer, --seeds 1-8 for the seeds the service's policy was tuned
+on.
 
 Run: python benchmarks/alibaba_trace.py [--seeds 42-51] [--quick] [--skip-offline] [--skip-online]
 The data is read in place from /work/shared/data/alibaba-gpu-v2023 (or --data); nothing is copied.

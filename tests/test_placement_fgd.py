@@ -111,3 +111,27 @@ def test_the_replay_draws_the_simulators_arrivals_with_go_math_rand():
     # Go: rand.Seed(42); rand.Int(); rand.Shuffle(8152, ...) puts these first (see tests/test_gorand.py)
     assert [p[2] for p in order[:8]] == [255, 1685, 6784, 4463, 602, 1564, 3882, 7257]
     assert sum(p[0] * p[1] for p in order) <= 1.3 * 6_212_000 and len(perm) == 5 and sorted(perm) == list(range(5))
+
+
+def test_host_stranded_is_the_gpu_that_cores_or_memory_leave_unusable():
+    from scheduler.policy.placement_workload import host_stranded
+
+    workload = [(Shape(1000, 1, 16), 0.5), (Shape(500, 1, 2, memory=10), 0.5)]
+    # 8 free GPUs, 96 cores: six 16-core requests (2 GPUs stranded), 48 two-core halves (none)
+    assert host_stranded(8000, 96, workload) == pytest.approx(0.5 * 2000)
+    # host memory for 4 halves only: 2 GPUs' worth usable, 6 stranded
+    assert host_stranded(8000, 96, workload, memory_free=40) == pytest.approx(0.5 * 2000 + 0.5 * 6000)
+    assert host_stranded(0, 0, workload) == 0
+    assert host_stranded(1000, 0, [(Shape(1000, 1, 0), 1.0)]) == 0  # a request without cores strands nothing
+
+
+def test_fgd_keeps_cores_for_the_gpus_a_node_has_left(monkeypatch):
+    from scheduler.policy import placement_workload
+
+    # Typical requests: a whole GPU with 12 cores. A 20-core request on the 48-core node would leave 28 cores for
+    # its 3 GPUs (two requests' worth: one GPU stranded); on the 80-core node nothing is stranded.
+    workload = [(Shape(1000, 1, 12), 1.0)]
+    devices, cores = [[1000] * 4, [1000] * 4], [48, 80]
+    assert fgd(1000, 20, devices, cores, workload) == (1, 0)
+    monkeypatch.setattr(placement_workload, "HOST_LOOKAHEAD", 0.0)  # FGD alone ties (one more request fits on
+    assert fgd(1000, 20, devices, cores, workload) == (0, 0)  # both) and best fit takes the tighter node

@@ -49,7 +49,9 @@ def test_fgd_avoids_leaving_an_unusable_sliver():
 
 def test_fgd_counts_a_gpu_stranded_by_missing_cores_as_fragmented():
     workload = workload_of([Shape(1000, 1, 4)])
-    assert node_fragmentation([1000], 2, workload) == 1000  # 2 cores left: the typical request cannot run
+    # 2 cores left: the typical request cannot run (FGD: all 1000), and the look-ahead finds half the GPU's worth
+    # of cores missing (host_stranded: 500)
+    assert node_fragmentation([1000], 2, workload) == 1000 + 500
     assert node_fragmentation([1000], 4, workload) == 0
     # A CPU-only request should not take the cores a whole free GPU needs when another node has spare cores.
     assert fgd(0, 4, [[1000], [0]], [8, 8], workload) == (1, None)

@@ -20,7 +20,10 @@ device in (thousandths of a GPU, as in the Alibaba trace, or MiB of GPU memory, 
   scored ``int(100 * sigmoid(-Δ / capacity))`` (``fgd_score``), so choices within about 4 % of a device tie; ties
   go to best fit (the simulator's go to the node with the smallest random name). Beyond the paper: a typical
   request that needs more host memory than the node has left finds it all fragmented (``Shape.memory``, with
-  ``nodes_memory``), and ``WorkloadLearner`` learns the typical requests online from every shape seen, flattened.
+  ``nodes_memory``); ``WorkloadLearner`` learns the typical requests online from every shape seen, flattened; and
+  a look-ahead on the host (``host_stranded``, weighted ``HOST_LOOKAHEAD``) adds to a node's fragmentation the GPU
+  its free cores or host memory would leave unused were its free GPU filled with copies of each typical request:
+  FGD only asks whether one more fits (on the Alibaba replay this is worth about half a point, see README).
 
 ``place(policy, gpu, cpus, devices_free, nodes_free, workload)`` dispatches to one of them. Requests:
 ``gpu`` is the share of one device (``0`` for a CPU-only request; a share equal to the capacity is a whole device);
@@ -35,11 +38,11 @@ import math
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, TypeVar
 
 from scheduler.policy.placement_workload import (FragmentationCache, Shape, Workload, WorkloadLearner,
-                                                 node_fragmentation, workload_of)
+                                                 host_stranded, node_fragmentation, workload_of)
 
 __all__ = ["POLICIES", "FragmentationCache", "Shape", "Workload", "WorkloadLearner", "best_fit", "best_node",
-           "evaluate_node", "fgd", "fgd_score", "first_fit", "node_fragmentation", "place", "room_after", "tightest",
-           "whole_devices", "workload_of"]
+           "evaluate_node", "fgd", "fgd_score", "first_fit", "host_stranded", "node_fragmentation", "place",
+           "room_after", "tightest", "whole_devices", "workload_of"]
 
 Policy = Literal["first_fit", "best_fit", "fgd"]
 POLICIES: tuple[str, ...] = ("first_fit", "best_fit", "fgd")

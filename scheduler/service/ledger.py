@@ -38,9 +38,10 @@ def place_online(request_mib: int, request_cpus: int, free_by_device: dict[str, 
     """The device (``node:index``) for a request, or None when it fits nowhere now.
 
     With ``learned`` (the workload the queue's ``WorkloadLearner`` has seen and the devices' limits): FGD
-    (``scheduler.policy.placement_online.fgd``), scored as the FGD paper's simulator (the integer sigmoid of the
-    fragmentation decrease), ties to best fit — the policy ``benchmarks/alibaba_trace.py`` replays as "service" on
-    the paper's protocol; ``cache``, a ``FragmentationCache`` for that workload, only speeds it up.
+    (``scheduler.policy.placement_online.fgd``, with its look-ahead on the free cores, ``host_stranded``), scored
+    as the FGD paper's simulator (the integer sigmoid of the fragmentation decrease), ties to best fit — the policy
+    ``benchmarks/alibaba_trace.py`` replays as "service" on the paper's protocol; ``cache``, a
+    ``FragmentationCache`` for that workload, only speeds it up.
     Without them: best fit, the least memory left, ties to the lower index. Where one device alone can take the
     request, that device is the answer of both, found without weighing anything."""
     eligible = {key: free for key, free in free_by_device.items()
