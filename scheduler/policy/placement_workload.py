@@ -87,6 +87,8 @@ def host_stranded(gpu_free: float, cpus_free: float, workload: Workload, memory_
     return out
 
 
+SMALL = 8  # typical requests up to which FragmentationCache computes without numpy (the service's workloads; the
+# Alibaba replay's, dozens of shapes, keep numpy)
 HOST_LOOKAHEAD = 1.0  # weight of host_stranded in a node's fragmentation (tuned on seeds 1-8 of the Alibaba replay)
 
 
@@ -100,7 +102,15 @@ def node_fragmentation(free: Sequence[int], cpus_free: int, workload: Workload,
     total = sum(free)
     if total <= 0:
         return 0.0
-    frag = HOST_LOOKAHEAD * host_stranded(total, cpus_free, workload, memory_free)
+    return (HOST_LOOKAHEAD * host_stranded(total, cpus_free, workload, memory_free)
+            + _unusable(free, cpus_free, workload, caps, model, memory_free))
+
+
+def _unusable(free: Sequence[int], cpus_free: int, workload: Workload, caps: Sequence[int] | None,
+              model: str | None, memory_free: int | None) -> float:
+    """FGD's own measure (``node_fragmentation`` without the look-ahead), one typical request at a time."""
+    total = sum(free)
+    frag = 0.0
     for shape, p in workload:
         if shape.gpus <= 0 or shape.gpu <= 0:
             continue
@@ -158,10 +168,12 @@ class FragmentationCache:
         return hit + HOST_LOOKAHEAD * stranded
 
     def _stranded(self, total, cpus_free, memory_free) -> float:
-        """``host_stranded``, over all typical requests at once (numpy)."""
+        """``host_stranded``, over all typical requests at once (numpy; one at a time for a small workload)."""
         np = self._np
         if not len(self._p):
             return 0.0
+        if len(self._p) <= SMALL:
+            return host_stranded(total, cpus_free, self.workload, memory_free)
         per = (self._need * self._count).astype(float)
         usable = np.where(self._cpus > 0, cpus_free / np.maximum(self._cpus, 1) * per, np.inf)
         if memory_free is not None:
@@ -170,11 +182,15 @@ class FragmentationCache:
         return float(np.dot(self._p, total - np.clip(usable, 0.0, total)))
 
     def _compute(self, free, cpus_free, caps, model, memory_free) -> float:
-        """``node_fragmentation``, over all typical requests at once (numpy); equal to it up to float rounding."""
+        """``node_fragmentation`` without the look-ahead, over all typical requests at once (numpy); equal to it up
+        to float rounding. A small node and workload (the service's: a few devices, a few request shapes) is
+        computed one request at a time instead, which is faster there than numpy's call overhead."""
         np = self._np
         total = sum(free)
         if total <= 0 or not len(self._p):
             return 0.0
+        if len(self._p) <= SMALL:
+            return _unusable(free, cpus_free, self.workload, caps, model, memory_free)
         room = np.asarray(free, dtype=np.int64)
         usable = room[None, :] >= self._need[:, None]
         if caps is not None:
