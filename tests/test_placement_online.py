@@ -148,3 +148,23 @@ def test_tightest_is_best_fit_over_named_devices():
     assert tightest(30000, room) is None
     assert tightest(10, {"n:10": 50, "n:9": 50}, order=lambda k: int(k.rpartition(":")[2])) == "n:9"
     assert elastic_best_fit(10000, room, avoid={("a", 1)}) == ("b", 0)
+
+
+@pytest.mark.parametrize("small", [0, 1000], ids=["numpy", "one-shape-at-a-time"])
+def test_both_ways_of_the_cache_equal_node_fragmentation(monkeypatch, small):
+    """The cache measures a workload of at most ``SMALL`` shapes without numpy (the service's), larger ones (the
+    Alibaba replay's) with it: both give node_fragmentation's values, look-ahead included."""
+    import random
+
+    from scheduler.policy import placement_workload
+
+    monkeypatch.setattr(placement_workload, "SMALL", small)
+    rnd = random.Random(7)
+    workload = workload_of([Shape(rnd.choice((250, 500, 1000)), rnd.choice((1, 2)), rnd.randint(0, 12),
+                                  memory=rnd.choice((0, 64))) for _ in range(40)])
+    cache = FragmentationCache(workload)
+    for _ in range(300):
+        free = [rnd.randint(0, 1000) for _ in range(rnd.randint(1, 8))]
+        cpus, memory = rnd.randint(0, 96), rnd.choice((None, rnd.randint(0, 512)))
+        want = node_fragmentation(free, cpus, workload, memory_free=memory)
+        assert cache(free, cpus, None, None, memory) == pytest.approx(want, rel=1e-9, abs=1e-9)
