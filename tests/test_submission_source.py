@@ -79,10 +79,11 @@ def test_finished_folds_are_the_source_when_one_job_succeeds(ray_cluster, tmp_pa
 
 
 def test_a_fold_cut_short_is_the_source_when_no_fold_finished(ray_cluster, tmp_path, digits_dir, run_cli):
-    net = {"name": "net", "kind": "timm", "model": "mobilenetv3_small_050", "image_size": 64, "batch_size": 32,
-           # far more epochs than the cancel needs: the first fold must still be running when the cancel lands,
-           # however fast the machine (with 3 epochs a quick CI machine finished the fold first)
-           "epochs": 50, "folds": 2, "resources": {"cpus": 1, "gpu_memory": "4GB"}}
+    # the CPU rehearsal runs 3 epochs of 25 steps whatever the plan says, so the first fold must be slow enough to
+    # still be running when the cancel lands (1-2 s after the first epoch): ResNet-50's epochs take seconds, a
+    # MobileNet's a fraction of one, which a quick machine finished before the cancel (CI did)
+    net = {"name": "net", "kind": "timm", "model": "resnet50", "image_size": 64, "batch_size": 32,
+           "epochs": 3, "folds": 2, "resources": {"cpus": 1, "gpu_memory": "8GB"}}
     plan = _plan(tmp_path, [net, _command("bad", FAIL=1)])
     run_dir = tmp_path / "run"
 
