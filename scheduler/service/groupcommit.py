@@ -5,8 +5,8 @@ Why: with 100 clients in a closed loop, a commit per decision was the largest co
 every page it touched; here ~20-60 µs of the ~0.2 ms a slot request cost) and, worse, SQLite's automatic
 checkpoint (two fsyncs, 10-30 ms on this machine's disk) ran inside a commit about every 135 of them, so every
 request in flight waited for it (``benchmarks/slots.py``). One commit per turn writes each touched page once, and
-between two turns the checkpointer thread (:class:`scheduler.service.store.Checkpointer`) finds the WAL idle, so
-its checkpoints complete without holding up a request.
+the checkpoints move to a thread of their own (:class:`scheduler.service.store.Checkpointer`), which holds commits
+back only when the WAL must start over (past 64 MiB: about once a second under the benchmark's 100 clients).
 
 What is kept: every decision is committed before it is answered, and is committed whole or not at all. Within the
 turn's transaction each decision is a SAVEPOINT, so a decision that fails is rolled back alone, as before. While a
