@@ -159,8 +159,8 @@ def _who(request: Request) -> Identity:
 
 
 def uvicorn_config(service: Service, host: str = "127.0.0.1", port: int = 8780, **uvicorn_kw):
-    """uvicorn's configuration for the service: its own protocol (one send per answer, eager requests, the decisions
-    of a loop turn committed together before any answer leaves: :mod:`scheduler.service.fastpath`,
+    """uvicorn's configuration for the service: its own protocol (one send per answer, the decisions of a loop turn
+    committed together before any answer leaves: :mod:`scheduler.service.fastpath`,
     :mod:`scheduler.service.groupcommit`), no proxy-header middleware (loopback or a trusted network), no access
     log."""
     import uvicorn

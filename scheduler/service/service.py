@@ -149,7 +149,7 @@ class Service(JobOps):
         now = time.time()
         with self._lock:
             if v["crid"]:
-                sid = self.by_request.get((who.name, v["crid"]))  # an ended slot's: the insert below finds it
+                sid = self.by_request.get((who.name, v["crid"]))  # live slots; an ended one's: the insert below
                 if sid:
                     return self.get_slot(sid, who)
             s = Slot(slot_id="slot-" + uuid.uuid4().hex[:12], owner=who.name, state=SlotState.QUEUED,

@@ -149,7 +149,7 @@ class Checkpointer:
             if frames > self.max_wal_frames:
                 db.execute("PRAGMA wal_checkpoint(RESTART)")
                 self.restarts += 1
-        except sqlite3.Error:  # busy or I/O: the commits are safe in the WAL; the next turn tries again
+        except sqlite3.Error:  # busy or I/O: the commits are safe in the WAL; the next interval tries again
             log.warning("WAL checkpoint failed; will retry", exc_info=True)
 
     def stop(self) -> None:
@@ -169,13 +169,15 @@ class Store:
         self.group = None  # a GroupCommit, set by the HTTP server (scheduler.service.http.uvicorn_config)
 
     def save_slot(self, s: Slot) -> None:
-        self.db.execute("INSERT OR REPLACE INTO slots VALUES (?,?,?,?,?,?,?)",
-                        (s.slot_id, s.owner, s.state.value, s.device, s.gpu_memory_mib, s.cpus, json.dumps(vars(s))))
+        self._write_slot("INSERT OR REPLACE", s, json.dumps(vars(s)))
 
     def insert_slot(self, s: Slot, data: str) -> None:
         """A new slot (``data``: its JSON); sqlite3.IntegrityError when its owner has used its client_request_id
         before (so a retry needs no lookup on the way in)."""
-        self.db.execute("INSERT INTO slots VALUES (?,?,?,?,?,?,?)",
+        self._write_slot("INSERT", s, data)
+
+    def _write_slot(self, verb: str, s: Slot, data: str) -> None:
+        self.db.execute(f"{verb} INTO slots VALUES (?,?,?,?,?,?,?)",
                         (s.slot_id, s.owner, s.state.value, s.device, s.gpu_memory_mib, s.cpus, data))
 
     def save_job(self, j: Job) -> None:
