@@ -36,11 +36,14 @@ from scheduler.policy.packing_model import (Cluster, Items, Loads, first_fit_dec
                                             lower_bound_waves, polish)
 from scheduler.policy.packing_exact import arc_flow
 from scheduler.policy.packing_search import OutOfSteps, Search
+from scheduler.policy.packing_waves import single_node
+from scheduler.policy.packing_waves import solve as solve_by_waves
 
 __all__ = ["DEFAULT_SEARCH_STEPS", "Assignment", "Demand", "PackingError", "Placement", "l2_lower_bound", "pack"]
 
 # At most about half a second of search in CPython; a step is roughly one bin looked at.
 DEFAULT_SEARCH_STEPS = 1_000_000
+WAVE_STEPS_PER_SEARCH_STEP = 10  # the wave-by-wave proof (packing_waves, one node): a step is a set or subset looked at
 MAX_SEARCH_JOBS = 200  # past it First-Fit-Decreasing answers (or arc-flow's bins, one device), unpolished, unsearched
 ARC_FLOW_SECONDS = 60.0  # one device: arc-flow (HiGHS via SciPy) proves the fewest waves; 3,078 jobs take ~4 s
 ARC_FLOW_BOUND_SECONDS = 10.0  # the bound where the search runs out: 40 distinct sizes take 0.4-6 s here
@@ -147,37 +150,55 @@ def pack(
         why = "search off" if search_steps <= 0 else f"{items.n:,} jobs, past the search's limit of {MAX_SEARCH_JOBS}"
         return _placement(cluster, items, demands, where, waves, _proof(False, fewest, f"{start} ({why})"))
     where, waves = polish(cluster, items, where)
-    exact, where, waves, searched = _search(cluster, items, (where, waves), [search_steps])
-    fewest = fewest or searched
+    budget = [search_steps]
+    if not fewest:
+        where, waves, fewest = _fewest_by_search(cluster, items, (where, waves), budget)
     if not fewest and prove_waves and _arc_flow_bound(cluster, items) >= waves:
         fewest = "arc-flow bound"
+    exact, by = False, f"{search_steps:,} search steps"
+    if fewest and single_node(cluster):
+        try:
+            where, exact, by = solve_by_waves(cluster, items, waves, demands,
+                                                [WAVE_STEPS_PER_SEARCH_STEP * search_steps]), True, "waves"
+        except OutOfSteps:
+            pass
+    if not exact and budget[0] > 0:
+        exact, where = _optimise(cluster, items, (where, waves), budget)
     return _placement(cluster, items, demands, where, waves,
-                      _proof(exact, fewest, f"the best of {start} and {search_steps:,} search steps"))
+                      _proof(exact, fewest, f"the best of {start} and {by}", by))
 
 
-def _search(cl: Cluster, it: Items, start: tuple[list[tuple[int, int]], int], budget: list[int],
-            ) -> tuple[bool, list[tuple[int, int]], int, str]:
-    """The branch and bound from a polished placement: (proven, placement, waves, "search" when it settled the
-    fewest waves)."""
-    (where, waves), fewest, search = start, "", None
+def _fewest_by_search(cl: Cluster, it: Items, start: tuple[list[tuple[int, int]], int], budget: list[int],
+                      ) -> tuple[list[tuple[int, int]], int, str]:
+    """The branch and bound's first phase from a polished placement: the fewest waves, or "" when it runs out."""
+    where, waves = start
     try:
         for w in range(lower_bound_waves(cl, it), waves):
             found = Search(cl, it, w, budget).feasible()
             if found is not None:
-                where, waves = found, w
-                break
-        fewest = "search"
-        search = Search(cl, it, waves, budget)
-        return True, search.optimise(where), waves, fewest
+                return found, w, "search"
+        return where, waves, "search"
     except OutOfSteps:
-        if search is not None and search.best_where is not None:
-            return (False, *polish(cl, it, search.best_where), fewest)
-        return False, where, waves, fewest
+        return where, waves, ""
 
 
-def _proof(exact: bool, fewest: str, how: str) -> Proof:
+def _optimise(cl: Cluster, it: Items, start: tuple[list[tuple[int, int]], int], budget: list[int],
+              ) -> tuple[bool, list[tuple[int, int]]]:
+    """The branch and bound's second phase: (proven, the best placement in these waves it found)."""
+    where, waves = start
+    search = Search(cl, it, waves, budget)
+    try:
+        return True, search.optimise(where)
+    except OutOfSteps:
+        if search.best_where is not None:
+            return False, polish(cl, it, search.best_where)[0]
+        return False, where
+
+
+def _proof(exact: bool, fewest: str, how: str, by: str = "the search") -> Proof:
     if exact:
-        return Proof(True, True, f"proven optimal: fewest waves by {fewest}, the rest by the search")
+        rest = "wave by wave" if by == "waves" else "by the search"
+        return Proof(True, True, f"proven optimal: fewest waves by {fewest}, the rest {rest}")
     if fewest:
         return Proof(False, True, f"fewest waves proven ({fewest}); the rest of the objective not proven: {how}")
     return Proof(False, False, f"not proven: {how}")
