@@ -8,8 +8,13 @@ the band as possible, filled one after the other rather than spread.
 What is proven, and how (``Placement.exact``: the whole objective; ``Placement.waves_exact``: the fewest waves;
 ``Placement.how`` says which, in words):
 
-- the whole objective: a branch and bound (``packing_search``) within ``search_steps`` (1,000,000 by default, about
-  a second here). It settles every plan of 10 jobs on 1-8 devices and 40-90 % of plans of 20; plans of 40 run out.
+- the whole objective, on one node (every device shares its cores): wave by wave (``packing_waves``): each wave
+  takes the sets of GPU jobs that leave it the least memory unused and still let the rest fit, every tie followed,
+  then the CPU-only jobs and each wave's devices exactly; within ``WAVE_STEPS_PER_SEARCH_STEP * search_steps``
+  steps (10,000,000 by default). ``benchmarks/packing.py``: every plan of 10 and 20 jobs on 1-8 devices, and of 40
+  jobs on 1-2 devices (in milliseconds); 40 jobs on 4 and 8 devices, 9 and 8-10 of 10 (seconds: two waves of eight
+  near-full devices leave many near-ties to rule out). Elsewhere, or when those steps run out: a branch and bound
+  (``packing_search``) within ``search_steps`` (1,000,000 by default, about a second).
 - the fewest waves: when First-Fit-Decreasing meets the lower bound (L2, cores); where a wave is one device whose
   cores never bind, by the arc-flow model (``packing_exact``: 1,965 GPUs for the Alibaba trace's 3,078 sharing pods,
   where FFD opens 1,975); by the search's first phase; or, when that runs out, by the arc-flow bound (the fewest
@@ -18,9 +23,8 @@ What is proven, and how (``Placement.exact``: the whole objective; ``Placement.w
 - past ``MAX_SEARCH_JOBS`` jobs nothing is searched or polished: First-Fit-Decreasing answers (never worse than
   11/9·OPT + 6/9 bins), or arc-flow's bins where a wave is one device.
 
-Not proven at 40 jobs: the later levels. Per-level MILPs (each level maximised with the earlier ones fixed, jobs
-counted per kind, waves and twin devices kept in order) took 12-25 s per 20-job plan and timed out on the in-band
-level alone at 40 jobs, so they are not used.
+Tried and not used: per-level MILPs (12-25 s per 20-job plan), CP-SAT (OR-Tools 9.15, 2 workers: no proof of wave
+0 alone in 60 s for 40 jobs on 8 devices).
 
 Pure: no Ray, no GPU. Ties go to input order and lower device index, so the same plan always packs the same way.
 """
