@@ -12,7 +12,7 @@ What is proven, and how (``Placement.exact``: the whole objective; ``Placement.w
   takes the sets of GPU jobs that leave it the least memory unused and still let the rest fit, every tie followed,
   then the CPU-only jobs and each wave's devices exactly; within ``WAVE_STEPS_PER_SEARCH_STEP * search_steps``
   steps (10,000,000 by default). ``benchmarks/packing.py``: every plan of 10 and 20 jobs on 1-8 devices, and of 40
-  jobs on 1-2 devices (in milliseconds); 40 jobs on 4 and 8 devices, 9 and 8-10 of 10 (seconds: two waves of eight
+  jobs on 1-2 devices (in milliseconds); 40 jobs on 4 and 8 devices, 9 and 10 of 10 (seconds: two waves of eight
   near-full devices leave many near-ties to rule out). Elsewhere, or when those steps run out: a branch and bound
   (``packing_search``) within ``search_steps`` (1,000,000 by default, about a second).
 - the fewest waves: when First-Fit-Decreasing meets the lower bound (L2, cores); where a wave is one device whose
@@ -165,7 +165,7 @@ def pack(
             where, exact, by = solve_by_waves(cluster, items, waves, demands,
                                                 [WAVE_STEPS_PER_SEARCH_STEP * search_steps]), True, "waves"
         except OutOfSteps:
-            pass
+            by = f"{WAVE_STEPS_PER_SEARCH_STEP * search_steps:,} wave-by-wave and {by}"
     if not exact and budget[0] > 0:
         exact, where = _optimise(cluster, items, (where, waves), budget)
     return _placement(cluster, items, demands, where, waves,
