@@ -7,25 +7,31 @@ objective's structure leads:
 1. **GPU memory per wave** (the first level after the fewest waves). Waves are filled in order, each with the sets
    of GPU jobs that leave the least memory unused (enumerated device by device under a waste budget that deepens
    until a set is found whose remaining jobs still fit the waves left), every such set is followed, and a memo on
-   the remaining jobs shares the rest. This is exact for the GPU jobs alone, a relaxation of the whole problem
-   (CPU-only jobs are left out), and it keeps *every* placement that attains the optimum (up to ``MAX_PARTITIONS``).
+   the remaining jobs shares the rest. Whether a rest fits: bounds, first fit, then exactly: arc-flow where the
+   devices are alike and the rest's cores fit any one wave (the waves are then plain bins; a rest that does not fit
+   can take the branch and bound millions of steps to rule out), else the branch and bound's first phase. This is
+   exact for the GPU jobs alone, a relaxation of the whole problem (CPU-only jobs are left out), and it keeps
+   *every* placement that attains the optimum (up to ``MAX_PARTITIONS``).
 2. **Jobs per wave**: each of those placements gets the CPU-only jobs by an exact search over the cores each wave
    leaves; a placement whose CPU-only jobs cannot all be placed is dropped. The relaxation's optimum is attained by
    one that remains, so it is the optimum of the whole problem.
 3. **Devices in the band, then the loads filled one after the other**: for the placements still tied, each wave's
    jobs are arranged on its devices by ``packing_search`` (one wave: a small search).
 
-Every part is exhaustive within ``steps``; when they run out ``OutOfSteps`` is raised and the caller falls back.
+Every part is exhaustive within ``steps`` (arc-flow within its own time limit, falling back to the step-counted
+search); when they run out ``OutOfSteps`` is raised and the caller falls back.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Sequence
 
+from scheduler.policy.packing_cpu import CpuJobs
+from scheduler.policy.packing_exact import arc_flow
 from scheduler.policy.packing_model import Cluster, Items, l2_lower_bound, most_sum
 from scheduler.policy.packing_search import OutOfSteps, Search
 
+ARC_FLOW_SECONDS, ARC_FLOW_MAX_ARCS = 10.0, 20_000  # as in packing.py: does a rest fit, when plain bin packing
 MAX_PARTITIONS = 2_000  # placements tied on the memory per wave kept for the later levels; more: OutOfSteps
 def _deepening(least: int, most: int):
     """Waste budgets to try, from the lower bound up: by a quarter (at least 32 MiB) each time, so the last and
@@ -44,11 +50,11 @@ def single_node(cl: Cluster) -> bool:
 def solve(cl: Cluster, it: Items, waves: int, demands: Sequence, budget: list[int]) -> list[tuple[int, int]]:
     """The placement (``where``, as ``packing_search`` gives it) that is optimal for the whole objective in
     ``waves`` waves, for a one-node cluster; raises ``OutOfSteps`` when ``budget`` runs out or the proof fails."""
-    mib = _MemoryPerWave(cl, it, waves, budget)
+    mib = _MemoryPerWave(cl, it, waves, demands, budget)
     best = mib.solve(mib.all_gpu, 0)
     if best is None:
         raise OutOfSteps  # the GPU jobs alone do not fit: the caller's wave count is not for this solver
-    cpu = _CpuJobs(it, budget)
+    cpu = CpuJobs(it, budget)
     scored = []
     for parts in best[1]:
         free = [cl.node_cpus[0] - sum(it.cpus[k] for k in _bits(m)) for m in parts]
@@ -81,6 +87,11 @@ def solve(cl: Cluster, it: Items, waves: int, demands: Sequence, budget: list[in
     return best_where
 
 
+def _items_of(it: Items, demands: Sequence, mask: int) -> Items:
+    """The jobs of ``mask`` as a problem of their own, in the same order (job i there is the i-th bit of ``mask``)."""
+    return Items([demands[it.order[k]] for k in _bits(mask)])
+
+
 def _bits(mask: int) -> list[int]:
     out = []
     while mask:
@@ -94,9 +105,10 @@ class _MemoryPerWave:
     """Level 1: the lexicographically largest GPU memory per wave for the GPU jobs, and every placement (a tuple of
     job masks, one per wave) that attains it."""
 
-    def __init__(self, cl: Cluster, it: Items, waves: int, budget: list[int]):
-        self.cl, self.it, self.W, self.budget = cl, it, waves, budget
+    def __init__(self, cl: Cluster, it: Items, waves: int, demands: Sequence, budget: list[int]):
+        self.cl, self.it, self.W, self.demands, self.budget = cl, it, waves, demands, budget
         self.D = len(cl.devices)
+        self.fits_memo: dict[tuple[int, int], bool] = {}
         self.size, self.cpus = it.size[:it.g], it.cpus[:it.g]
         self.all_gpu = (1 << it.g) - 1
         self.wave_cap, self.top_limit = sum(cl.limit), max(cl.limit)
@@ -201,7 +213,23 @@ class _MemoryPerWave:
             return True
         if waves == 1:
             return rest in self._sets(rest, self.wave_cap - self.mib(rest), first=rest)
-        return self.solve(rest, self.W - waves) is not None
+        if (rest, self.W - waves) in self.memo:
+            return self.memo[(rest, self.W - waves)] is not None
+        if (rest, waves) not in self.fits_memo:
+            self.fits_memo[(rest, waves)] = self._any_placement(rest, waves)
+        return self.fits_memo[(rest, waves)]
+
+    def _any_placement(self, rest: int, waves: int) -> bool:
+        """Where the devices are alike and the jobs' cores fit a wave whatever it holds, the waves are just
+        ``waves`` x devices bins and arc-flow settles it; else, or when arc-flow gives up, the branch and bound's
+        first phase."""
+        ks = _bits(rest)
+        if len(set(self.cl.limit)) == 1 and sum(self.cpus[k] for k in ks) <= self.cores:
+            bins = arc_flow([self.size[k] for k in ks], self.top_limit, seconds=ARC_FLOW_SECONDS,
+                            max_arcs=ARC_FLOW_MAX_ARCS)
+            if bins is not None:
+                return len(bins) <= waves * self.D
+        return Search(self.cl, _items_of(self.it, self.demands, rest), waves, self.budget).feasible() is not None
 
     def _first_fit(self, rest: int, waves: int) -> bool:
         load = [[0] * self.D for _ in range(waves)]
@@ -301,71 +329,6 @@ def _subsets(mw: _MemoryPerWave, items: list[int], suffix: list[int], window: tu
         yield from extend(0, 0, 0, 0)
 
 
-class _CpuJobs:
-    """Level 2's part: the CPU-only jobs placed on the cores each wave leaves, the most jobs in wave 0, then 1, ...
-    Jobs with the same cores are interchangeable, so the search runs over multisets of core counts."""
-
-    def __init__(self, it: Items, budget: list[int]):
-        self.it, self.budget = it, budget
-        self.jobs = list(range(it.g, it.n))
-        self.memo: dict[tuple, tuple[tuple[int, ...], list[tuple[int, ...]]] | None] = {}
-
-    def best(self, free: tuple[int, ...]) -> tuple[tuple[int, ...], list[list[int]]] | None:
-        """(CPU-only jobs per wave, the jobs of each wave), or None when they do not all fit."""
-        need = tuple(sorted((self.it.cpus[k] for k in self.jobs), reverse=True))
-        got = self._best(need, free)
-        if got is None:
-            return None
-        counts, picks = got
-        pool: dict[int, list[int]] = {}
-        for k in self.jobs:
-            pool.setdefault(self.it.cpus[k], []).append(k)
-        subsets = [[pool[c].pop() for c in pick] for pick in picks]
-        return counts, subsets
-
-    def _best(self, need: tuple[int, ...], free: tuple[int, ...]):
-        key = (need, free)
-        if key in self.memo:
-            return self.memo[key]
-        self.budget[0] -= 1
-        if self.budget[0] < 0:
-            raise OutOfSteps
-        if not need:
-            out = ((0,) * len(free), [()] * len(free))
-        elif not free or sum(need) > sum(free):
-            out = None
-        else:
-            out, all_of = None, Counter(need)
-            for size in range(len(need), -1, -1):  # most jobs first: a completion found at one size ends it
-                for pick in _pick(sorted(all_of, reverse=True), Counter(need), size, free[0]):
-                    left = tuple(sorted((all_of - Counter(pick)).elements(), reverse=True))
-                    sub = self._best(left, free[1:])
-                    if sub is None:
-                        continue
-                    cand = ((len(pick),) + sub[0], [pick] + sub[1])
-                    if out is None or cand[0] > out[0]:
-                        out = cand
-                if out is not None:
-                    break
-        self.memo[key] = out
-        return out
-
-
-def _pick(values: list[int], have: Counter, size: int, cap: int, start: int = 0):
-    """Every multiset of ``size`` core counts from ``have`` (values in decreasing order) adding up to at most ``cap``."""
-    if size == 0:
-        yield ()
-        return
-    for i in range(start, len(values)):
-        v = values[i]
-        if v > cap or have[v] == 0:
-            continue
-        have[v] -= 1
-        for rest in _pick(values, have, size - 1, cap - v, i):
-            yield (v,) + rest
-        have[v] += 1
-
-
 class _Arrangements:
     """Level 3: one wave's GPU jobs on its devices, the most devices in the band, then filled one after the other
     (``packing_search`` with one wave and these jobs alone). {mask: (in band, loads high to low, {job: device})}."""
@@ -384,7 +347,7 @@ class _Arrangements:
         if mask == 0:
             return 0, (0,) * len(cl.devices), {}
         ks = _bits(mask)
-        sub = Items([self.demands[self.it.order[k]] for k in ks])  # the same jobs, in the same order
+        sub = _items_of(self.it, self.demands, mask)
         search = Search(cl, sub, 1, self.budget)
         seed = search.feasible()
         if seed is None:
