@@ -211,12 +211,11 @@ class _MemoryPerWave:
             return False
         if self._first_fit(rest, waves):
             return True
-        if waves == 1:
-            return rest in self._sets(rest, self.wave_cap - self.mib(rest), first=rest)
-        if (rest, self.W - waves) in self.memo:
+        if waves > 1 and (rest, self.W - waves) in self.memo:
             return self.memo[(rest, self.W - waves)] is not None
-        if (rest, waves) not in self.fits_memo:
-            self.fits_memo[(rest, waves)] = self._any_placement(rest, waves)
+        if (rest, waves) not in self.fits_memo:  # the deepening meets the same sets again at each budget
+            self.fits_memo[(rest, waves)] = (rest in self._sets(rest, self.wave_cap - self.mib(rest), first=rest)
+                                             if waves == 1 else self._any_placement(rest, waves))
         return self.fits_memo[(rest, waves)]
 
     def _any_placement(self, rest: int, waves: int) -> bool:
