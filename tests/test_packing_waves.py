@@ -125,3 +125,15 @@ def test_cpu_only_jobs_that_need_the_cores_of_a_memory_optimal_wave_are_still_pl
     assert_valid(p, demands)
     waves, best = brute_force(demands, nodes, (0.5, 0.9))
     assert p.exact and p.waves == waves and key(p) == best
+
+
+def test_of_placements_tied_on_memory_and_jobs_the_one_with_fuller_devices_first_wins():
+    """Two placements give waves of 175 and 130 MiB with 4 and 3 jobs, every device in the band; wave 1 is 80 + 50
+    in one and 70 + 60 in the other, and the objective's last level wants its first device fuller (found by
+    enumerating small cases)."""
+    nodes = (Node("n", 40, (Device("n", 0, 100), Device("n", 1, 100))),)
+    demands = [Demand(f"j{i}", mib, 1) for i, mib in enumerate([50, 25, 60, 35, 40, 50, 45])]
+    p = pack(demands, nodes, (0.5, 0.9))
+    waves, best = brute_force(demands, nodes, (0.5, 0.9))
+    assert p.exact and "wave by wave" in p.how
+    assert key(p) == best and best[3][2:] == (80, 50)
