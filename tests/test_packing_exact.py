@@ -5,7 +5,7 @@ import random
 
 from scheduler.core.hardware import Device, Node
 from scheduler.policy.packing import Demand, pack
-from scheduler.policy.packing_exact import arc_flow
+from scheduler.policy.packing_exact import arc_flow, fullest_of_two_waves
 
 
 def brute_force_bins(sizes, capacity):
@@ -56,3 +56,16 @@ def test_pack_proves_the_fewest_waves_on_one_device_by_arc_flow():
 def test_arc_flow_declines_a_graph_past_its_arc_limit():
     assert arc_flow(SIZES, 100, max_arcs=5) is None
     assert len(arc_flow(SIZES, 100, max_arcs=10_000)) == 3
+
+
+def test_the_fullest_of_two_waves_matches_brute_force():
+    """Two waves of two bins of 100: the most the first can hold while the second holds the rest, or None."""
+    rng = random.Random(8)
+    for _ in range(40):
+        sizes = [rng.choice([15, 30, 35, 40, 55, 60, 70, rng.randint(5, 95)]) for _ in range(rng.randint(2, 8))]
+        best = None
+        for bins in itertools.product(range(4), repeat=len(sizes)):  # bins 0, 1: wave 0; 2, 3: wave 1
+            load = [sum(s for s, b in zip(sizes, bins) if b == i) for i in range(4)]
+            if max(load) <= 100:
+                best = max(best or 0, load[0] + load[1])
+        assert fullest_of_two_waves(sizes, 100, 2) == best, sizes

@@ -24,14 +24,16 @@ search); when they run out ``OutOfSteps`` is raised and the caller falls back.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Sequence
 
 from scheduler.policy.packing_cpu import CpuJobs
-from scheduler.policy.packing_exact import arc_flow
+from scheduler.policy.packing_exact import arc_flow, fullest_of_two_waves
 from scheduler.policy.packing_model import Cluster, Items, l2_lower_bound, most_sum
 from scheduler.policy.packing_search import OutOfSteps, Search
 
 ARC_FLOW_SECONDS, ARC_FLOW_MAX_ARCS = 10.0, 20_000  # as in packing.py: does a rest fit, when plain bin packing
+TWO_WAVE_MAX_ARCS = 8_000  # two copies of a graph this size: 1-3 s here; of 18,000-30,000 arcs: 25-33 s
 MAX_PARTITIONS = 2_000  # placements tied on the memory per wave kept for the later levels; more: OutOfSteps
 def _deepening(least: int, most: int):
     """Waste budgets to try, from the lower bound up: by a quarter (at least 32 MiB) each time, so the last and
@@ -167,7 +169,9 @@ class _MemoryPerWave:
         sums = self.sums(rest)
         fill_ub = min(total, sum(most_sum(sums, lim) for lim in self.cl.limit))
         least = self.wave_cap - fill_ub
-        for budget in _deepening(least, self.wave_cap):
+        fullest = self._fullest_of_last_two(rest, w)
+        first = [] if fullest is None else [self.wave_cap - fullest]  # settled: the deepening is not needed
+        for budget in chain(first, _deepening(least, self.wave_cap)):
             sets = self._sets(rest, budget, self.W - w - 1)
             ties = self._fullest_that_leave_room(rest, sets, w)
             if ties:
@@ -185,6 +189,16 @@ class _MemoryPerWave:
                 if len(parts) > MAX_PARTITIONS:
                     raise OutOfSteps
         return best_vec, parts
+
+    def _fullest_of_last_two(self, rest: int, w: int) -> int | None:
+        """With two waves left, alike devices and cores that fit either wave whatever it holds, the most the first
+        can hold is a two-wave arc-flow model's optimum: one enumeration at exactly that waste instead of a
+        deepening one (the costliest part of two waves of eight devices). None where it does not apply."""
+        ks = _bits(rest)
+        if self.W - w != 2 or len(set(self.cl.limit)) > 1 or sum(self.cpus[k] for k in ks) > self.cores:
+            return None
+        return fullest_of_two_waves([self.size[k] for k in ks], self.top_limit, self.D, seconds=ARC_FLOW_SECONDS,
+                                    max_arcs=TWO_WAVE_MAX_ARCS)
 
     def _fullest_that_leave_room(self, rest: int, sets: dict[int, int], w: int) -> list[int]:
         """The sets of least waste whose remaining jobs fit the waves after ``w``."""
