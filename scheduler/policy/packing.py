@@ -12,7 +12,7 @@ What is proven, and how (``Placement.exact``: the whole objective; ``Placement.w
   takes the sets of GPU jobs that leave it the least memory unused and still let the rest fit, every tie followed,
   then the CPU-only jobs and each wave's devices exactly; within ``WAVE_STEPS_PER_SEARCH_STEP * search_steps``
   steps (10,000,000 by default). ``benchmarks/packing.py``: every plan of 10, 20 and 40 jobs on 1, 2, 4 and 8
-  devices, in milliseconds except on 8 devices (40 jobs: median 3 s, at most 20 s: two waves of eight near-full
+  devices, in milliseconds except on 8 devices (40 jobs: median 2 s, at most 9 s: two waves of eight near-full
   devices leave many near-ties to rule out). Elsewhere, or when those steps run out: a branch and bound
   (``packing_search``) within ``search_steps`` (1,000,000 by default, about a second).
 - the fewest waves: when First-Fit-Decreasing meets the lower bound (L2, cores); where a wave is one device whose

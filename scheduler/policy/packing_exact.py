@@ -6,6 +6,8 @@ items (taken first, each at most its count of times) can reach; loss arcs close 
 minimises the flow out of 0 (the bins) subject to flow conservation and each size's demand. Its LP bound is the
 strong one (as tight as Gilmore-Gomory's), so HiGHS proves the optimum of the Alibaba trace's 3,078 GPU-sharing pods
 (1,965 GPUs) in seconds. ``arc_flow`` returns the bins as lists of item indices, or None when time runs out.
+``fullest_of_two_waves`` takes two copies of the graph (two waves of bins) and maximises the first's load: the
+wave-by-wave proof (``packing_waves``) asks it how full the next-to-last wave can be.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ objective's structure leads:
    until a set is found whose remaining jobs still fit the waves left), every such set is followed, and a memo on
    the remaining jobs shares the rest. Whether a rest fits: bounds, first fit, then exactly: arc-flow where the
    devices are alike and the rest's cores fit any one wave (the waves are then plain bins; a rest that does not fit
-   can take the branch and bound millions of steps to rule out), else the branch and bound's first phase. This is
+   can take the branch and bound millions of steps to rule out), else the branch and bound's first phase. With two
+   waves left (same conditions), a two-wave arc-flow model gives the least waste at once, so the sets are enumerated
+   once instead of under a deepening budget. This is
    exact for the GPU jobs alone, a relaxation of the whole problem (CPU-only jobs are left out), and it keeps
    *every* placement that attains the optimum (up to ``MAX_PARTITIONS``).
 2. **Jobs per wave**: each of those placements gets the CPU-only jobs by an exact search over the cores each wave
