@@ -11,9 +11,9 @@ objective's structure leads:
    devices are alike and the rest's cores fit any one wave (the waves are then plain bins; a rest that does not fit
    can take the branch and bound millions of steps to rule out), else the branch and bound's first phase. With two
    waves left (same conditions), a two-wave arc-flow model gives the least waste at once, so the sets are enumerated
-   once instead of under a deepening budget. This is
-   exact for the GPU jobs alone, a relaxation of the whole problem (CPU-only jobs are left out), and it keeps
-   *every* placement that attains the optimum (up to ``MAX_PARTITIONS``).
+   once instead of under a deepening budget. This is exact for the GPU jobs alone, a relaxation of the whole
+   problem (CPU-only jobs are left out), and it keeps *every* placement that attains the optimum (up to
+   ``MAX_PARTITIONS``).
 2. **Jobs per wave**: each of those placements gets the CPU-only jobs by an exact search over the cores each wave
    leaves; a placement whose CPU-only jobs cannot all be placed is dropped. The relaxation's optimum is attained by
    one that remains, so it is the optimum of the whole problem.
@@ -118,7 +118,8 @@ class _MemoryPerWave:
         self.wave_cap, self.top_limit = sum(cl.limit), max(cl.limit)
         self.cores = cl.node_cpus[0]
         self.suffix_limit = [sum(cl.limit[j:]) for j in range(self.D + 1)]
-        # devices j and j - 1 alike (same limit and band floor): their contents are kept in order of first job
+        # devices j and j - 1 alike (same limit and band floor): their contents are kept in order of waste, then of
+        # first job
         self.twin = [j > 0 and (cl.limit[j], cl.low[j]) == (cl.limit[j - 1], cl.low[j - 1]) for j in range(self.D)]
         self.run_left = [1] * self.D  # devices from j to the end of j's run of alike ones
         for j in range(self.D - 2, -1, -1):
