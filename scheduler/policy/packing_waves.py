@@ -140,14 +140,9 @@ class _MemoryPerWave:
 
     def sums(self, mask: int) -> int:
         """Bit s set when some jobs of ``mask`` add up to s MiB (s up to the largest device's limit)."""
-        got = self.sums_memo.get(mask)
-        if got is None:
-            got, cap = 1, (1 << (self.top_limit + 1)) - 1
-            for k in _bits(mask):
-                got = (got | (got << self.size[k])) & cap
-            self.sums_memo[mask] = got
-            self._tick(len(_bits(mask)))
-        return got
+        if mask not in self.sums_memo:
+            self.sums_memo[mask] = self._suffix_sums(_bits(mask), self.top_limit)[0]
+        return self.sums_memo[mask]
 
     def solve(self, rest: int, w: int) -> tuple[tuple[int, ...], list[tuple[int, ...]]] | None:
         """(memory per wave from ``w`` on, every placement of ``rest`` in waves ``w``.. attaining it), or None when
