@@ -170,8 +170,7 @@ class Server:
                                                       alone=alone, hold=hold))
         row = figures(label, clients, lat, seconds, think_ms, (self.cpu_s() - cpu) / max(1, calls))
         if not alone and clients > 1:  # each kind of call: in a closed loop the costliest one sets the p99
-            row["by_call"] = {k: {"median_ms": round(statistics.median(v) * 1000, 2),
-                                  "p99_ms": round(sorted(v)[int(0.99 * (len(v) - 1))] * 1000, 2)}
+            row["by_call"] = {k: {"median_ms": round(statistics.median(v) * 1000, 2), "p99_ms": p99_ms(sorted(v))}
                               for k, v in sorted(by_call.items())}
             print("                 " + "; ".join(f"{k}: median {f['median_ms']:.2f} ms, p99 {f['p99_ms']:.2f} ms"
                                                   for k, f in row["by_call"].items()), flush=True)
@@ -187,11 +186,16 @@ def _own_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def p99_ms(lat: list[float]) -> float:
+    """The 99th percentile of sorted round trips (seconds), in ms: the value 1 % of calls exceed."""
+    return round(lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1000, 2)
+
+
 def figures(label: str, clients: int, lat: list[float], seconds: float, think_ms: float, cpu_per_call: float) -> dict:
     lat = sorted(lat)
     row = {"mode": label, "clients": clients, "calls": len(lat), "calls_per_s": round(len(lat) / seconds),
            "median_ms": round(statistics.median(lat) * 1000, 2),
-           "p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1000, 2),
+           "p99_ms": p99_ms(lat),
            "max_ms": round(lat[-1] * 1000, 2), "server_cpu_ms_per_call": round(cpu_per_call * 1000, 3),
            "think_ms": think_ms}
     print(f"{label:<15} {clients:>4} clients  {row['calls']:>6} calls  {row['calls_per_s']:>5}/s  "
