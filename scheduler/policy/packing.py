@@ -38,7 +38,7 @@ from scheduler.core.errors import UserError
 from scheduler.core.hardware import Device, Node
 from scheduler.policy.packing_model import (Cluster, Items, Loads, first_fit_decreasing, floor, l2_lower_bound,
                                             lower_bound_waves, polish)
-from scheduler.policy.packing_exact import arc_flow
+from scheduler.policy.packing_exact import ARC_FLOW_MAX_ARCS, ARC_FLOW_QUICK_SECONDS, arc_flow
 from scheduler.policy.packing_search import OutOfSteps, Search
 from scheduler.policy.packing_waves import single_node
 from scheduler.policy.packing_waves import solve as solve_by_waves
@@ -50,9 +50,6 @@ DEFAULT_SEARCH_STEPS = 1_000_000
 WAVE_STEPS_PER_SEARCH_STEP = 10  # the wave-by-wave proof (packing_waves, one node): a step is a set or subset looked at
 MAX_SEARCH_JOBS = 200  # past it First-Fit-Decreasing answers (or arc-flow's bins, one device), unpolished, unsearched
 ARC_FLOW_SECONDS = 60.0  # one device: arc-flow (HiGHS via SciPy) proves the fewest waves; 3,078 jobs take ~4 s
-ARC_FLOW_BOUND_SECONDS = 10.0  # the bound where the search runs out: 40 distinct sizes take 0.4-6 s here
-ARC_FLOW_MAX_ARCS = 20_000  # both, only on graphs this small (the trace: 537 arcs; 40 random sizes: 2,000-12,000;
-#                             50: 30,000 arcs, 7 s; 80: 100,000 arcs, 32 s under a 10 s limit)
 
 
 @dataclass(frozen=True)
@@ -131,7 +128,7 @@ def pack(
     ``search_steps`` caps the exact search (0 skips it: First-Fit-Decreasing only), so the answer and ``exact``
     depend on the input alone, never on the machine's speed. Where the search cannot settle the fewest waves,
     ``prove_waves`` tries the arc-flow bound (graphs of at most ``ARC_FLOW_MAX_ARCS`` arcs, within
-    ``ARC_FLOW_BOUND_SECONDS``), which can only set
+    ``ARC_FLOW_QUICK_SECONDS``), which can only set
     ``waves_exact``, never change the placement. The answer's ``how`` says what was proven and by what.
     """
     cluster = Cluster(tuple(nodes), band)
@@ -211,7 +208,7 @@ def _proof(exact: bool, fewest: str, how: str, by: str = "the search") -> Proof:
 def _arc_flow_bound(cl: Cluster, it: Items) -> int:
     """A lower bound on the waves when the search could not settle them: the fewest bins of the largest device's
     limit that hold every GPU job (arc-flow, proven), shared among the devices of each wave; 0 when unproven."""
-    bins = (arc_flow(it.size[:it.g], max(cl.limit, default=0), seconds=ARC_FLOW_BOUND_SECONDS,
+    bins = (arc_flow(it.size[:it.g], max(cl.limit, default=0), seconds=ARC_FLOW_QUICK_SECONDS,
                      max_arcs=ARC_FLOW_MAX_ARCS) if it.g else None)
     return 0 if bins is None else -(-len(bins) // len(cl.devices))
 

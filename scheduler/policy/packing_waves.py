@@ -30,11 +30,10 @@ from itertools import chain
 from typing import Sequence
 
 from scheduler.policy.packing_cpu import CpuJobs
-from scheduler.policy.packing_exact import arc_flow, fullest_of_two_waves
+from scheduler.policy.packing_exact import ARC_FLOW_MAX_ARCS, ARC_FLOW_QUICK_SECONDS, arc_flow, fullest_of_two_waves
 from scheduler.policy.packing_model import Cluster, Items, l2_lower_bound, most_sum
 from scheduler.policy.packing_search import OutOfSteps, Search
 
-ARC_FLOW_SECONDS, ARC_FLOW_MAX_ARCS = 10.0, 20_000  # as in packing.py: does a rest fit, when plain bin packing
 TWO_WAVE_MAX_ARCS = 8_000  # two copies of a graph this size: 1-3 s here; of 18,000-30,000 arcs: 25-33 s
 MAX_PARTITIONS = 2_000  # placements tied on the memory per wave kept for the later levels; more: OutOfSteps
 def _deepening(least: int, most: int):
@@ -195,7 +194,7 @@ class _MemoryPerWave:
         ks = _bits(rest)
         if self.W - w != 2 or len(set(self.cl.limit)) > 1 or sum(self.cpus[k] for k in ks) > self.cores:
             return None
-        return fullest_of_two_waves([self.size[k] for k in ks], self.top_limit, self.D, seconds=ARC_FLOW_SECONDS,
+        return fullest_of_two_waves([self.size[k] for k in ks], self.top_limit, self.D, seconds=ARC_FLOW_QUICK_SECONDS,
                                     max_arcs=TWO_WAVE_MAX_ARCS)
 
     def _fullest_that_leave_room(self, rest: int, sets: dict[int, int], w: int) -> list[int]:
@@ -236,7 +235,7 @@ class _MemoryPerWave:
         first phase."""
         ks = _bits(rest)
         if len(set(self.cl.limit)) == 1 and sum(self.cpus[k] for k in ks) <= self.cores:
-            bins = arc_flow([self.size[k] for k in ks], self.top_limit, seconds=ARC_FLOW_SECONDS,
+            bins = arc_flow([self.size[k] for k in ks], self.top_limit, seconds=ARC_FLOW_QUICK_SECONDS,
                             max_arcs=ARC_FLOW_MAX_ARCS)
             if bins is not None:
                 return len(bins) <= waves * self.D
