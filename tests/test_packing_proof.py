@@ -76,3 +76,17 @@ def test_past_the_search_limit_one_device_gets_arc_flow_bins_and_says_so():
     assert_valid(p, demands)
     assert p.waves == len(arc_flow(sizes, 1000)) and p.waves_exact and not p.exact
     assert "past the search's limit" in p.how
+
+
+def test_a_pack_for_the_waves_alone_has_the_same_waves_and_claims_nothing_more():
+    """The fitter's tries read only the number of waves: ``whole_objective=False`` stops there."""
+    rng = random.Random(11)
+    for devices in (1, 4, 8):
+        nodes = from_profile(f"{devices}xA100-40GB").nodes
+        for _ in range(5):
+            demands = [Demand(f"j{i}", 0 if rng.random() < 0.2 else rng.randint(2048, 30720), rng.randint(1, 8))
+                       for i in range(rng.randint(5, 25))]
+            quick = pack(demands, nodes, BAND, search_steps=20_000, prove_waves=False, whole_objective=False)
+            assert_valid(quick, demands)
+            assert quick.waves == pack(demands, nodes, BAND, search_steps=20_000, prove_waves=False).waves
+            assert not quick.exact and "only the fewest waves were sought" in quick.how

@@ -21,12 +21,12 @@ from typing import Callable, Sequence
 from scheduler.policy.estimate import LADDER
 from scheduler.policy.autotune import MIN_OPTIMIZER_STEPS, lr_factor, optimizer_steps, statistical_cap
 from scheduler.core.hardware import Node
-from scheduler.policy.packing import DEFAULT_SEARCH_STEPS, Demand, Placement, pack
+from scheduler.policy.packing import Demand, Placement, pack
 
 MIN_BATCH = 8
 RUNGS = tuple(b for b in LADDER if b >= MIN_BATCH)  # the estimator's ladder, down to the smallest batch a fit picks
 CLAIM_TOLERANCE = 0.20
-SEARCH_STEPS = 20_000  # a shorter exact search while trying batch sizes (each try packs the plan again)
+SEARCH_STEPS = 20_000  # a shorter search for the fewest waves while trying batch sizes (each try packs again)
 
 EstimateFn = Callable[[str, int], int]  # (job name, batch) -> peak MiB
 
@@ -154,9 +154,13 @@ def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float]
                                else _rung_at_most(cap))
             why[j.name] = _statistics_note(j, old, batches[j.name])
 
-    def placement(mem: dict[str, int], search_steps: int = SEARCH_STEPS) -> Placement:
-        return pack([Demand(j.name, mem[j.name], j.cpus) for j in jobs], nodes, band, search_steps=search_steps,
-                    prove_waves=search_steps >= DEFAULT_SEARCH_STEPS)
+    def demands(mem: dict[str, int]) -> list[Demand]:
+        return [Demand(j.name, mem[j.name], j.cpus) for j in jobs]
+
+    def waves(mem: dict[str, int]) -> int:
+        """A try's number of waves: a short search for the fewest, nothing spent on the rest of the objective."""
+        return pack(demands(mem), nodes, band, search_steps=SEARCH_STEPS, prove_waves=False,
+                    whole_objective=False).waves
 
     adjustable = [j for j in jobs if j.name in estimable and not j.fixed]
     for j in adjustable:  # a job larger than any device comes down first, whatever its neighbours
@@ -166,21 +170,21 @@ def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float]
     for j in adjustable:  # the fewest waves reachable by lowering batches alone
         while (b := _next_rung(batches[j.name])) is not None and b >= MIN_BATCH:
             batches[j.name] = b
-    target_waves = placement(memory()).waves
+    target_waves = waves(memory())
     batches = dict(start_batches)
-    current = placement(memory())
+    current_waves = waves(memory())
 
-    while current.waves > target_waves:
+    while current_waves > target_waves:
         mem = memory()
         candidates = [j for j in adjustable if (_next_rung(batches[j.name]) or 0) >= MIN_BATCH]
         if not candidates:
             break
         j = max(candidates, key=lambda c: (mem[c.name], c.name))
         batches[j.name] = _next_rung(batches[j.name])
-        current = placement(memory())
+        current_waves = waves(memory())
 
-    current = placement(memory(), DEFAULT_SEARCH_STEPS)  # the final answer, with the full exact search
     final_mem = memory()
+    current = pack(demands(final_mem), nodes, band)  # the final answer, with the full exact search
     changes = []
     for j in jobs:
         if batches[j.name] != j.batch and batches[j.name] is not None:

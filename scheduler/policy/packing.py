@@ -122,6 +122,7 @@ def pack(
     *,
     search_steps: int = DEFAULT_SEARCH_STEPS,
     prove_waves: bool = True,
+    whole_objective: bool = True,
 ) -> Placement:
     """Place every demand on a (wave, device) or, for CPU-only jobs, a (wave, node).
 
@@ -129,7 +130,9 @@ def pack(
     depend on the input alone, never on the machine's speed. Where the search cannot settle the fewest waves,
     ``prove_waves`` tries the arc-flow bound (graphs of at most ``ARC_FLOW_MAX_ARCS`` arcs, within
     ``ARC_FLOW_QUICK_SECONDS``), which can only set
-    ``waves_exact``, never change the placement. The answer's ``how`` says what was proven and by what.
+    ``waves_exact``, never change the placement. ``whole_objective=False`` stops once the fewest waves are sought
+    (for a caller that reads only ``waves``, as the fitter's tries). The answer's ``how`` says what was proven and
+    by what.
     """
     cluster = Cluster(tuple(nodes), band)
     _check(demands, cluster)
@@ -156,6 +159,9 @@ def pack(
         where, waves, fewest = _fewest_by_search(cluster, items, (where, waves), budget)
     if not fewest and prove_waves and _arc_flow_bound(cluster, items) >= waves:
         fewest = "arc-flow bound"
+    if not whole_objective:
+        return _placement(cluster, items, demands, where, waves,
+                          _proof(False, fewest, f"{start}; only the fewest waves were sought"))
     exact, by = False, f"{search_steps:,} search steps"
     if fewest and single_node(cluster):
         try:
