@@ -220,7 +220,7 @@ class _JobActor:
                 gpu_memory_mib=settings.get("gpu_memory_mib"),
                 memory_fraction=job_memory_fraction(settings, cuda), memory_scale=settings.get("memory_scale") or 1.0,
                 report=self._report, should_stop=self._should_stop, limits=lambda: dict(self._limits),
-                kept_folds=settings.get("kept_folds") or {},
+                kept_folds=settings.get("kept_folds") or {}, folds=settings.get("folds"),
             )
             Path(workdir).mkdir(parents=True, exist_ok=True)
             self._report("log", {"line": f"{self.job}: {'CUDA' if cuda else 'CPU rehearsal'}, {threads} thread(s), "

@@ -45,7 +45,7 @@ class Driver(Runner):
                  on_start: Callable[["Driver"], None] = lambda d: None):
         super().__init__(dry, opts, record, best_fit=elastic.best_fit)
         self.on_update, self.on_start = on_update, on_start
-        self.live: dict[str, _Live] = {j.name: _Live(j.name) for j in self.plan.jobs}
+        self.live: dict[str, _Live] = {name: _Live(name) for name in self.dry.tasks}
         self.cluster: runtime.Cluster | None = None
         self.watcher = None
         self._last_beat = 0.0
@@ -66,8 +66,8 @@ class Driver(Runner):
                      if d.node == node and d.index == i]
         live.actor = runtime.launch(name, f"{self.plan.name}.{name}{suffix}.{os.getpid()}.{time.time_ns() % 10**6}",
                                     a.cpus, a.node, a.device, a.gpu_memory_mib, devices=whole)
-        workdir = self.record.dir / "jobs" / name
-        live.result = live.actor.run.remote(self.plan.job(name), str(self.data_dir), str(workdir), self.settings(name))
+        live.result = live.actor.run.remote(self.spec(name), str(self.data_dir), str(self.task_dir(name)),
+                                            self.settings(name))
         live.poll = live.actor.poll.remote(0)
         live.seen = 0
 
@@ -184,7 +184,8 @@ class Driver(Runner):
         self.record.set_run(dashboard=self.cluster.dashboard_url, ray_address=self.cluster.address)
         from scheduler.runtime.monitor import Watcher
 
-        self.watcher = Watcher(self.record, self.plan, self.dry.placement.devices)
+        self.watcher = Watcher(self.record, self.plan, self.dry.placement.devices,
+                               {n: self.spec(n).kind for n in self.dry.tasks})
         self.on_start(self)
         try:
             self.handle(rl.Start(time.time()))

@@ -75,7 +75,7 @@ class InProcessDriver(Runner):
         self.handle(rl.JobStarted(name, time.time()))
         s = self.settings(name)
         ctx = JobContext.local(
-            name, self.record.dir / "jobs" / name, cpus=int(s["threads"]), metric=s["metric"], seed=s["seed"],
+            name, self.task_dir(name), cpus=int(s["threads"]), metric=s["metric"], seed=s["seed"], folds=s["folds"],
             deadline=s["deadline"], gpu_memory_mib=s["gpu_memory_mib"], memory_fraction=s["memory_fraction"],
             memory_scale=s.get("memory_scale") or 1.0,
             report=lambda kind, fields: self._report(name, kind, fields),
@@ -86,7 +86,7 @@ class InProcessDriver(Runner):
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         try:
-            out = run_job(self.plan.job(name), load_competition(self.data_dir, s["metric"]), ctx)
+            out = run_job(self.spec(name), load_competition(self.data_dir, s["metric"]), ctx)
         except Exception as e:
             self.log(name, traceback.format_exc())
             if not self.state[name].terminal:

@@ -65,7 +65,8 @@ def modelled_epochs(dry: DryRun) -> dict[str, float]:
         return {}
     try:
         return modelled_epoch_s(dry.plan, dry.placement.assignments, card=dry.hardware.profile,
-                                rows=data["train_rows"], test_rows=data.get("test_rows") or 0, speed=speed)
+                                rows=data["train_rows"], test_rows=data.get("test_rows") or 0, speed=speed,
+                                job_of=lambda unit: dry.tasks[unit].job)
     except Exception:  # noqa: BLE001 -- without the model the budget waits for a measured epoch, as before
         return {}
 
@@ -85,7 +86,7 @@ class Runner:
         self.deadline = self.started_at + (window_s if opts.training_s is None else opts.training_s)
         done = frozenset(r["name"] for r in record.jobs() if r["state"] == JobState.SUCCEEDED.value)
         self.run_state = rl.RunState(self.plan, dry.placement.assignments, rl.Window(self.started_at, self.deadline),
-                                     whole=frozenset(dry.whole), done=done, best_fit=best_fit)
+                                     whole=frozenset(dry.whole), done=done, best_fit=best_fit, tasks=dry.tasks)
         self.grace_s = self.run_state.grace_s
         self.devices = list(dry.placement.devices)
         self.cuda = False
@@ -99,6 +100,18 @@ class Runner:
     @property
     def where(self) -> dict:
         return self.run_state.where
+
+    def spec(self, name: str):
+        """The (fitted) job spec a task runs."""
+        return self.dry.spec(name)
+
+    def job_dir(self, name: str) -> Path:
+        """The task's job's folder: its kept folds and assembled outputs, whichever of its tasks made them."""
+        return self.record.dir / "jobs" / self.dry.tasks[name].job
+
+    def task_dir(self, name: str) -> Path:
+        """The task's own folder (its log, checkpoints and result); the job's folder when the job is one task."""
+        return self.record.dir / "jobs" / name
 
     def begin(self) -> None:
         """The data, and the run's first record: what it runs on and until when."""
@@ -130,8 +143,14 @@ class Runner:
             "memory_fraction": memory_fraction(a.gpu_memory_mib, device.memory_mib) if device else None,
             "builtin": self.builtin,
             "memory_scale": self._memory_scale(name),
-            "kept_folds": resume.kept_folds(self.record.dir / "jobs" / name),  # an earlier attempt's, or run's
+            "folds": self.dry.tasks[name].folds,  # None: every fold of the job
+            "kept_folds": self._kept(name),  # an earlier attempt's, or run's
         }
+
+    def _kept(self, name: str) -> dict:
+        kept = resume.kept_folds(self.job_dir(name))
+        folds = self.dry.tasks[name].folds
+        return kept if folds is None else {k: v for k, v in kept.items() if k in folds}
 
     def _memory_scale(self, name: str) -> float:
         """The job's packed MiB over its computed estimate, when a measurement packed it (else 1)."""
@@ -141,7 +160,7 @@ class Runner:
         return self.where[name].gpu_memory_mib / fig.computed_mib
 
     def log(self, name: str, line: str) -> None:
-        path = self.record.dir / "jobs" / name / "log"
+        path = self.task_dir(name) / "log"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             f.write(line.rstrip("\n") + "\n")
@@ -155,7 +174,7 @@ class Runner:
                 self.log(name, ev.get("line", ""))
                 continue
             if kind == "fold" and "output" in ev:  # kept before it is logged: a reader that sees it may rely on it
-                resume.keep_fold(self.record.dir / "jobs" / name, ev.pop("output"), ev.pop("classes"),
+                resume.keep_fold(self.job_dir(name), ev.pop("output"), ev.pop("classes"),
                                  ev.pop("test_ids"), self.plan.metric)
             self.record.event(kind, name, **{k: v for k, v in ev.items() if k != "time"}, job_time=ev.get("time"))
             self.observed(name, kind, ev)
@@ -167,7 +186,7 @@ class Runner:
         """A real card's figures for a job's fold: kept in the measurements cache (the next estimate of the same
         configuration uses them), and handed to the state machine (a warning past the estimate; waiting jobs of the
         same configuration ask for the measured MiB)."""
-        spec = self.plan.job(name)
+        spec = self.spec(name)
         if not getattr(spec, "model", None) or not m.get("batch_size"):
             return
         card = card_name(m.get("card") or self.dry.hardware.profile)
@@ -192,7 +211,9 @@ class Runner:
         """A report, for whoever watches the run (the Ray driver's monitor)."""
 
     def keep(self, name: str, out) -> None:
-        outputs.save(out, self.record.dir / "jobs" / name)
+        outputs.save(out, self.task_dir(name))
+        if self.task_dir(name) != self.job_dir(name):  # one lane of the job: the job's outputs, from every lane's
+            resume.assemble_job(self.job_dir(name), self.plan.metric)
         self.record.update_job(name, cv_score=out.cv_score())
         for note in out.notes:
             self.record.event("note", name, note=note)
@@ -272,6 +293,6 @@ def prepare_folder(dry: DryRun, run_dir: Path, plan_file: Path | None, asked: di
                    budget_s=dry.plan.budget, hardware=dry.hardware.profile, metric=dry.plan.metric,
                    ensemble_method=dry.plan.ensemble.method, driver=resume.driver_identity(), **(asked or {}))
     for a in dry.placement.assignments:
-        record.add_job(a, dry.plan.job(a.job).kind)
-        resume.forget_folds(run_dir / "jobs" / a.job)
+        record.add_job(a, dry.spec(a.job).kind)
+        resume.forget_folds(run_dir / "jobs" / dry.tasks[a.job].job)
     return record
