@@ -44,7 +44,7 @@ class RunState:
     name the placement gives it. ``jobs`` keeps its old name: each entry is a task."""
 
     def __init__(self, plan, assignments, window: Window, whole: frozenset = frozenset(), done: frozenset = frozenset(),
-                 best_fit: Callable[[float, dict], DeviceKey | None] | None = None,
+                 best_fit: Callable[[float, dict], DeviceKey | None] | None = None, *,
                  tasks: dict[str, Task] | None = None):
         self.plan, self.window, self.whole = plan, window, set(whole)
         self.where = {a.job: a for a in assignments}

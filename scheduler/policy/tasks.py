@@ -109,7 +109,6 @@ def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib:
     if fixed is not None:
         lanes.update({k: v for k, v in fixed.items() if k in lanes})
         return Lanes(lanes, {k: "as the run being resumed had it" for k, v in lanes.items() if v > 1})
-    by_name = {j.name: j for j in jobs}
     waves, where = pack(_units(jobs, lanes))
     tried: set[str] = {j.name for j in jobs if not j.splittable or j.folds < 2}
     while True:
@@ -134,7 +133,7 @@ def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib:
             tried.add(j.name)
             why.setdefault(j.name, f"{lanes[j.name]} lane(s): another would push work into a later wave")
             continue
-        verdict = _gain_verdict(j, jobs, by_name, lanes, trial, where, t_where, gain, large_card)
+        verdict = _gain_verdict(j, jobs, (lanes, where), (trial, t_where), gain=gain, large_card=large_card)
         if verdict is not None:
             tried.add(j.name)
             why[j.name] = f"{lanes[j.name]} lane(s): {verdict}"
@@ -163,8 +162,9 @@ def _landing(j: LaneJob, trial: dict, where) -> tuple[str, int | None] | None:
     return (node, dev) if w == 0 else None
 
 
-def _gain_verdict(j, jobs, by_name, lanes, trial, where, t_where, gain: GainFn, large_card: bool) -> str | None:
-    """None when the lane may be added; else why not."""
+def _gain_verdict(j, jobs, now: tuple, then: tuple, *, gain: GainFn, large_card: bool) -> str | None:
+    """None when the lane may be added; else why not. ``now`` and ``then``: (lanes, where) before and after."""
+    (lanes, where), (trial, t_where) = now, then
     node_dev = _landing(j, trial, t_where)
     if node_dev is None:
         return None  # it waits for a later wave beside nothing of the first: it only starts when room frees
