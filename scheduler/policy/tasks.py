@@ -111,6 +111,7 @@ def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib:
         return Lanes(lanes, {k: "as the run being resumed had it" for k, v in lanes.items() if v > 1})
     waves, where = pack(_units(jobs, lanes))
     tried: set[str] = {j.name for j in jobs if not j.splittable or j.folds < 2}
+    stops: dict[str, str] = {}
     while True:
         used: dict[tuple[str, int | None], int] = {}
         for j in jobs:
@@ -122,25 +123,31 @@ def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib:
         if not candidates:
             break
         j = max(candidates, key=lambda c: (c.mib, c.name))  # the fullest fill first
-        if not any(room_mib(n, d) - u >= j.mib for (n, d), u in used.items()):
+        def stop(reason: str) -> None:
             tried.add(j.name)
-            why.setdefault(j.name, f"{lanes[j.name]} lane(s): no device of the first wave has room for another "
-                                   f"fold of {j.mib:,} MiB")
+            stops[j.name] = reason
+
+        if not any(room_mib(n, d) - u >= j.mib for (n, d), u in used.items()):
+            stop(f"no device of the first wave has room for another fold of {j.mib:,} MiB")
             continue
         trial = {**lanes, j.name: lanes[j.name] + 1}
         t_waves, t_where = pack(_units(jobs, trial))
         if t_waves > waves:
-            tried.add(j.name)
-            why.setdefault(j.name, f"{lanes[j.name]} lane(s): another would push work into a later wave")
+            stop("another lane would push work into a later wave")
             continue
         verdict = _gain_verdict(j, jobs, (lanes, where), (trial, t_where), gain=gain, large_card=large_card)
         if verdict is not None:
-            tried.add(j.name)
-            why[j.name] = f"{lanes[j.name]} lane(s): {verdict}"
+            stop(verdict)
             continue
         lanes, where = trial, t_where
-        why[j.name] = (f"{lanes[j.name]} of {j.folds} folds side by side: the band had room and the device's packing "
-                       f"gain does not fall ({_gain_text(j, jobs, lanes, where, gain, large_card)})")
+    for j in jobs:
+        if lanes[j.name] > 1:
+            why[j.name] = (f"{lanes[j.name]} of {j.folds} folds side by side: the band had room and the packing gain "
+                           f"held ({_gain_text(j, jobs, lanes, where, gain)})")
+            if j.name in stops:
+                why[j.name] += f"; no more: {stops[j.name]}"
+        elif j.name in stops:
+            why[j.name] = f"one after another: {stops[j.name]}"
     return Lanes(lanes, why)
 
 
@@ -180,10 +187,10 @@ def _gain_verdict(j, jobs, now: tuple, then: tuple, *, gain: GainFn, large_card:
     return None
 
 
-def _gain_text(j, jobs, lanes, where, gain: GainFn, large_card: bool) -> str:
+def _gain_text(j, jobs, lanes, where, gain: GainFn) -> str:
     node_dev = _landing(j, lanes, where)
     mates = _device_set(jobs, lanes, where, node_dev) if node_dev else []
     g = gain(mates) if len(mates) > 1 else None
     if g is None:
-        return "gain not measured for these models; large cards gained in every measured set"
-    return f"{len(mates)} tasks on the device, expected gain {g:.2f}x"
+        return "not measured for these models; large cards gained in every measured set"
+    return f"{g:.2f}x expected for the {len(mates)} tasks on its device"
