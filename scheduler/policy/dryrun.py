@@ -29,6 +29,7 @@ class DryRun:
     # the units the placement holds (``policy.tasks``): task name -> Task; a job run whole is one task of its name
     tasks: dict[str, tk.Task] = field(default_factory=dict)
     lanes_why: dict[str, str] = field(default_factory=dict)  # per job: why its folds run side by side, or do not
+    speed: object = None  # (model, image size, batch, card) -> timemodel.Speed: the time model, with what was measured
 
     def __post_init__(self) -> None:
         if not self.tasks:
@@ -88,7 +89,7 @@ class DryRun:
     def expected_gain(self, names: list[str]) -> dict | None:
         """The packing gain expected for these tasks sharing a card (``colocation.shared``: measured for these
         models, else modelled), or None for one task."""
-        return expected_gain([self.spec(n) for n in names], self.hardware.profile)
+        return expected_gain([self.spec(n) for n in names], self.hardware.profile, self.speed)
 
     def device_rows(self) -> list[dict]:
         """One row per (wave, device) that holds a job, with its load against the band."""
@@ -140,10 +141,11 @@ class DryRun:
         }
 
 
-def expected_gain(specs: list, card: str) -> dict | None:
+def expected_gain(specs: list, card: str, speed=None) -> dict | None:
     """{"gain", "source"} for these jobs' tasks sharing one card of ``card``: a gain measured for these models on
-    this card, else the time model's (``colocation.shared``); else the nearest measured set of the same models on
-    any card (``packgain``). None for fewer than two tasks."""
+    this card, else the time model's (``colocation.shared``; ``speed`` is the time model corrected by the speeds runs
+    measured, ``store.advising.speed``, so a run's own throughput informs the next plan); else the nearest measured
+    set of the same models on any card (``packgain``). None for fewer than two tasks."""
     from scheduler.policy import colocation, packgain, timemodel
 
     if len(specs) < 2:
@@ -153,7 +155,8 @@ def expected_gain(specs: list, card: str) -> dict | None:
     if len(pairs) < 2:
         return None
     try:
-        speeds = [timemodel.speed(s.model, getattr(s, "image_size", 224), s.batch_size, card=card)
+        model_speed = speed or (lambda m, size, b, c: timemodel.speed(m, size, b, card=c))
+        speeds = [model_speed(s.model, getattr(s, "image_size", 224), s.batch_size, card)
                   for s in specs if getattr(s, "model", None) and isinstance(getattr(s, "batch_size", None), int)]
     except Exception:  # noqa: BLE001 -- no time model here (its benchmark table is absent): the measured sets
         speeds = [None]
@@ -163,7 +166,7 @@ def expected_gain(specs: list, card: str) -> dict | None:
     return packgain.expected(pairs)
 
 
-def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, int] | None) -> tk.Lanes:
+def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, int] | None, speed=None) -> tk.Lanes:
     """How many of each job's folds run side by side (``tasks.fold_lanes``), packed as the fitter packs."""
     from scheduler.policy.colocation import LARGE_CARDS
 
@@ -185,7 +188,7 @@ def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, in
 
     def gain(names: list[str]) -> float | None:
         found = expected_gain([specs[n].model_copy(update={"batch_size": fitted.batches[n]}) for n in names],
-                              hardware.profile)
+                              hardware.profile, speed)
         return None if not found else found.get("gain")
 
     size = {(d.node, d.index): int(d.memory_mib * band[1]) for n in nodes for d in n.devices}
@@ -286,7 +289,7 @@ def _with_whole(placement: Placement, whole: dict, hardware: hw.Hardware, plan: 
 
 
 def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_rows: int | None = None, *,
-            measured=None, lanes: dict[str, int] | None = None) -> DryRun:
+            measured=None, lanes: dict[str, int] | None = None, speed=None) -> DryRun:
     """Estimate, fit into the band and pack ``plan`` onto ``hardware``; collect what a person should know first.
 
     ``estimated=False`` packs the plan's own ``gpu_memory`` figures as written (``--trust-plan-memory``).
@@ -302,7 +305,7 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     card = hardware.profile if hw.PROFILES.get(hardware.profile) else None
     est = _estimator(plan, card, measured, seen) if estimated else None
     fitted = fit(_fit_jobs(shared, estimated, train_rows), nodes, plan.band, est)
-    chosen = _lanes(shared, fitted, nodes, hardware, lanes)
+    chosen = _lanes(shared, fitted, nodes, hardware, lanes, speed)
     tasks = {t.name: t for job in plan.jobs
              for t in tk.lanes_of(job.name, job.folds, chosen.lanes.get(job.name, 1))}
     split = [t for t in tasks.values() if t.folds is not None]
@@ -333,7 +336,7 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     dry = DryRun(adjusted, hardware, placement, [], declared={j.name: j.resources.gpu_memory for j in plan.jobs},
                  estimated=fitted.estimated_mib, changes=[c.describe() for c in fitted.changes], whole=whole,
                  figures={n: seen[n, fitted.batches[n]] for n in fitted.estimated_mib if (n, fitted.batches[n]) in seen},
-                 tasks=tasks, lanes_why=chosen.why)
+                 tasks=tasks, lanes_why=chosen.why, speed=speed)
     for name, fig in dry.figures.items():
         if fig.measured_mib is not None:
             warnings.append(f"{name}: {fig.mib:,} MiB {fig.source} (computed {fig.computed_mib:,} MiB, "

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from jobs.contract import FoldOutput, JobOutput
-from scheduler.store import measurements, outputs
+from scheduler.store import advising, measurements, outputs
 from scheduler.core.errors import UserError
 from scheduler.core.states import JobState
 from scheduler.store.record import RunRecord
@@ -239,6 +239,6 @@ def resume_plan(run_dir: Path, budget_s: float | None):
     plan = datasource.with_metric(plan, choice)
     rows = datasource.inspect(choice, plan)["train_rows"]  # the same statistics cap as the first run
     dry = dryrun.prepare(plan, hardware, estimated=not info.get("trust_plan_memory", False), train_rows=rows,
-                         measured=measurements.memory_source(), lanes=_lanes_of(record))
+                         measured=measurements.memory_source(), lanes=_lanes_of(record), speed=advising.speed)
     training_s = plan.budget * (1 - plan.reserve_for_inference) if budget_s else None
     return dry, choice, training_s
