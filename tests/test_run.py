@@ -129,7 +129,7 @@ def test_budget_cuts_and_the_deadline_still_give_a_submission(ray_cluster, tmp_p
     jobs = [
         {"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 30, "resources": {"cpus": 1}},
         {"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 32, "epochs": 20,
-         "folds": 5, "resources": {"cpus": 1, "gpu_memory": "4GB"}},
+         "folds": 5, "fold_parallel": False, "resources": {"cpus": 1, "gpu_memory": "4GB"}},
         command_job("hangs", SLEEP=1000),  # never writes a fold; must be stopped by the deadline
     ]
     t0 = time.time()
