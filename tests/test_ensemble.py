@@ -240,3 +240,14 @@ def test_a_perfect_sliver_does_not_make_a_perfect_ensemble():
     assert r.rows == 10 and r.job_scores == pytest.approx({"full": 0.5, "thin": 1.0})
     assert r.oof_score == pytest.approx(0.5)  # rows 0-4 right, 5-9 wrong, whatever the mix on rows 0-1
     assert r.on_job_rows == pytest.approx({"thin": 1.0})
+
+
+def test_a_one_fold_job_that_is_best_where_it_predicts_starts_the_climb():
+    # b is exact on its two rows (a one-fold job); a errs by +1 everywhere. Alone on all four rows (where b has no
+    # prediction, the others' mean stands in): b sqrt(2/4) = .707, a 1. From b, adding a gives rows 0-1 an error of
+    # .5 (sqrt(2.5/4) = .79): no gain, so b alone, chosen by the climb itself, not by the fallback
+    a, b = _errors("a", 1.0), _errors("b", 0.0, rows=(0, 1))
+    r = blend([a, b], TRUTH_Y, np.array([100, 101]), "rmse", "hill_climb")
+    assert r.weights == {"a": 0.0, "b": 1.0} and r.oof_score == pytest.approx(np.sqrt(0.5))
+    assert not any("is worse than" in n for n in r.notes)
+    np.testing.assert_allclose(r.test_pred[:, 0], [10.0, 20.0])  # b's own test predictions
