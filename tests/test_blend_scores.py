@@ -127,10 +127,10 @@ def test_a_one_fold_job_leaves_the_ensemble_scored_on_every_row_and_the_summary_
     rows = {j["name"]: j["rows"] for j in summary["jobs"]}
     assert summary["ensemble_rows"] == n and rows["full"] == n and 0.15 * n < rows["thin"] < 0.25 * n
     assert summary["ensemble_cv"] <= cv["full"] + 1e-12  # the promise, on the same rows as the figure beside it
-    assert any(f"thin predicts {rows['thin']} of them" in note for note in summary["notes"])
+    assert any(f"thin predicts {rows['thin']:,} of them" in note for note in summary["notes"])
     event = last_ensemble_event(record)
     assert event["ensemble_rows"] == n and event["job_rows"] == rows
     console = Console(record=True, width=120)
     show_summary(summary, console)
     text = console.export_text()
-    assert "rows" in text and f"{n:,}" in text and f"thin predicts {rows['thin']}" in text
+    assert "rows" in text and f"{n:,}" in text and f"thin predicts {rows['thin']:,}" in text

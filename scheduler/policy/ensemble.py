@@ -247,17 +247,17 @@ def blend(preds: list[Predictions], truth: pd.Series, test_ids: np.ndarray, metr
     best = names[b]
     if metric.better(alone_scores[b], score):
         stand_in = "" if job_rows[best] == len(ids) else \
-            f" (on the {len(ids) - job_rows[best]} rows it lacks, the other jobs' mean)"
+            f" (on the {len(ids) - job_rows[best]:,} rows it lacks, the other jobs' mean)"
         notes.append(f"the {method} blend ({score:.5f}) is worse than {best} alone{stand_in} ({alone_scores[b]:.5f}) "
-                     f"on the {len(ids)} out-of-fold rows: {best} alone is used")
+                     f"on the {len(ids):,} out-of-fold rows: {best} alone is used")
         w = alone[b]
         oof_blend, test_blend, score = _combine(arrays, w), _combine(tests, w), alone_scores[b]
     on_job_rows = {n: float(metric.fn(y[c], oof_blend[c])) for n, c in zip(names, covers)
                    if 0 < job_rows[n] < len(ids)}
     if on_job_rows:
-        fewer = "; ".join(f"{n} predicts {job_rows[n]} of them, its CV {job_scores[n]:.4f} is on those rows, where "
+        fewer = "; ".join(f"{n} predicts {job_rows[n]:,} of them, its CV {job_scores[n]:.4f} is on those rows, where "
                           f"the blend scores {on_job_rows[n]:.4f}" for n in on_job_rows)
-        notes.append(f"the blend is scored on all {len(ids)} out-of-fold rows some job predicts; {fewer}")
+        notes.append(f"the blend is scored on all {len(ids):,} out-of-fold rows some job predicts; {fewer}")
     return Blend(method, dict(zip(names, np.round(w, 6).tolist())), score, job_scores, test_blend, test_ids,
                  preds[0].classes, notes, len(ids), job_rows, on_job_rows)
 
