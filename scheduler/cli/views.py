@@ -161,14 +161,21 @@ def run_table(jobs: list[dict], title: str) -> Table:
 
 
 def show_summary(summary: dict, console: Console) -> None:
+    """The scores table: each job's CV on its own out-of-fold rows, the ensemble's on every row some job predicts;
+    the rows column says how many, so figures on different rows never read as one comparison."""
     t = Table(title="Scores (cross-validated on out-of-fold rows)", title_justify="left")
-    for col in ("job", "state", "folds", "cv score", "weight"):
+    for col in ("job", "state", "folds", "rows", "cv score", "weight"):
         t.add_column(col, justify="left" if col in ("job", "state") else "right")
+
+    def count(n):
+        return "—" if n is None else f"{n:,}"
+
     for j in summary["jobs"]:
         cv = "—" if j["cv_score"] is None else f"{j['cv_score']:.4f}"
-        t.add_row(j["name"], j["state"], str(j["folds"]), cv, f"{j['weight']:.2f}")
+        t.add_row(j["name"], j["state"], str(j["folds"]), count(j.get("rows")), cv, f"{j['weight']:.2f}")
     ens = summary["ensemble_cv"]
-    t.add_row(f"[bold]ensemble ({summary['ensemble_method']})[/]", "", "", "—" if ens is None else f"[bold]{ens:.4f}[/]", "")
+    t.add_row(f"[bold]ensemble ({summary['ensemble_method']})[/]", "", "", count(summary.get("ensemble_rows")),
+              "—" if ens is None else f"[bold]{ens:.4f}[/]", "")
     console.print(t)
     for note in summary["notes"]:
         console.print(f"[yellow]note:[/] {note}")

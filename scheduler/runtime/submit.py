@@ -109,10 +109,12 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
         blend = ensemble.blend(preds, truth, test_ids, metric, method)
         test_pred, classes, notes = blend.test_pred, blend.classes, list(blend.notes)
         ens_cv, weights, job_scores = blend.oof_score, blend.weights, blend.job_scores
+        ens_rows, job_rows = blend.rows, blend.job_rows
     elif partials := [p for p in (outputs.load_partial(d) for d in _with_tasks(folders)) if p]:
         from scheduler.core.scoring import get as get_metric
 
         source = "partial"
+        ens_rows, job_rows = None, {}
         m = get_metric(metric)
         score, best = partials[0]
         for s, p in partials[1:]:
@@ -124,6 +126,7 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
                      f"by the budget, {metric} {score:.4f} on its validation rows), not from a cross-validated job")
     else:
         source = "prior"
+        ens_rows, job_rows = None, {}
         test_pred = comp.prior(len(test_ids))
         classes, ens_cv, weights, job_scores = comp.classes, None, {}, {}
         what = "class frequencies" if comp.task == "classification" else "target means"
@@ -135,7 +138,8 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
     for note in notes:
         record.event("note", note=note)
     record.event("ensemble", method=method, metric=metric, weights=weights, ensemble_cv=ens_cv, job_scores=job_scores,
-                 held_out_score=held_out, submission_source=source, form=comp.form.kind)
+                 ensemble_rows=ens_rows, job_rows=job_rows, held_out_score=held_out, submission_source=source,
+                 form=comp.form.kind)
     jobs = []
     for name, rows in _by_job(record.jobs()).items():
         res_path = record.dir / "jobs" / name / "result.json"
@@ -143,12 +147,13 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
         first = min(rows, key=lambda r: (r["wave"], r["name"]))
         jobs.append({"name": name, "kind": first["kind"], "state": _job_state([r["state"] for r in rows]),
                      "wave": first["wave"], "device": first["device"], "cv_score": res.get("cv_score"),
-                     "folds": len(res.get("folds", [])), "weight": weights.get(name, 0.0),
+                     "folds": len(res.get("folds", [])), "rows": job_rows.get(name), "weight": weights.get(name, 0.0),
                      "notes": res.get("notes", []),
                      "tasks": [{"task": r["name"], "state": r["state"], "wave": r["wave"], "device": r["device"],
                                 "cv_score": r.get("cv_score")} for r in rows]})
     return {"run_dir": str(record.dir), "submission": str(path), "jobs": jobs, "ensemble_cv": ens_cv,
-            "ensemble_method": method, "metric": metric, "held_out_score": held_out, "notes": notes,
+            "ensemble_rows": ens_rows, "ensemble_method": method, "metric": metric, "held_out_score": held_out,
+            "notes": notes,
             "submission_source": source, "submission_source_text": SOURCES[source]}
 
 
@@ -200,7 +205,8 @@ def blend_outputs(folders: list[Path], data: str, metric: str, method: str, out:
     out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out, index=False)
     return {"submission": str(out), "ensemble_method": method, "metric": metric, "ensemble_cv": b.oof_score,
-            "weights": b.weights, "job_scores": b.job_scores, "held_out_score": comp.held_out(frame, metric),
+            "ensemble_rows": b.rows, "weights": b.weights, "job_scores": b.job_scores, "job_rows": b.job_rows,
+            "held_out_score": comp.held_out(frame, metric),
             "notes": notes + list(b.notes)}
 
 

@@ -203,8 +203,10 @@ def build(run_dir: str | Path) -> Path:
             "budget cuts", "advice", "notes"]
     ens_cv = ensemble.get("ensemble_cv")
     held = ensemble.get("held_out_score")
+    ens_rows = ensemble.get("ensemble_rows")
     summary = (f"ensemble ({html.escape(str(ensemble.get('method', '—')))}) CV "
                f"{'—' if ens_cv is None else f'{ens_cv:.4f}'}"
+               + ("" if not ens_rows else f" on {ens_rows:,} out-of-fold rows (every row some job predicts)")
                + ("" if held is None else f" · held-out {held:.4f}"))
     mode = "CPU rehearsal (memory simulated)" if info.get("rehearsal") else "GPU"
     gains = _expected_gains(record.dir)
