@@ -98,6 +98,10 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     _advised_or_stdin(args, console)
     if not args.plan:
         raise UserError("submit needs a plan file (e.g. plans/option1.yaml), --advise, or --resume RUN")
+    if args.run_dir and not args.dry_run:  # said before the plan is estimated and packed; submit() checks again
+        from scheduler.store.record import check_unused
+
+        check_unused(Path(args.run_dir))
     plan = planmod.load(args.plan)
     data = datasource.choose(args.data, plan, Path(args.plan_dir) / "plan.yaml")
     plan = datasource.with_metric(plan, data)
