@@ -67,8 +67,8 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
         raise crash  # it failed before there was anything to blend
     try:
         summary = write_submission(record, dry.plan.ensemble.method, dry.plan.metric)
-    except BaseException:
-        record.set_run(status="crashed", finished=time.time())
+    except BaseException as e:
+        record.set_run(status="error" if isinstance(e, UserError) else "crashed", finished=time.time())
         raise
     record.set_run(status=status, finished=time.time())
     record.event("run_end", status=status, ensemble_cv=summary["ensemble_cv"],
@@ -143,7 +143,12 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
         notes.append(f"NO JOB FINISHED A FOLD: this submission is the {what} of train.csv, not a model")
     frame = ensemble.submission_frame(comp.sample_submission, test_ids, test_pred, classes, comp.form)
     path = record.dir / "submission.csv"
-    frame.to_csv(path, index=False)
+    try:
+        frame.to_csv(path, index=False)
+    except OSError as e:  # the folder made read-only, a full disk: the person's to fix, and nothing is lost
+        raise UserError(f"{path}: cannot be written ({e.strerror or e}); the jobs' predictions are kept in "
+                        f"{record.dir / 'jobs'}: make the folder writable, then `ensemble {record.dir}` writes "
+                        "the submission") from None
     held_out = comp.held_out(frame, metric)
     for note in notes:
         record.event("note", note=note)
