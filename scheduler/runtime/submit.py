@@ -52,8 +52,14 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
         check_unused(opts.run_dir)  # again under the lock: another submit may have started a run here meanwhile
         record = prepare_folder(dry, opts.run_dir, opts.plan_file, opts.asked)
     interrupted, crash = False, None
+
+    def started(d: Driver) -> None:
+        if getattr(d, "cluster", None) is not None and d.cluster.started_here:  # a local Ray of this driver's own
+            resume.note_ray_processes(record)  # stopped by whoever finds this driver lost
+        on_start(d)
+
     try:
-        driver(dry, opts, record, on_update, on_start).run()
+        driver(dry, opts, record, on_update, started).run()
     except KeyboardInterrupt:
         interrupted = True
     except UserError:  # e.g. a cluster without the resources the placement needs: nothing ran
