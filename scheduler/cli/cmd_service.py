@@ -227,12 +227,9 @@ def cmd_job_submit(args, console) -> int:
 
 def _read_spec(path: str) -> dict:
     """One job in the plan's schema from a YAML or JSON file (a plan with one job is taken too)."""
-    import yaml
+    from scheduler.core.plan import read_yaml
 
-    try:
-        raw = yaml.safe_load(open(path).read())
-    except (OSError, yaml.YAMLError) as e:
-        raise UserError(f"--spec {path}: {e}") from None
+    raw = read_yaml(path, f"--spec {path}")
     if isinstance(raw, dict) and isinstance(raw.get("jobs"), list) and len(raw["jobs"]) == 1:
         raw = raw["jobs"][0]
     if not isinstance(raw, dict):
