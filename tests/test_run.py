@@ -170,7 +170,7 @@ def test_running_job_figures_reach_the_metrics_endpoint_status_and_report(ray_cl
     scraper = threading.Thread(target=scrape, daemon=True)
     scraper.start()
     jobs = [{"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 32, "epochs": 3,
-             "folds": 3, "resources": {"cpus": 1}}]
+             "folds": 3, "fold_parallel": False, "resources": {"cpus": 1}}]
     dry, summary = run_plan(jobs, tmp_path, digits_dir)
     found["done"] = True
     scraper.join(5)
