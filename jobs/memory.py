@@ -120,9 +120,19 @@ class SimulatedDevice:
     def __init__(self, peak_for_batch: Callable[[int], float], share_mib: float):
         self.peak_for_batch, self.share_mib = peak_for_batch, share_mib
         self._peak = 0.0
+        self.resident_mib = 0.0  # held for the job's life beside every step: its training images kept on the card
+
+    def hold(self, mib: float) -> None:
+        """Keep ``mib`` resident (decoded images): past the share it raises CUDA's out-of-memory error at once."""
+        if self.resident_mib + mib > self.share_mib:
+            raise torch.cuda.OutOfMemoryError(
+                f"CUDA out of memory (simulated device). Tried to allocate {mib:.0f} MiB of decoded images: "
+                f"{self.resident_mib + mib:.0f} MiB needed, the process is capped at {self.share_mib:.0f} MiB")
+        self.resident_mib += mib
+        self._peak = max(self._peak, self.resident_mib)
 
     def before_step(self, batch_size: int) -> None:
-        need = float(self.peak_for_batch(batch_size))
+        need = float(self.peak_for_batch(batch_size)) + self.resident_mib
         if need > self.share_mib:
             raise torch.cuda.OutOfMemoryError(
                 f"CUDA out of memory (simulated device). Tried to allocate {need - self._peak:.0f} MiB at batch "
@@ -131,7 +141,7 @@ class SimulatedDevice:
         self._peak = max(self._peak, need)
 
     def reset_peak(self) -> None:
-        self._peak = 0.0
+        self._peak = self.resident_mib
 
     def peak_mib(self) -> float:
         return self._peak

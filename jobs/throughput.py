@@ -7,7 +7,9 @@
   precise BN and fold set-up. On an H100, ResNet-50 on digits did 1,400 samples/s in its steps and 350 by the clock.
 
 Also batches/min, step time (median, p95) and the share of wall time spent waiting for the next batch (the input
-pipeline starving the device)."""
+pipeline starving the device), and with a ``ledger`` (``scheduler.core.walltime``) where the task's wall time went so
+far. :meth:`ThroughputWindow.final` sends a sample at a fold's or a job's end whatever the clock says, so a job that
+ends between two samples still has its figures."""
 
 from __future__ import annotations
 
@@ -26,8 +28,10 @@ def p95(values: list[float]) -> float | None:
 
 
 class ThroughputWindow:
-    def __init__(self, report: Callable[[str, dict], None], every_s: float = SAMPLE_EVERY_S, clock=time.perf_counter):
-        self.report, self.every_s, self.clock = report, every_s, clock
+    def __init__(self, report: Callable[[str, dict], None], every_s: float = SAMPLE_EVERY_S, clock=time.perf_counter,
+                 ledger=None):
+        self.report, self.every_s, self.clock, self.ledger = report, every_s, clock, ledger
+        self.last: dict = {}  # the rates of the last window that had steps
         self._reset(clock())
 
     def _reset(self, now: float) -> None:
@@ -50,7 +54,7 @@ class ThroughputWindow:
         if not self.steps or wall <= 0:
             return None
         train = self.samples / sum(self.step_s) if sum(self.step_s) > 0 else None
-        figures = {
+        self.last = {
             "train_samples_per_s": train,
             "wall_samples_per_s": self.samples / wall,
             "samples_per_s": train,
@@ -58,8 +62,17 @@ class ThroughputWindow:
             "step_time_median_s": statistics.median(self.step_s),
             "step_time_p95_s": p95(self.step_s),
             "data_wait_share": min(1.0, self.wait_s / wall),
-            **extra,
         }
+        figures = {**self.last, **(self.ledger.figures() if self.ledger is not None else {}), **extra}
         self.report("sample", figures)
         self._reset(now)
+        return figures
+
+    def final(self, **extra) -> dict:
+        """A sample now, due or not: the window's rates (or the last window's), the ledger's figures, ``final``."""
+        figures = self.flush(final=True, **extra)
+        if figures is None:
+            figures = {**self.last, **(self.ledger.figures() if self.ledger is not None else {}), "final": True,
+                       **extra}
+            self.report("sample", figures)
         return figures

@@ -26,7 +26,7 @@ import torch
 
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from jobs.data import Competition, split_folds
-from jobs.images import ImageSet, LoaderSettings, ResizableBatchSampler
+from jobs.images import DeviceImages, ImageSet, LoaderSettings, ResizableBatchSampler
 from jobs.memory import cap_process_memory, cuda_device, measured_figures
 from jobs.models import new_model
 from jobs.throughput import ThroughputWindow
@@ -36,6 +36,8 @@ from scheduler.policy.autotune import (PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_
                                        optimizer_steps, statistical_cap)
 from scheduler.core.scoring import get as get_metric
 from scheduler.core.plan import TimmJob
+from scheduler.core.walltime import Ledger
+from scheduler.policy import inputs
 
 log = logging.getLogger("gpupack.job")
 
@@ -78,6 +80,8 @@ class _Job:
     loader: LoaderSettings
     train_images: ImageSet
     test_images: ImageSet
+    ledger: Ledger
+    on_card: DeviceImages | None  # the training images kept on the device, or None: streamed by ``loader``
     tuner: BatchTuner
     memory: object
     start_batch: int
@@ -88,6 +92,7 @@ class _Job:
     train_rates: list[float] = field(default_factory=list)
     wall_rates: list[float] = field(default_factory=list)
     peaks: list[float] = field(default_factory=list)
+    stepped: bool = False  # the task's first step was taken (it counts as set-up)
 
     def recover(self) -> None:
         if self.memory is not None:
@@ -104,8 +109,26 @@ class _Job:
 
         return predict_shrinking(trainer, loader, self.recover, shrink)
 
-    def ordered(self, dataset) -> object:
-        return self.loader.build(dataset, ResizableBatchSampler(len(dataset), self.eval_batch, shuffle=False))
+    def batches(self, rows: np.ndarray, sampler: ResizableBatchSampler):
+        """Batches of some training rows: gathered on the device when the images live there, else a loader's."""
+        if self.on_card is not None:
+            return self.on_card.batches(rows, sampler)
+        return self.loader.build(torch.utils.data.Subset(self.train_images, rows), sampler)
+
+    def ordered(self, rows: np.ndarray):
+        """Training rows in order, at the evaluation batch (no gradients: larger than the training batch)."""
+        return self.batches(rows, ResizableBatchSampler(len(rows), self.eval_batch, shuffle=False))
+
+    def predict_test(self, trainer: Trainer) -> np.ndarray:
+        sampler = ResizableBatchSampler(len(self.test_images), self.eval_batch, shuffle=False)
+        with self.ledger.phase("prediction"):
+            return self.predict(trainer, self.loader.build(self.test_images, sampler))
+
+    def input_pipeline(self) -> str:
+        return "on the card" if self.on_card is not None else self.loader.describe()
+
+    def sample_figures(self) -> dict:
+        return {"input_pipeline": self.input_pipeline(), "cpus": max(1, self.ctx.cpus)}
 
 
 @dataclass
@@ -128,8 +151,11 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
     if not comp.has_images:
         raise ValueError(f"{comp.root}: job '{spec.name}' needs images: train/ and test/ folders of <id>.<ext> "
                          f"files, or a column of paths")
-    job = _prepare(spec, comp, ctx)
+    ledger = Ledger()
+    with ledger.phase("setup"):
+        job = _prepare(spec, comp, ctx, ledger)
     ctx, notes = job.ctx, job.notes
+    window = ThroughputWindow(ctx.report, ledger=ledger)
     y, ids = comp.y, comp.train_ids
     out = JobOutput(job=spec.name, classes=list(comp.classes), test_ids=comp.test_ids, folds=[], metric=ctx.metric,
                     notes=notes)
@@ -143,15 +169,16 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         if i >= ctx.fold_limit(len(mine)):
             notes.append(f"folds cut by the budget: {i} of {len(mine)} run")
             break
-        fold = _new_fold(job, k, tr, va, y)
+        with ledger.phase("setup"):
+            fold = _new_fold(job, k, tr, va, y)
         try:
-            best_state, best_val, best_score, epochs_run, fold_rate = _train_fold(job, fold)
+            best_state, best_val, best_score, epochs_run, fold_rate = _train_fold(job, fold, window)
         except Stopped:
             notes.append(f"stopped during fold {k}: {len(out.folds)} of {len(mine)} folds finished")
             if not out.folds and fold.tuning.best is not None:  # nothing finished: the fold's best epoch, last resort
                 state, val, score, epochs = fold.tuning.best
                 fold.trainer.model.load_state_dict(state)
-                test_pred = job.predict(fold.trainer, job.ordered(job.test_images))
+                test_pred = job.predict_test(fold.trainer)
                 out.partial = FoldOutput(fold=k, val_ids=ids[va], val_pred=val, test_pred=test_pred, score=score,
                                          epochs=epochs, val_true=y[va])
                 notes.append(f"kept fold {k}'s best epoch ({epochs}, {ctx.metric} {score:.4f}) as a partial model")
@@ -159,11 +186,13 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         # the real card's figures, read before prediction: the runtime keeps them in the measurements cache
         measured = measured_figures(job.memory, fold.train_loader.batch_sampler.batch_size)
         fold.trainer.model.load_state_dict(best_state)
-        test_pred = job.predict(fold.trainer, job.ordered(job.test_images))
+        test_pred = job.predict_test(fold.trainer)
         ctx.fold_finished(out, FoldOutput(fold=k, val_ids=ids[va], val_pred=best_val, test_pred=test_pred,
                                           score=best_score, epochs=epochs_run, samples_per_s=fold_rate,
                                           val_true=y[va]),
-                          **({"measured": {**measured, "train_samples_per_s": fold_rate}} if measured else {}))
+                          **({"measured": {**measured, "train_samples_per_s": fold_rate}} if measured else {}),
+                          **ledger.figures())
+        window.final(fold=k, batch_size=job.tuner.batch_size, **job.sample_figures())
         del fold
         if job.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -177,7 +206,10 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         "compute_batch_size": compute_batch(job.tuner.batch_size, ctx),
         "image_size": job.scale.image_size,
         "gpu_mem_peak_mib": max(job.peaks) if job.peaks else None,
+        "input_pipeline": job.input_pipeline(),
+        **ledger.figures(),
     }
+    window.final(job_end=True, **job.sample_figures())  # the job's last word, however soon it ended
     return out
 
 
@@ -186,7 +218,7 @@ def _mean(values: list) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext) -> _Job:
+def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext, ledger: Ledger | None = None) -> _Job:
     """The device, its memory cap, the batch to start from (memory and statistics), the data and the loaders."""
     notes: list[str] = []
     cuda = ctx.device.startswith("cuda")
@@ -222,9 +254,9 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext) -> _Job:
     tuner = BatchTuner(start_batch, max_batch=max(ceiling, start_batch), grown=not spec.fixed_batch)
     cpus = max(1, ctx.cpus)
     if cuda:
-        workers = min(8, cpus - 1) if cpus > 1 else 0
+        workers, prefetch = inputs.loader_workers(cpus)
         torch.set_num_threads(max(1, cpus - workers))
-        loader = LoaderSettings(workers, pin_memory=True, prefetch_factor=4 if workers else None)
+        loader = LoaderSettings(workers, pin_memory=True, prefetch_factor=prefetch or None)
         amp_dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if spec.amp else None
     else:
         torch.set_num_threads(max(1, min(cpus, os.cpu_count() or 1)))
@@ -235,11 +267,21 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext) -> _Job:
     n_images = len(comp.train_ids) + len(comp.test)
     copies = 3 * max(1, loader.num_workers)  # the train, validation and test loaders' processes each keep their own
     cache = n_images * 3 * scale.image_size ** 2 * copies < CACHE_LIMIT_BYTES
+    train_images = ImageSet(comp.train_images, comp.y, scale.image_size, cache=cache, uint8=True)
+    on_card = None
+    if spec.images_on_device:  # the planner counted them in the share (policy.inputs): decoded once, kept there
+        planned = inputs.decoded_mib(len(comp.train_ids), spec.image_size)
+        if memory is not None and memory.simulated:
+            memory.hold(planned)  # at the plan's image size, as the simulated device counts every figure
+        on_card = DeviceImages(train_images, device, threads=cpus)
+        notes.append(f"training images on the {'card' if cuda else 'training device'}: {len(comp.train_ids):,} "
+                     f"decoded once to uint8 ({planned:,} MiB at {spec.image_size} px, counted in the share); "
+                     f"batches gathered and normalised there")
     return _Job(spec=spec, ctx=ctx, scale=scale, metric=get_metric(ctx.metric), device=device, amp_dtype=amp_dtype,
-                loader=loader, train_images=ImageSet(comp.train_images, comp.y, scale.image_size, cache=cache),
-                test_images=ImageSet(comp.test_images, None, scale.image_size, cache=cache), tuner=tuner,
-                memory=memory, start_batch=start_batch, eval_batch=scale.batch_size * 2, classes=list(comp.classes),
-                notes=notes)
+                loader=loader, train_images=train_images,
+                test_images=ImageSet(comp.test_images, None, scale.image_size, cache=cache, uint8=True), tuner=tuner,
+                memory=memory, start_batch=start_batch, eval_batch=scale.batch_size * inputs.EVAL_BATCH_FACTOR,
+                classes=list(comp.classes), notes=notes, ledger=ledger or Ledger(), on_card=on_card)
 
 
 def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) -> _Fold:
@@ -264,18 +306,15 @@ def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) 
     settings = StepSettings(job.device, job.amp_dtype, spec.grad_accum, spec.channels_last)
     trainer = Trainer(model, optimizer, settings, total_samples=total_samples, batch_size=batch * spec.grad_accum,
                       compiled=compiled)
-    train_set = torch.utils.data.Subset(job.train_images, tr)
-    train_loader = job.loader.build(train_set, ResizableBatchSampler(len(tr), batch, shuffle=True,
-                                                                     seed=ctx.seed * 1000 + k))
-    val_loader = job.ordered(torch.utils.data.Subset(job.train_images, va))
+    train_loader = job.batches(tr, ResizableBatchSampler(len(tr), batch, shuffle=True, seed=ctx.seed * 1000 + k))
+    val_loader = job.ordered(va)
     planned_steps = optimizer_steps(len(tr), batch, scale.epochs, spec.grad_accum)
     if scale.max_steps_per_epoch:
         planned_steps = min(planned_steps, scale.max_steps_per_epoch * scale.epochs)
     bn_loader = None
     if planned_steps < PRECISE_BN_UNDER_STEPS:  # few steps: running BN statistics lag the weights (precise BN)
         subset = tr[:PRECISE_BN_MAX_SAMPLES]
-        bn_loader = job.loader.build(torch.utils.data.Subset(job.train_images, subset),
-                                     ResizableBatchSampler(len(subset), batch, shuffle=True, seed=ctx.seed + k))
+        bn_loader = job.batches(subset, ResizableBatchSampler(len(subset), batch, shuffle=True, seed=ctx.seed + k))
         if k == 0:
             job.notes.append(f"precise BN: {planned_steps} optimizer steps per fold (< {PRECISE_BN_UNDER_STEPS}), so "
                              f"BatchNorm statistics are recomputed on up to {len(subset):,} training images before "
@@ -286,18 +325,29 @@ def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) 
     return _Fold(k, tr, va, y[va], trainer, train_loader, val_loader, bn_loader, steps_per_epoch, tuning)
 
 
-def _train_fold(job: _Job, fold: _Fold):
-    """Train one fold; returns (best state, its validation predictions, its score, epochs run, train samples/s)."""
-    spec, ctx, scale, trainer, tuning = job.spec, job.ctx, job.scale, fold.trainer, fold.tuning
+def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
+    """Train one fold; returns (best state, its validation predictions, its score, epochs run, train samples/s).
+
+    Validation (with precise BN before it) runs only where early stopping needs it (``policy.inputs.validates``):
+    the last epoch, and every ⌈patience/2⌉ epochs back from it. Every second goes to a phase of the job's ledger."""
+    spec, ctx, scale, trainer, tuning, ledger = job.spec, job.ctx, job.scale, fold.trainer, fold.tuning, job.ledger
     k = fold.k
-    best_state, best_val, best_score = None, None, None
-    window = ThroughputWindow(ctx.report)
-    since_best = 0
+    best_state, best_val, best_score, best_epoch = None, None, None, 0
     epochs_run = 0
     fold_samples, fold_seconds, fold_start = 0, 0.0, time.perf_counter()
     sampler = fold.train_loader.batch_sampler
+
+    def validate() -> tuple[np.ndarray, float]:
+        if fold.bn_loader is not None:
+            with ledger.phase("precise_bn"):
+                guarded(lambda: trainer.precise_bn(fold.bn_loader))
+        with ledger.phase("validation"):
+            pred = job.predict(trainer, fold.val_loader)
+        return pred, job.metric.fn(fold.y_val, pred)
+
     for epoch in range(scale.epochs):
-        if epoch >= ctx.epoch_limit(scale.epochs):
+        last = ctx.epoch_limit(scale.epochs)
+        if epoch >= last:
             log.info("%s fold %d: epochs cut by the budget to %d", spec.name, k, epoch)
             break
         epoch_start = time.perf_counter()
@@ -306,12 +356,16 @@ def _train_fold(job: _Job, fold: _Fold):
         fetch_start = time.perf_counter()
         for batch in fold.train_loader:
             waited = time.perf_counter() - fetch_start
+            ledger.add("data_wait", waited)
             ctx.check_stop()
             r = guarded(lambda: (tuning.before_step(), trainer.step(batch))[1])
             if isinstance(r, OutOfMemory):  # recovered here, outside the except block that held the step's tensors
                 tuning.after_oom(trainer, sampler, trainer.optimizer_steps, r.message)
                 fetch_start = time.perf_counter()
                 continue
+            # the task's first step pays for kernels, autotuning and the optimizer's state: set-up, not training
+            ledger.add("setup" if not job.stepped else "train", r.seconds)
+            job.stepped = True
             tuning.after_step(trainer, sampler, trainer.optimizer_steps)
             window.add(r.samples, r.seconds, waited)
             if window.due():
@@ -320,7 +374,8 @@ def _train_fold(job: _Job, fold: _Fold):
                              gpu_mem_peak_mib=None if mem is None else mem.peak_mib(),
                              gpu_mem_reserved_mib=None if mem is None else mem.reserved_mib(),
                              gpu_share_mib=None if mem is None else mem.share_mib,
-                             gpu_mem_simulated=bool(mem and mem.simulated), params=tuning.params)
+                             gpu_mem_simulated=bool(mem and mem.simulated), params=tuning.params,
+                             **job.sample_figures())
             fetch_start = time.perf_counter()
             losses.append(r.loss)
             samples += r.samples
@@ -332,13 +387,12 @@ def _train_fold(job: _Job, fold: _Fold):
                 steps += 1
                 if scale.max_steps_per_epoch and steps >= fold.steps_per_epoch:
                     break
-        if guarded(trainer.flush) is True:  # the epoch's last, partial accumulation
-            times.append(step_time)
-        if fold.bn_loader is not None:
-            guarded(lambda: trainer.precise_bn(fold.bn_loader))
-        val_pred = job.predict(trainer, fold.val_loader)
-        score = job.metric.fn(fold.y_val, val_pred)
+        with ledger.phase("train"):
+            if guarded(trainer.flush) is True:  # the epoch's last, partial accumulation
+                times.append(step_time)
         epochs_run = epoch + 1
+        validated = inputs.validates(epochs_run, last, spec.patience)
+        val_pred, score = validate() if validated else (None, None)
         train_rate = samples / seconds if seconds > 0 else None
         wall = time.perf_counter() - epoch_start
         fold_samples += samples
@@ -348,27 +402,33 @@ def _train_fold(job: _Job, fold: _Fold):
         if peak is not None:
             job.peaks.append(peak)
         event = {"fold": k, "epoch": epochs_run, "epochs": scale.epochs,
-                 "loss": float(np.mean(losses)) if losses else None, "val_score": score,
+                 "loss": float(np.mean(losses)) if losses else None,
                  "train_samples_per_s": train_rate, "wall_samples_per_s": samples / wall if wall > 0 else None,
                  "samples_per_s": train_rate,
                  "step_time_s": float(statistics.median(times)) if times else None,
                  "batch_size": tuning.tuner.batch_size, "compute_batch_size": sampler.batch_size,
                  "optimizer_steps": trainer.optimizer_steps, "gpu_mem_peak_mib": peak,
-                 "gpu_mem_simulated": bool(tuning.memory and tuning.memory.simulated)}
+                 "gpu_mem_simulated": bool(tuning.memory and tuning.memory.simulated), "validated": validated}
+        if validated:
+            event["val_score"] = score
         ctx.report("epoch", event)
-        log.info("%s fold %d epoch %d/%d: loss %.4f, %s %.5f, %.1f train samples/s", spec.name, k, epochs_run,
-                 scale.epochs, event["loss"] or float("nan"), ctx.metric, score, train_rate or float("nan"))
+        log.info("%s fold %d epoch %d/%d: loss %.4f, %s %s, %.1f train samples/s", spec.name, k, epochs_run,
+                 scale.epochs, event["loss"] or float("nan"), ctx.metric,
+                 f"{score:.5f}" if validated else "not validated", train_rate or float("nan"))
+        if not validated:
+            continue
         if best_score is None or job.metric.better(score, best_score):
-            best_score, best_val, since_best = score, val_pred, 0
+            best_score, best_val, best_epoch = score, val_pred, epochs_run
             best_state = {n: t.detach().to("cpu", copy=True) for n, t in trainer.model.state_dict().items()}
             tuning.best = (best_state, best_val, best_score, epochs_run)
             torch.save(best_state, ctx.workdir / f"{spec.name}_fold{k}.pt")
-        else:
-            since_best += 1
-            if since_best >= spec.patience:
-                log.info("%s fold %d: early stop after epoch %d (no better %s for %d epochs)", spec.name, k,
-                         epochs_run, ctx.metric, spec.patience)
-                break
+        elif epochs_run - best_epoch >= spec.patience:
+            log.info("%s fold %d: early stop after epoch %d (no better %s for %d epochs)", spec.name, k,
+                     epochs_run, ctx.metric, spec.patience)
+            break
+    if best_state is None and epochs_run:  # cut by the budget before any validation: the last epoch's model
+        best_val, best_score = validate()
+        best_state = {n: t.detach().to("cpu", copy=True) for n, t in trainer.model.state_dict().items()}
     job.train_rates.append(fold_samples / fold_seconds if fold_seconds > 0 else None)
     wall = time.perf_counter() - fold_start
     job.wall_rates.append(fold_samples / wall if wall > 0 else None)

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from jobs.images import normalize
 from scheduler.policy.autotune import is_oom
 
 WARMUP_FRACTION = 0.1
@@ -90,7 +91,7 @@ class Trainer:
         return min(1.0, (self.samples_seen + self.batch_size) / warm) * 0.5 * (1 + math.cos(math.pi * done))
 
     def _to_device(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.to(self.device, non_blocking=True)
+        x = normalize(x.to(self.device, non_blocking=True))  # uint8 travels; the device converts and normalises
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     def _autocast(self):

@@ -45,7 +45,15 @@ def test_timm_rehearsal_returns_folds_keyed_by_id(comp, tmp_path, few_steps, mon
     assert out.cv_score() is not None
 
     epochs = [d for k, d in events if k == "epoch"]
-    assert [k for k, _ in events] == ["epoch", "fold", "epoch", "fold"]
+    assert [k for k, _ in events if k != "sample"] == ["epoch", "fold", "epoch", "fold"]
+    # a final sample after each fold and at the job's end, whatever the clock: where the wall time went
+    finals = [d for k, d in events if k == "sample" and d.get("final")]
+    assert len(finals) == 3 and events[-1][1].get("job_end")
+    last = finals[-1]
+    assert set(last["time_s"]) == {"setup", "train", "data_wait", "validation", "precise_bn", "prediction", "idle"}
+    assert last["time_s"]["train"] > 0 and last["time_s"]["prediction"] > 0 and last["time_s"]["setup"] > 0
+    assert abs(sum(last["time_s"].values()) - last["wall_s"]) < 0.01 and 0 < last["busy_share"] < 1
+    assert last["train_samples_per_s"] > 0 and last["input_pipeline"]
     assert set(epochs[0]) >= {"fold", "epoch", "epochs", "loss", "val_score", "samples_per_s", "step_time_s",
                               "batch_size", "gpu_mem_peak_mib"}
     assert epochs[0]["batch_size"] == 64 and epochs[0]["compute_batch_size"] == 32

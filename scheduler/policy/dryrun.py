@@ -30,6 +30,7 @@ class DryRun:
     tasks: dict[str, tk.Task] = field(default_factory=dict)
     lanes_why: dict[str, str] = field(default_factory=dict)  # per job: why its folds run side by side, or do not
     speed: object = None  # (model, image size, batch, card) -> timemodel.Speed: the time model, with what was measured
+    images_mib: dict[str, int] = field(default_factory=dict)  # job -> its decoded training images on the card, MiB
 
     def __post_init__(self) -> None:
         if not self.tasks:
@@ -73,6 +74,10 @@ class DryRun:
                 row["estimate_source"] = fig.source
                 row["computed_mib"] = fig.computed_mib
                 row["measured_mib"] = fig.measured_mib
+            if getattr(job, "images_on_device", None) is not None:
+                row["images_on_device"] = job.images_on_device
+            if job.name in self.images_mib:  # counted in estimated_mib and in the share
+                row["images_mib"] = self.images_mib[job.name]
             row["reason"] = a.reason
             rows.append(row)
         return rows
@@ -232,9 +237,26 @@ def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None) -> list[FitJ
     return out
 
 
-def _estimator(plan: Plan, card: str | None = None, measured=None, seen: dict | None = None):
+def _images_on_card(plan: Plan, hardware: hw.Hardware, train_rows: int | None) -> dict[str, int | None]:
+    """Per image job: the MiB of its training images decoded on the card (``policy.inputs``), or None when they
+    stream from the host."""
+    from scheduler.policy import inputs
+
+    smallest = min((d.memory_mib for d in hardware.devices), default=None)
+    out: dict[str, int | None] = {}
+    for job in plan.jobs:
+        if job.kind != "timm":
+            continue
+        keep = inputs.on_device(train_rows, job.image_size, smallest, plan.band[1], job.images_on_device)
+        out[job.name] = inputs.decoded_mib(train_rows, job.image_size) if keep and train_rows else None
+    return out
+
+
+def _estimator(plan: Plan, card: str | None = None, measured=None, seen: dict | None = None,
+               images: dict[str, int | None] | None = None):
     """(job, batch) -> MiB for the fitter: a measured figure of ``card`` when there is one, else the computed one;
-    each answer is kept in ``seen`` as an ``estimate.Figure``."""
+    each answer is kept in ``seen`` as an ``estimate.Figure``. A job's training images kept on the card
+    (``images``, MiB) are added: they are memory its process holds for the whole run."""
     from scheduler.policy.estimate import figure
 
     specs = {j.name: j for j in plan.jobs}
@@ -246,7 +268,7 @@ def _estimator(plan: Plan, card: str | None = None, measured=None, seen: dict | 
             seen[name, batch] = figure(j.model, j.image_size, batch, amp=getattr(j, "amp", True),
                                        optimizer=getattr(j, "optimizer", "adamw"),
                                        channels_last=getattr(j, "channels_last", True), card=card, measured=measured)
-        return seen[name, batch].mib
+        return seen[name, batch].mib + ((images or {}).get(name) or 0)
 
     return est
 
@@ -303,7 +325,8 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     shared = plan.model_copy(update={"jobs": [j for j in plan.jobs if j.name not in whole]})
     seen: dict = {}
     card = hardware.profile if hw.PROFILES.get(hardware.profile) else None
-    est = _estimator(plan, card, measured, seen) if estimated else None
+    images = _images_on_card(shared, hardware, train_rows) if estimated else {}
+    est = _estimator(plan, card, measured, seen, images) if estimated else None
     fitted = fit(_fit_jobs(shared, estimated, train_rows), nodes, plan.band, est)
     chosen = _lanes(shared, fitted, nodes, hardware, lanes, speed)
     tasks = {t.name: t for job in plan.jobs
@@ -328,6 +351,8 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
                 change["lr"] = fitted.lrs[job.name]
         if job.name in fitted.epochs:  # the statistics rule's floor: more epochs rather than a batch of 1 or 2
             change["epochs"] = fitted.epochs[job.name]
+        if job.name in images and job.images_on_device is None and train_rows:  # the job applies the planner's decision
+            change["images_on_device"] = images[job.name] is not None
         updates.append(job.model_copy(update=change) if change else job)
     adjusted = plan.model_copy(update={"jobs": updates})
     warnings: list[str] = list(fitted.warnings)
@@ -338,7 +363,8 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     dry = DryRun(adjusted, hardware, placement, [], declared={j.name: j.resources.gpu_memory for j in plan.jobs},
                  estimated=fitted.estimated_mib, changes=[c.describe() for c in fitted.changes], whole=whole,
                  figures={n: seen[n, fitted.batches[n]] for n in fitted.estimated_mib if (n, fitted.batches[n]) in seen},
-                 tasks=tasks, lanes_why=chosen.why, speed=speed)
+                 tasks=tasks, lanes_why=chosen.why, speed=speed,
+                 images_mib={n: m for n, m in images.items() if m})
     for name, fig in dry.figures.items():
         if fig.measured_mib is not None:
             warnings.append(f"{name}: {fig.mib:,} MiB {fig.source} (computed {fig.computed_mib:,} MiB, "

@@ -1,0 +1,53 @@
+"""Where an image job's training images live while it trains: on the card, or streamed from the host.
+
+Decoded once to uint8 (3·size² bytes an image), a competition's training images usually fit beside the model:
+1,437 digits at 224 px are 207 MiB, 8,000 images 1.1 GiB. There they cost no decoding, no copy and no worker after
+the first pass, and a step never waits for data. They are memory like any other: counted in the job's MiB (each
+task of a job holds its own copy), so the packer sees them. They go on the card when they take at most
+``ON_DEVICE_MAX_SHARE`` of the smallest device's band; else a uint8 pipeline streams them from pinned host memory
+with workers and prefetch sized from the job's cores. The test images, predicted once per fold, always stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+MIB = 1024 * 1024
+ON_DEVICE_MAX_SHARE = 0.25  # of a device's memory up to the band's top
+EVAL_BATCH_FACTOR = 4  # inference keeps no activations for backward: 4× the training batch, halved on OOM
+MAX_WORKERS = 8
+
+
+def decoded_mib(rows: int, image_size: int) -> int:
+    """The MiB of ``rows`` images decoded to uint8 RGB at ``image_size``²."""
+    return math.ceil(rows * 3 * image_size * image_size / MIB)
+
+
+def on_device(rows: int | None, image_size: int, device_mib: int | None, band_high: float,
+              asked: bool | None = None) -> bool:
+    """True when the training images go on the card: ``asked`` (the plan's ``images_on_device``) when given, else
+    when the rows are known and the decoded images take at most ``ON_DEVICE_MAX_SHARE`` of the band."""
+    if asked is not None:
+        return bool(asked)
+    if not rows or not device_mib:
+        return False
+    return decoded_mib(rows, image_size) <= ON_DEVICE_MAX_SHARE * device_mib * band_high
+
+
+def loader_workers(cpus: int) -> tuple[int, int]:
+    """(workers, prefetch per worker) for the host pipeline: one core stays with the training loop."""
+    workers = min(MAX_WORKERS, max(0, cpus - 1))
+    return workers, (4 if workers <= 2 else 2) if workers else 0
+
+
+def validation_every(patience: int) -> int:
+    """Epochs between two validations: early stopping ends a fold after ``patience`` epochs without a better score,
+    and checked every ⌈patience/2⌉ epochs it still ends within ⌈patience/2⌉ − 1 epochs of that; the last epoch is
+    always validated."""
+    return max(1, math.ceil(patience / 2))
+
+
+def validates(epoch: int, epochs: int, patience: int) -> bool:
+    """Whether epoch ``epoch`` (1-based) of ``epochs`` is validated: the last one, and every ``validation_every``
+    counted back from it."""
+    return epoch >= epochs or (epochs - epoch) % validation_every(patience) == 0
