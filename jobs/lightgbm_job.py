@@ -13,6 +13,7 @@ from jobs.data import Competition, split_folds
 from jobs.throughput import ThroughputWindow
 from scheduler.core.scoring import REGRESSION, get as get_metric
 from scheduler.core.plan import LightGBMJob
+from scheduler.core.walltime import Ledger
 
 log = logging.getLogger("gpupack.job")
 SAMPLE_EVERY_S = 3.0  # a throughput sample at most this often, as image jobs send theirs
@@ -74,13 +75,16 @@ def _as_matrix(p: np.ndarray, binary: bool) -> np.ndarray:
 def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
     """K-fold LightGBM: one model per fold for a class or a number; for several targets, one per target and fold
     (a 0/1 target's probability of 1, or a number under rmse/mae), stacked as the targets' columns."""
-    import lightgbm as lgb
+    ledger = Ledger()  # set-up: the matrices and LightGBM's datasets; train: boosting (its validation rounds within)
+    with ledger.phase("setup"):
+        import lightgbm as lgb
 
     if not comp.feature_cols:
         raise ValueError(f"{comp.root / 'train.csv'}: no numeric feature columns for job '{spec.name}'")
     metric = get_metric(ctx.metric)
-    X = comp.train[comp.feature_cols].to_numpy(dtype=np.float32)
-    X_test = comp.test[comp.feature_cols].to_numpy(dtype=np.float32)
+    with ledger.phase("setup"):
+        X = comp.train[comp.feature_cols].to_numpy(dtype=np.float32)
+        X_test = comp.test[comp.feature_cols].to_numpy(dtype=np.float32)
     ids = comp.train_ids
     y = comp.y
     classes = list(comp.classes)
@@ -107,7 +111,7 @@ def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
             out.notes.append(f"folds cut by the budget: {i} of {len(mine)} run")
             break
         t0 = time.perf_counter()
-        window = ThroughputWindow(ctx.report, every_s=SAMPLE_EVERY_S)
+        window = ThroughputWindow(ctx.report, every_s=SAMPLE_EVERY_S, ledger=ledger)
         val_parts, test_parts, iterations, rounds, train_s = [], [], [], 0, 0.0
         try:
             for column, objective in models:
@@ -115,17 +119,22 @@ def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
                 params = {**base, **objective, **spec.params}
                 params.setdefault("verbosity", -1)
                 started = time.perf_counter()
-                train_set = lgb.Dataset(X[tr], target[tr], free_raw_data=True)
-                valid_set = lgb.Dataset(X[va], target[va], reference=train_set)
-                booster = lgb.train(params, train_set, num_boost_round=spec.num_boost_round, valid_sets=[valid_set],
-                                    callbacks=[_stop_callback(ctx), _throughput_callback(window, len(tr), k),
-                                               lgb.early_stopping(spec.early_stopping_rounds, verbose=False)])
+                with ledger.phase("setup"):
+                    train_set = lgb.Dataset(X[tr], target[tr], free_raw_data=True)
+                    valid_set = lgb.Dataset(X[va], target[va], reference=train_set)
+                with ledger.phase("train"):
+                    booster = lgb.train(params, train_set, num_boost_round=spec.num_boost_round,
+                                        valid_sets=[valid_set],
+                                        callbacks=[_stop_callback(ctx), _throughput_callback(window, len(tr), k),
+                                                   lgb.early_stopping(spec.early_stopping_rounds, verbose=False)])
                 train_s += time.perf_counter() - started
                 rounds += booster.current_iteration()
                 best = booster.best_iteration or booster.current_iteration()
                 binary = objective["objective"] == "binary" and column is None
-                val_p = _as_matrix(booster.predict(X[va], num_iteration=best), binary)
-                test_p = _as_matrix(booster.predict(X_test, num_iteration=best), binary)
+                with ledger.phase("validation"):
+                    val_p = _as_matrix(booster.predict(X[va], num_iteration=best), binary)
+                with ledger.phase("prediction"):
+                    test_p = _as_matrix(booster.predict(X_test, num_iteration=best), binary)
                 val_parts.append(val_p)
                 test_parts.append(test_p)
                 iterations.append(best)
@@ -142,7 +151,9 @@ def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
         fold_score = metric.fn(y[va], val_pred)
         ctx.fold_finished(out, FoldOutput(fold=k, val_ids=ids[va], val_pred=val_pred, test_pred=test_pred,
                                           score=fold_score, epochs=best, samples_per_s=rate, val_true=y[va]),
-                          seconds=round(elapsed, 3))
+                          seconds=round(elapsed, 3), **ledger.figures())
+        # a fold shorter than a sample's period still leaves its rate and breakdown (status, the live table)
+        window.final(fold=k, iteration=best, num_threads=base["num_threads"])
         log.info("%s fold %d: %s %.5f at iteration %d (%.1f s)", spec.name, k, ctx.metric, fold_score, best, elapsed)
     threads = {**base, **spec.params}["num_threads"]
     def mean(values):
@@ -151,5 +162,7 @@ def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
 
     out.throughput = {"train_samples_per_s": mean(rates), "wall_samples_per_s": mean(walls),
                       "samples_per_s": mean(rates), "rounds_per_s": mean(round_rates),
-                      "num_threads": threads, "unit": "rows × boosting rounds per second"}
+                      "num_threads": threads, "unit": "rows × boosting rounds per second", **ledger.figures()}
+    ctx.report("sample", {"train_samples_per_s": mean(rates), "wall_samples_per_s": mean(walls),
+                          "samples_per_s": mean(rates), "final": True, "job_end": True, **ledger.figures()})
     return out

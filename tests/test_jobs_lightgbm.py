@@ -47,13 +47,34 @@ def test_lightgbm_reports_its_throughput_as_image_jobs_do(comp, tmp_path, monkey
     assert t["wall_samples_per_s"] <= t["train_samples_per_s"]  # the clock also pays for predicting
     assert t["train_samples_per_s"] == pytest.approx(t["rounds_per_s"] * 718.5, rel=0.01)  # rows × rounds per second
     samples = [d for k, d in events if k == "sample"]
-    assert samples and all(s["train_samples_per_s"] > 0 and s["fold"] in (0, 1) for s in samples)
+    assert samples and all(s["train_samples_per_s"] > 0 and s["fold"] in (0, 1) for s in samples
+                           if not s.get("job_end"))
+
+
+def test_a_job_that_ends_between_two_samples_still_has_its_figures(comp, tmp_path, monkeypatch):
+    """No periodic sample is ever due (option1's LightGBM finished before its first one): the final samples after
+    each fold and at the job's end carry the rates and where the wall time went."""
+    from jobs import lightgbm_job
+
+    monkeypatch.setattr(lightgbm_job, "SAMPLE_EVERY_S", 1e9)
+    events = []
+    run_job(_spec(params={"num_leaves": 7}, num_boost_round=20), comp,
+            JobContext("lgbm", tmp_path, cpus=1, report=lambda kind, data: events.append((kind, data))))
+    samples = [d for k, d in events if k == "sample"]
+    assert [s.get("fold") for s in samples] == [0, 1, None] and all(s["final"] for s in samples)
+    assert samples[-1]["job_end"] and [k for k, _ in events][-1] == "sample"
+    for s in samples:
+        assert s["train_samples_per_s"] > 0 and s["wall_s"] > 0
+        assert s["time_s"]["train"] > 0 and s["time_s"]["setup"] > 0 and s["time_s"]["prediction"] > 0
+        assert 0 < s["busy_share"] <= 1
+    folds = [d for k, d in events if k == "fold"]
+    assert all(f["time_s"]["train"] > 0 for f in folds)
 
 
 def test_lightgbm_stops_between_folds(comp, tmp_path):
     done = []
-    ctx = JobContext("lgbm", tmp_path, cpus=1, report=lambda kind, data: done.append(data),
-                     should_stop=lambda: bool(done))
+    ctx = JobContext("lgbm", tmp_path, cpus=1, report=lambda kind, data: kind == "fold" and done.append(data),
+                     should_stop=lambda: bool(done))  # the first finished fold (not a throughput sample) stops it
     out = run_job(_spec(), comp, ctx)
     assert [f.fold for f in out.folds] == [0]
     assert any("stopped" in n for n in out.notes)

@@ -51,9 +51,13 @@ def _describe(ev: dict) -> str | None:
         return f"{job}: {ev['old']} → {ev['new']}{extra}"
     if kind == "epoch":
         sps = ev.get("train_samples_per_s", ev.get("samples_per_s"))
+        val = ev.get("val_score")  # an epoch early stopping does not need is not validated
+        loss = ev.get("loss")
         return (f"{job}: fold {ev.get('fold', 0) + 1} epoch {ev.get('epoch')}/{ev.get('epochs')} loss "
-                f"{ev.get('loss', float('nan')):.4f} val {ev.get('val_score', float('nan')):.4f}"
+                f"{float('nan') if loss is None else loss:.4f} " + ("not validated" if val is None else f"val {val:.4f}")
                 + (f" {sps:,.0f} train samples/s" if sps else ""))
+    if kind == "sample" and ev.get("job_end") and ev.get("busy_share") is not None:
+        return f"{job}: busy {ev['busy_share']:.0%} of {format_duration(ev.get('wall_s') or 0)}"
     if kind == "fold":
         kept = " (kept from before)" if ev.get("kept") else ""
         return f"{job}: fold {ev.get('fold', 0) + 1} done{kept}, score {ev.get('score', float('nan')):.4f}"

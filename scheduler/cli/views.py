@@ -125,8 +125,10 @@ def run_table(jobs: list[dict], title: str) -> Table:
     colours = {JobState.PENDING: "dim", JobState.RUNNING: "cyan", JobState.SUCCEEDED: "green", JobState.FAILED: "red",
                JobState.CANCELLED: "yellow"}
     t = Table(title=title, title_justify="left")
-    right = ("wave", "memory", "util", "train/s", "left", "score")
-    for col in ("job", "state", "wave", "device", "memory", "util", "train/s", "folds", "epoch", "left", "score"):
+    right = ("wave", "memory", "util", "busy", "train/s", "left", "score")
+    # busy: the share of the task's wall time in training, validation and prediction steps (core.walltime)
+    for col in ("job", "state", "wave", "device", "memory", "util", "busy", "train/s", "folds", "epoch", "left",
+                "score"):
         t.add_column(col, justify="right" if col in right else "left", no_wrap=True,
                      min_width=len(col), overflow="ellipsis" if col == "job" else "fold")
     for j in jobs:
@@ -145,13 +147,15 @@ def run_table(jobs: list[dict], title: str) -> Table:
         else:
             memory = "—"
         util = p.get("gpu_utilization")
+        busy = p.get("busy_share")
         sps = p.get("train_samples_per_s", p.get("samples_per_s"))  # samples/s inside training steps
         left = format_duration(p.get("eta_s")) if j["state"] == JobState.RUNNING and p.get("eta_s") is not None else "—"
         score = j.get("cv_score") if j.get("cv_score") is not None else p.get("val_score", p.get("score"))
         if memory_warning(j):
             memory = f"[bold red]{memory}![/]"
         t.add_row(j["name"], f"[{colours[JobState(j['state'])]}]{j['state'][:9]}[/]", str(j["wave"]), device, memory,
-                  "—" if util is None else f"{util:.0%}", "—" if sps is None else f"{sps:,.0f}", fold_cell,
+                  "—" if util is None else f"{util:.0%}", "—" if busy is None else f"{busy:.0%}",
+                  "—" if sps is None else f"{sps:,.0f}", fold_cell,
                   epoch_cell, left, "—" if score is None else f"{score:.4f}")
     warnings = [w for w in map(memory_warning, jobs) if w]
     if warnings:

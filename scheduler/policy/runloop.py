@@ -23,6 +23,7 @@ from scheduler.policy.runmessages import (  # noqa: F401  (the messages are the 
 
 DeviceKey = tuple[str, int]
 REBALANCE_S = 5.0
+SAMPLE_ONLY = ("time", "final", "job_end", "fold", "epoch", "iteration")  # a sample's own marks, not progress
 
 
 @dataclass
@@ -125,6 +126,10 @@ class RunState:
         return [self._set(ev.job, JobState.RUNNING, attempt=j.attempt)]
 
     def _on_JobReported(self, ev: JobReported) -> list:
+        if ev.kind == "sample":  # the job's own figures, in its progress at once: a job that ends before the monitor
+            j = self.jobs[ev.job]  # looks again (option1's LightGBM) still shows its rates and where its time went
+            j.progress.update({k: v for k, v in ev.fields.items() if v is not None and k not in SAMPLE_ONLY})
+            return [Progress(ev.job, dict(j.progress))]
         if ev.kind not in ("epoch", "fold"):
             return []
         j = self.jobs[ev.job]

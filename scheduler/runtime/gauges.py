@@ -13,6 +13,7 @@ _SPECS = {
     "gpupack_job_gpu_utilization_ratio": "The job's share of SM time, where the driver gives it",
     "gpupack_job_step_time_seconds": "Median training step time",
     "gpupack_job_data_wait_ratio": "Share of wall time a job waits for its next batch",
+    "gpupack_job_busy_ratio": "Share of a task's wall time inside training, validation and prediction steps",
     "gpupack_job_cpu_percent": "CPU use of the job's processes",
     "gpupack_device_memory_used_bytes": "Device memory in use",
     "gpupack_device_utilization_ratio": "Device utilisation",

@@ -104,11 +104,16 @@ class Watcher:
                 "step_time_median_s": rep.get("step_time_median_s"), "step_time_p95_s": rep.get("step_time_p95_s"),
                 "data_wait_share": rep.get("data_wait_share"), "batch_size": rep.get("batch_size"),
                 "gpu_mem_peak_mib": rep.get("gpu_mem_peak_mib"), "gpu_mem_reserved_mib": rep.get("gpu_mem_reserved_mib"),
+                # where the task's wall time went (scheduler.core.walltime), as the job last said
+                "busy_share": rep.get("busy_share"), "wall_s": rep.get("wall_s"), "time_s": rep.get("time_s"),
+                "input_pipeline": rep.get("input_pipeline"),
             }
             figures["advice"] = advise(self.kinds[js.job], Observed(
                 used_mib=rep.get("gpu_mem_peak_mib") or used, share_mib=share, params=rep.get("params"),
                 data_wait_share=rep.get("data_wait_share"), epoch_peaks_mib=view.epoch_peaks,
-                train_samples_per_s=figures["train_samples_per_s"], wall_samples_per_s=figures["wall_samples_per_s"]))
+                train_samples_per_s=figures["train_samples_per_s"], wall_samples_per_s=figures["wall_samples_per_s"],
+                busy_share=rep.get("busy_share"), time_s=rep.get("time_s"), wall_s=rep.get("wall_s"),
+                cpus=a.cpus, input_pipeline=rep.get("input_pipeline")))
             view.last = figures
             self.record.event("telemetry", js.job, device=a.device, **figures)
             out[js.job] = figures
@@ -138,6 +143,7 @@ class Watcher:
         self.gauges.set("gpupack_job_gpu_utilization_ratio", f["gpu_utilization"], plan, job, dev)
         self.gauges.set("gpupack_job_step_time_seconds", f["step_time_median_s"], plan, job, dev)
         self.gauges.set("gpupack_job_data_wait_ratio", f["data_wait_share"], plan, job, dev)
+        self.gauges.set("gpupack_job_busy_ratio", f["busy_share"], plan, job, dev)
         self.gauges.set("gpupack_job_cpu_percent", f["cpu_percent"], plan, job, dev)
 
     def close(self) -> None:

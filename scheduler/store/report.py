@@ -79,6 +79,45 @@ def _memory_table(run_dir: Path, events: list[dict]) -> str:
     return f"<h2>Memory: estimated vs measured</h2><table><tr>{head}</tr>{body}</table>"
 
 
+def time_bars(events: list[dict]) -> str:
+    """Where each job's wall time went, one stacked bar per job (its tasks summed): set-up, train steps, waiting for
+    data, validation, precise BN, prediction, idle, from each task's last figures in ``events`` (``sample`` or
+    ``fold`` events carrying ``wall_s`` and ``time_s``). Plain HTML, nothing drawn: "" when no job said."""
+    from scheduler.core.walltime import LABELS, PHASES, merge, shares
+    from scheduler.policy.tasks import job_of
+
+    colours = {"setup": "#9e9e9e", "train": "#2e7d32", "data_wait": "#c62828", "validation": "#66bb6a",
+               "precise_bn": "#ffb300", "prediction": "#a5d6a7", "idle": "#e0e0e0"}
+    last: dict[str, dict] = {}
+    for e in events:
+        if e["event"] in ("sample", "fold") and e.get("job") and e.get("wall_s") and e.get("time_s"):
+            last[e["job"]] = e
+    by_job: dict[str, list] = defaultdict(list)
+    for task, e in last.items():
+        by_job[job_of(task)].append(e)
+    if not by_job:
+        return ""
+    rows = []
+    for job in sorted(by_job):
+        m = merge(by_job[job])
+        if not m:
+            continue
+        share = shares(m["time_s"], m["wall_s"])
+        parts = "".join(
+            f'<div title="{LABELS[p]}: {share[p]:.1%} ({m["time_s"][p]:,.1f} s)" style="width:{share[p] * 100:.2f}%;'
+            f'background:{colours[p]}"></div>' for p in PHASES if share.get(p))
+        busy = "—" if m["busy_share"] is None else f"{m['busy_share']:.0%}"
+        detail = ", ".join(f"{LABELS[p]} {share[p]:.0%}" for p in PHASES if share.get(p, 0) >= 0.005)
+        rows.append(f"<tr><td>{html.escape(job)}</td><td>{busy}</td><td style='width:60%'><div style='display:flex;"
+                    f"height:16px;border:1px solid #999'>{parts}</div></td><td>{html.escape(detail)} of "
+                    f"{m['wall_s']:,.0f} s</td></tr>")
+    legend = " ".join(f'<span style="background:{colours[p]};padding:0 6px">&nbsp;</span> {LABELS[p]}'
+                      for p in PHASES)
+    return ("<h2>Where the time went</h2><p>Each job's wall time (its tasks summed); busy = train, validation and "
+            f"prediction steps. {legend}</p><table><tr><th>job</th><th>busy</th><th>wall time</th><th>shares</th>"
+            f"</tr>{''.join(rows)}</table>")
+
+
 def _rate(value) -> str:
     return "—" if value is None else f"{value:,.0f}"
 
@@ -219,6 +258,7 @@ Run folder: <code>{html.escape(str(record.dir))}</code></p>
 {gains}
 <img alt="memory and throughput timeline" src="data:image/png;base64,{picture}" style="max-width:100%">
 <h2>Jobs</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{''.join(rows)}</table>
+{time_bars(events)}
 {_memory_table(record.dir, events)}
 </body></html>"""
     out = record.dir / "report.html"
