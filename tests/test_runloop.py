@@ -222,3 +222,23 @@ def test_a_task_that_ended_short_is_started_again_for_its_skipped_folds():
     launch = next(i for i in out if isinstance(i, rl.Launch))
     assert launch.job == "r18" and launch.attempt == 2 and not s.done()
     assert s.jobs["r18"].progress["folds_done"] == 0  # the new attempt reports its kept fold again
+
+
+def test_the_live_table_and_the_final_table_show_a_cut_with_its_reason():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from scheduler.cli.views import run_table, show_summary
+
+    row = {"name": "r18", "kind": "timm", "state": "RUNNING", "wave": 0, "node": "n0", "device": 0,
+           "gpu_memory_mib": 4000, "progress": {"folds": 1, "folds_done": 0, "cut": "folds 5 → 1"}}
+    console = Console(file=StringIO(), width=200)
+    console.print(run_table([row], "run"))
+    assert "0/1 ✂ folds 5 → 1" in console.file.getvalue()
+    console = Console(file=StringIO(), width=200)
+    show_summary({"jobs": [{"name": "r18", "state": "SUCCEEDED", "folds": 1, "cv_score": 0.9, "weight": 1.0,
+                            "cut": ["r18: folds 5 → 1 (estimated finish 120s passes the 90s window)"]}],
+                  "ensemble_cv": 0.9, "ensemble_method": "hill_climb", "notes": [], "submission": "s.csv"}, console)
+    text = console.file.getvalue()
+    assert "1 ✂" in text and "cut by the budget: r18: folds 5 → 1 (estimated finish" in text

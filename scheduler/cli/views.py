@@ -177,7 +177,7 @@ def show_summary(summary: dict, console: Console) -> None:
         cv = "—" if j["cv_score"] is None else f"{j['cv_score']:.4f}"
         folds = str(j["folds"]) + (" ✂" if j.get("cut") else "")
         t.add_row(j["name"], j["state"], folds, count(j.get("rows")), cv, f"{j['weight']:.2f}")
-        cuts += [f"{j['name']}: {c}" for c in j.get("cut") or []]
+        cuts += list(j.get("cut") or [])  # each names its task
     ens = summary["ensemble_cv"]
     t.add_row(f"[bold]ensemble ({summary['ensemble_method']})[/]", "", "", count(summary.get("ensemble_rows")),
               "—" if ens is None else f"[bold]{ens:.4f}[/]", "")
