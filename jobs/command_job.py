@@ -180,6 +180,9 @@ def run(spec: CommandJob, comp: Competition, ctx: JobContext) -> JobOutput:
     pid_file.unlink(missing_ok=True)
     elapsed = time.time() - t0
     ctx.report("log", {"message": f"exit status {code} after {elapsed:.1f} s", "stopped": stopped})
+    # what gpupack knows of a script's time: its wall time; where it went is the script's to say (a GPUPACK sample
+    # line with time_s and busy_share, as gpupack's own jobs send)
+    ctx.report("sample", {"wall_s": round(elapsed, 3), "final": True, "job_end": True})
     if stopped:
         out.notes.append(f"stopped after {elapsed:.0f} s (exit status {code}); reading whatever outputs were written")
     elif code != 0:
