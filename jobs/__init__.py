@@ -7,6 +7,7 @@ modules are imported on demand so that a LightGBM actor never loads torch.
 from __future__ import annotations
 
 import importlib
+import time
 
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 
@@ -21,4 +22,6 @@ def run_job(spec, comp, ctx: JobContext) -> JobOutput:
     except KeyError:
         raise ValueError(f"job '{spec.name}': unknown kind {spec.kind!r}; allowed: {', '.join(_MODULES)}") from None
     ctx.workdir.mkdir(parents=True, exist_ok=True)
+    if ctx.started_at is None:  # the kind's imports (torch and timm: seconds) are the job's set-up
+        ctx.started_at = time.perf_counter()
     return importlib.import_module(module).run(spec, comp, ctx)

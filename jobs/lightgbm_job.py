@@ -75,7 +75,7 @@ def _as_matrix(p: np.ndarray, binary: bool) -> np.ndarray:
 def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
     """K-fold LightGBM: one model per fold for a class or a number; for several targets, one per target and fold
     (a 0/1 target's probability of 1, or a number under rmse/mae), stacked as the targets' columns."""
-    ledger = Ledger()  # set-up: the matrices and LightGBM's datasets; train: boosting (its validation rounds within)
+    ledger = Ledger.since(ctx.started_at)  # set-up: the matrices and LightGBM's datasets; train: boosting (its validation rounds within)
     with ledger.phase("setup"):
         import lightgbm as lgb
 

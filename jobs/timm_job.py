@@ -151,7 +151,7 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
     if not comp.has_images:
         raise ValueError(f"{comp.root}: job '{spec.name}' needs images: train/ and test/ folders of <id>.<ext> "
                          f"files, or a column of paths")
-    ledger = Ledger()
+    ledger = Ledger.since(ctx.started_at)
     with ledger.phase("setup"):
         job = _prepare(spec, comp, ctx, ledger)
     ctx, notes = job.ctx, job.notes

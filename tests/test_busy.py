@@ -54,6 +54,9 @@ def test_the_ledger_splits_wall_time_into_phases_and_idle():
     assert both["wall_s"] == 20.0 and both["busy_share"] == 0.75 and both["time_s"]["train"] == 13.0
     with pytest.raises(ValueError, match="unknown phase"):
         ledger.add("decode", 1.0)
+    clock.now = 4.0
+    early = Ledger.since(1.0, clock)  # begun before the job's imports: that time is set-up
+    assert early.figures()["time_s"]["setup"] == 3.0 and early.figures()["wall_s"] == 3.0
 
 
 def test_advice_says_where_the_rest_of_the_wall_time_went():
@@ -184,3 +187,28 @@ def test_the_live_table_and_the_report_show_where_the_time_went(tmp_path):
     assert html.count("<tr>") == 3  # a header and one bar per job, its tasks summed
     assert "resnet50" in html and "waiting for data 38%" in html and "of 200 s" in html and "train steps 90%" in html
     assert time_bars([{"event": "epoch", "job": "x"}]) == ""
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_images_live_on_the_card_and_count_in_its_memory(comp, tmp_path):
+    """The real path: decoded once onto the card (its allocator holds them beside the step's peak), batches gathered
+    there, every fold finished, the breakdown in the last sample."""
+    assert torch.cuda.is_available()
+    images = ImageSet(comp.train_images, comp.y, 224, uint8=True)
+    before = torch.cuda.memory_allocated()
+    on_card = DeviceImages(images, torch.device("cuda", 0), threads=4)
+    assert on_card.pixels.is_cuda and torch.cuda.memory_allocated() - before >= on_card.nbytes
+    x, y = next(iter(on_card.batches(np.arange(64), ResizableBatchSampler(64, 32, shuffle=True))))
+    assert x.is_cuda and y.is_cuda and normalize(x).dtype == torch.float32 and normalize(x).is_cuda
+    del on_card, x, y
+    torch.cuda.empty_cache()
+    events = []
+    spec = TimmJob(name="r18", kind="timm", model="resnet18", image_size=64, batch_size=64, folds=2, epochs=4,
+                   images_on_device=True)
+    ctx = JobContext("r18", tmp_path, cpus=4, device="cuda", rehearsal=False, gpu_memory_mib=4000,
+                     report=lambda kind, data: events.append((kind, data)))
+    out = run_job(spec, comp, ctx)
+    assert [f.fold for f in out.folds] == [0, 1]
+    last = [d for k, d in events if k == "sample"][-1]
+    assert last["input_pipeline"] == "on the card" and last["job_end"] and 0 < last["busy_share"] <= 1
+    assert last["time_s"]["train"] > 0 and out.throughput["gpu_mem_peak_mib"] >= inputs.decoded_mib(1437, 64)

@@ -30,6 +30,14 @@ class Ledger:
         self.seconds = {p: 0.0 for p in PHASES if p != "idle"}
         self._open: list[list] = []  # [phase, since]
 
+    @classmethod
+    def since(cls, start: float | None, clock: Callable[[], float] = time.perf_counter) -> "Ledger":
+        """A ledger that began at ``start`` (a ``clock()`` reading, e.g. before the job's imports), the time until
+        now counted as set-up."""
+        ledger = cls(clock, start)
+        ledger.add("setup", clock() - ledger.start)
+        return ledger
+
     def add(self, phase: str, seconds: float) -> None:
         if phase not in self.seconds:
             raise ValueError(f"unknown phase {phase!r}; allowed: {', '.join(self.seconds)}")
