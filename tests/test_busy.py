@@ -212,3 +212,45 @@ def test_on_a_gpu_the_images_live_on_the_card_and_count_in_its_memory(comp, tmp_
     last = [d for k, d in events if k == "sample"][-1]
     assert last["input_pipeline"] == "on the card" and last["job_end"] and 0 < last["busy_share"] <= 1
     assert last["time_s"]["train"] > 0 and out.throughput["gpu_mem_peak_mib"] >= inputs.decoded_mib(1437, 64)
+
+
+def test_every_job_kind_leaves_its_breakdown_in_the_record_and_the_report(tmp_path, monkeypatch):
+    """A plan of a timm job, LightGBM and a command, run in process on digits: each task's progress (what
+    ``status --json`` shows) holds its wall time and, where the job can say, its busy share; the events hold the
+    final samples; the report draws a bar per job. LightGBM's folds end long before a periodic sample is due."""
+    import sys
+
+    from conftest import FAKE_TRAIN, TEST_HARDWARE
+    from jobs import lightgbm_job
+    from scheduler.runtime.inprocess import InProcessDriver
+    from scheduler.runtime.runner import RunOptions
+    from scheduler.runtime.submit import submit
+    from scheduler.store import report
+    from scheduler.store.record import RunRecord
+
+    monkeypatch.setattr(timm_job, "REHEARSAL_STEPS_PER_EPOCH", 2)
+    monkeypatch.setattr(timm_job, "REHEARSAL_EPOCHS", 1)
+    monkeypatch.setattr(lightgbm_job, "SAMPLE_EVERY_S", 1e9)
+    jobs = [{"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 20, "resources": {"cpus": 1}},
+            {"name": "cmd", "kind": "command", "command": [sys.executable, FAKE_TRAIN], "folds": 2,
+             "resources": {"cpus": 1, "gpu_memory": "2GB"}},
+            {"name": "tiny", "kind": "timm", "model": "mobilenetv3_small_050", "batch_size": 32, "epochs": 200,
+             "folds": 2, "fold_parallel": False, "resources": {"cpus": 1}}]
+    plan = planmod.from_dict({"name": "t", "hardware": TEST_HARDWARE, "budget": "10m", "jobs": jobs})
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan), train_rows=1437)
+    assert dry.plan.job("tiny").images_on_device is True
+    summary = submit(dry, RunOptions(run_dir=tmp_path / "run", dashboard=False, poll_s=0.2), lambda d: None,
+                     lambda d: None, driver=InProcessDriver)
+    assert {j["name"]: j["state"] for j in summary["jobs"]} == {n: "SUCCEEDED" for n in ("lgbm", "cmd", "tiny")}
+    record = RunRecord.open_existing(tmp_path / "run")
+    progress = {j["name"]: j["progress"] for j in record.jobs()}
+    for name in ("lgbm", "tiny"):
+        p = progress[name]
+        assert 0 < p["busy_share"] <= 1 and p["wall_s"] > 0 and p["time_s"]["train"] > 0, name
+        assert p["train_samples_per_s"] > 0, name
+    assert progress["tiny"]["input_pipeline"] == "on the card"
+    assert progress["cmd"]["wall_s"] > 0 and "busy_share" not in progress["cmd"]  # a script that says nothing
+    ends = {e["job"] for e in record.events() if e["event"] == "sample" and e.get("job_end")}
+    assert ends == {"lgbm", "cmd", "tiny"}
+    page = report.build(tmp_path / "run").read_text()
+    assert "Where the time went" in page and page.count("title=\"train steps") == 2  # lgbm and tiny
