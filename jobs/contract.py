@@ -109,6 +109,11 @@ class JobContext:
     should_stop: Callable[[], bool] = _never  # True once cancelled or past the deadline
     limits: Callable[[], dict] = _no_limits  # the budget's cuts: {"folds": n, "epochs": m}, read at each fold/epoch
     kept_folds: dict[int, FoldOutput] = field(default_factory=dict)  # finished before: an earlier attempt or run
+    folds: tuple[int, ...] | None = None  # the fold indices this task runs (the launch record's); None: all
+
+    def runs_fold(self, k: int) -> bool:
+        """Whether fold ``k`` is this task's: a job split into fold tasks runs only its own."""
+        return self.folds is None or k in self.folds
 
     def fold_limit(self, planned: int) -> int:
         return min(planned, int(self.limits().get("folds", planned)))

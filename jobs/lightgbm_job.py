@@ -97,6 +97,8 @@ def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
     out = JobOutput(job=spec.name, classes=classes, test_ids=comp.test_ids, folds=[], metric=ctx.metric)
     rates, walls, round_rates = [], [], []
     for k, (tr, va) in enumerate(split_folds(strata, spec.folds, ctx.seed)):
+        if not ctx.runs_fold(k):  # another task's fold
+            continue
         if ctx.kept_fold(out, k):  # finished before a restart: its saved predictions come back, it is not rerun
             continue
         if ctx.stop_requested():
