@@ -15,10 +15,11 @@ from typing import Sequence
 from scheduler.execute.launch import LaunchRecord
 
 
-def short(error: BaseException) -> str:
-    """The last line of an error, for a state's reason."""
+def short(error: BaseException, last: bool = True) -> str:
+    """One line of an error, for a state's reason: the last (a Ray error ends with the job's own exception), or the
+    first (a job's own exception starts with what went wrong; a log's tail may follow)."""
     text = str(error).strip().splitlines()
-    return text[-1][:300] if text else type(error).__name__
+    return (text[-1] if last else text[0])[:300] if text else type(error).__name__
 
 
 class ExecuteError(Exception):

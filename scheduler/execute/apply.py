@@ -52,12 +52,13 @@ def sees_cuda(kind: str, threads: int) -> bool:
     return nvml_sees_gpu()
 
 
-def enter_device(record: LaunchRecord) -> None:
-    """The process's device and allocator settings, before anything touches CUDA."""
-    if record.visible_devices is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = record.visible_devices
+def enter_device(visible_devices: str | None, env: dict) -> None:
+    """The process's device and allocator settings (a record's ``visible_devices`` and ``env``), before anything
+    touches CUDA."""
+    if visible_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    os.environ.update(record.env)
+    os.environ.update(env)
 
 
 def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: Callable[[], bool],

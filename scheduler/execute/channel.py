@@ -12,14 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from typing import Callable
 
-PREFIX = "GPUPACK "
-
-
-def event(kind: str, fields: dict) -> dict:
-    return {"time": round(time.time(), 3), "event": kind, **fields}
+from scheduler.core.progress import PREFIX, event, parse  # noqa: F401 -- the form, in core (one copy)
 
 
 def line(kind: str, fields: dict) -> str:
@@ -36,20 +31,6 @@ def _plain(v) -> bool:
     if isinstance(v, dict):
         return all(isinstance(k, str) and _plain(x) for k, x in v.items())
     return False
-
-
-def parse(text: str) -> dict:
-    """One output line as an event: a ``GPUPACK {…}`` line (with an ``event`` key) as it says, else a log line."""
-    text = text.rstrip("\n")
-    if text.startswith(PREFIX):
-        try:
-            ev = json.loads(text[len(PREFIX):])
-        except ValueError:
-            ev = None
-        if isinstance(ev, dict) and isinstance(ev.get("event"), str):
-            ev.setdefault("time", round(time.time(), 3))
-            return ev
-    return event("log", {"line": text})
 
 
 class Buffer:

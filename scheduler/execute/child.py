@@ -26,7 +26,7 @@ def main() -> int:
     from scheduler.execute.launch import ENV, loads
 
     record = loads(os.environ[ENV])
-    apply.enter_device(record)
+    apply.enter_device(record.visible_devices, record.env)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     out_dir = Path(record.output_dir) if record.output_dir else None
@@ -54,7 +54,7 @@ def main() -> int:
     except Exception as e:
         traceback.print_exc()
         sys.stdout.flush()
-        print(line("error", {"reason": short(e)}), flush=True)
+        print(line("error", {"reason": short(e, last=False)}), flush=True)
         return 1
     if os.environ.get("GPUPACK_RESULT"):
         with open(os.environ["GPUPACK_RESULT"], "wb") as f:

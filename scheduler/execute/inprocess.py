@@ -65,7 +65,7 @@ class InProcessHandle(Handle):
                 self._outcome, self.exit_code = ("ok", out), 0
             except Exception as e:
                 self._buffer.report("log", {"line": traceback.format_exc()})
-                self._outcome, self.exit_code = ("failed", FailedJob(short(e), str(e), exit_code=1)), 1
+                self._outcome, self.exit_code = ("failed", FailedJob(short(e, last=False), str(e), exit_code=1)), 1
             finally:
                 self.running = False
         kind, value = self._outcome

@@ -129,7 +129,7 @@ def failure_reason(d: Path, code: int | None) -> str:
         if ev["event"] == "error" and ev.get("reason"):
             return str(ev["reason"])[:300]
         if not last and ev["event"] == "log":
-            last = ev["line"].strip()[:300]
+            last = str(ev.get("line") or ev.get("message") or "").strip()[:300]
     status = "unknown exit status" if code is None else f"exit status {code}"
     return f"{status}: {last}" if last else status
 

@@ -35,11 +35,12 @@ RAY_ERRORS = (ray.exceptions.RayTaskError, ray.exceptions.RayActorError, ray.exc
 class JobActor:
     """Runs one record in its own process and buffers what it reports, for the handle to poll."""
 
-    def __init__(self, record: LaunchRecord):
+    def __init__(self, task: str, visible_devices: str | None, env: dict[str, str]):
         from scheduler.execute.apply import enter_device
 
-        enter_device(record)
-        self.record = record
+        enter_device(visible_devices, env)
+        self.task = task
+        self._deadline: float | None = None
         self._buffer = Buffer()
         self._stop = threading.Event()
         self._limits: dict = {}
@@ -59,14 +60,16 @@ class JobActor:
         self._limits = {**self._limits, **limits}
 
     def _should_stop(self) -> bool:
-        deadline = self.record.deadline
-        return self._stop.is_set() or (deadline is not None and time.time() >= deadline)
+        return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)
 
-    def run(self):
+    def run(self, record: LaunchRecord):
+        """The record travels with ``run``, not the constructor: unpickling its spec loads the plan's schema, and
+        the first poll (the sign the process is up) should not wait for that."""
         from scheduler.execute.apply import run
 
+        self._deadline = record.deadline
         try:
-            return run(self.record, self._buffer.report, self._should_stop, lambda: dict(self._limits))
+            return run(record, self._buffer.report, self._should_stop, lambda: dict(self._limits))
         except BaseException:
             self._buffer.report("log", {"line": traceback.format_exc()})
             raise
@@ -92,7 +95,7 @@ def actor_options(record: LaunchRecord) -> dict:
 class RayHandle(Handle):
     def __init__(self, record: LaunchRecord, actor):
         self.record, self.actor = record, actor
-        self.result_ref = actor.run.remote()
+        self.result_ref = actor.run.remote(record)
         self.poll_ref = actor.poll.remote(0, 0.0)
         self._events: list[dict] = []
         self._answered = False
@@ -166,7 +169,9 @@ class RayExecutor(Executor):
     def submit(self, record: LaunchRecord) -> RayHandle:
         suffix = "" if record.attempt == 1 else f"-retry{record.attempt - 1}"
         name = f"{self.prefix}.{record.task}{suffix}.{os.getpid()}.{time.time_ns() % 10**6}"
-        return RayHandle(record, RemoteJobActor.options(name=name, **actor_options(record)).remote(record))
+        actor = RemoteJobActor.options(name=name, **actor_options(record)).remote(
+            record.task, record.visible_devices, dict(record.env))
+        return RayHandle(record, actor)
 
     def wait(self, handles: Sequence[RayHandle], timeout: float) -> None:
         """Until a poll or a result of ``handles`` answers, or ``timeout``; answered polls are taken."""
