@@ -4,7 +4,6 @@ group), and the plan's driver and the slot service both submitting records throu
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -127,6 +126,32 @@ def test_local_backend_exit_codes_cancel_and_kill(tmp_path, digits, script):
     assert h.exit_code == -9 and e.value.reason
 
 
+class _service:
+    """A service on this machine's logical A100s, served over HTTP, and its client."""
+
+    def __init__(self, tmp_path):
+        from scheduler.service.client import Client
+        from scheduler.service.service import FixedBackend, Service
+        from tests.server_thread import ServerThread
+
+        hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
+        self.svc = Service(hw, tmp_path / "state", backend=FixedBackend(), tick_s=0.2)
+        self.srv = ServerThread(self.svc).start()
+        self.client = Client(self.srv.url, token=self.svc.admin_token)
+
+    def __enter__(self):
+        return self.client
+
+    def __exit__(self, *exc):
+        self.srv.stop()
+        self.svc.close(stop_jobs=True)
+
+
+def _ended(c, job_id: str) -> dict:
+    assert _wait(lambda: c.job_status(job_id)["state"] not in ("PENDING", "RUNNING"), 120)
+    return c.job_status(job_id)
+
+
 class Recording:
     """An executor that records what it was given and hands the work to a real one."""
 
@@ -147,9 +172,6 @@ def test_a_plan_run_and_a_slot_job_go_through_the_same_executor_interface(tmp_pa
     from scheduler.policy import dryrun
     from scheduler.runtime.inprocess import InProcessDriver
     from scheduler.runtime.runner import RunOptions, prepare_folder
-    from scheduler.service.client import Client
-    from scheduler.service.service import FixedBackend, Service
-    from tests.server_thread import ServerThread
 
     plan = from_dict({"name": "p", "hardware": {"profile": "A100-40GB"}, "budget": "5m",
                       "jobs": [{"kind": "lightgbm", "name": "g", "folds": 2, "num_boost_round": 5}]})
@@ -165,51 +187,27 @@ def test_a_plan_run_and_a_slot_job_go_through_the_same_executor_interface(tmp_pa
     submitted = []
     real = local.LocalExecutor.submit
     monkeypatch.setattr(local.LocalExecutor, "submit", lambda self, r: submitted.append(r) or real(self, r))
-    hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
-    svc = Service(hw, tmp_path / "state", backend=FixedBackend(), tick_s=0.2)
-    srv = ServerThread(svc).start()
-    try:
-        c = Client(srv.url, token=svc.admin_token)
+    with _service(tmp_path) as c:
         slot = c.request_slot(gpu_memory="4GB", minutes=10)
         job = c.submit_job(slot["slot_id"], job={"kind": "command", "name": "c", "command": ["true"],
                                                  "resources": {"gpu_memory": "2GB"}}, data="iris")
-        assert _wait(lambda: c.job_status(job["job_id"])["state"] not in ("PENDING", "RUNNING"), 120)
-        st = c.job_status(job["job_id"])
+        st = _ended(c, job["job_id"])
         # the slot spec job that declared gpu_memory: 2GB runs (it used to fail re-validating 2048), as a record
         assert [type(r) for r in submitted] == [LaunchRecord] and submitted[0].spec.resources.gpu_memory == 2048
         assert submitted[0].gpu_memory_mib == 4096 and submitted[0].output_dir
         assert st["exit_code"] == 3 and st["state"] == "FAILED"  # `true` leaves no predictions: no fold finished
         assert st["reason"]  # a failed job says why
-        ok = c.submit_job(slot["slot_id"], job={"kind": "lightgbm", "name": "g", "folds": 2, "num_boost_round": 5,
-                                                "resources": {"cpus": 1}}, data="iris")
-        assert _wait(lambda: c.job_status(ok["job_id"])["state"] not in ("PENDING", "RUNNING"), 120)
-        assert c.job_status(ok["job_id"])["state"] == "SUCCEEDED"
-    finally:
-        srv.stop()
-        svc.close(stop_jobs=True)
 
 
 def test_a_slot_spec_job_with_gpu_memory_succeeds(tmp_path):
-    from scheduler.service.client import Client
-    from scheduler.service.service import FixedBackend, Service
-    from tests.server_thread import ServerThread
-
     script = tmp_path / "w.py"
     script.write_text(SCRIPT)
-    hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
-    svc = Service(hw, tmp_path / "state", backend=FixedBackend(), tick_s=0.2)
-    srv = ServerThread(svc).start()
-    try:
-        c = Client(srv.url, token=svc.admin_token)
+    with _service(tmp_path) as c:
         slot = c.request_slot(gpu_memory="4GB", minutes=10)
         job = c.submit_job(slot["slot_id"], job={"kind": "command", "name": "w", "folds": 1,
                                                  "command": [sys.executable, str(script)],
                                                  "resources": {"gpu_memory": "2GB"}}, data="digits")
-        assert _wait(lambda: c.job_status(job["job_id"])["state"] not in ("PENDING", "RUNNING"), 120)
-        st = c.job_status(job["job_id"])
+        st = _ended(c, job["job_id"])
         assert st["state"] == "SUCCEEDED", c.job_logs(job["job_id"])["text"]
         assert st["reason"] is None and st["outputs"]["oof"]
         assert '"event": "epoch"' in c.job_logs(job["job_id"])["text"]  # its progress, in the one form
-    finally:
-        srv.stop()
-        svc.close(stop_jobs=True)
