@@ -29,6 +29,7 @@ from scheduler.execute.launch import LaunchRecord
 from scheduler.execute.resources import memory_resource, node_resource
 
 LONG_POLL_S = 1.0
+FIRST_POLL_S = 2.0  # how long ``run`` waits for the first poll before it starts the job regardless
 RAY_ERRORS = (ray.exceptions.RayTaskError, ray.exceptions.RayActorError, ray.exceptions.ActorDiedError)
 
 
@@ -42,6 +43,7 @@ class JobActor:
         self.task = task
         self._deadline: float | None = None
         self._buffer = Buffer()
+        self._answered = threading.Event()  # the first poll has answered: the process is known to be up
         self._stop = threading.Event()
         self._limits: dict = {}
 
@@ -51,7 +53,10 @@ class JobActor:
                 "node_id": ray.get_runtime_context().get_node_id()}
 
     def poll(self, since: int, wait_s: float = 0.0) -> list[dict]:
-        return self._buffer.since(since, wait_s)
+        try:
+            return self._buffer.since(since, wait_s)
+        finally:
+            self._answered.set()
 
     def cancel(self) -> None:
         self._stop.set()
@@ -65,6 +70,7 @@ class JobActor:
     def run(self, record: LaunchRecord):
         """The record travels with ``run``, not the constructor: unpickling its spec loads the plan's schema, and
         the first poll (the sign the process is up) should not wait for that."""
+        self._answered.wait(FIRST_POLL_S)  # the job's imports (torch, sklearn) hold the GIL: answer first
         from scheduler.execute.apply import run
 
         self._deadline = record.deadline
