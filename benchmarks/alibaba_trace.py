@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.core.hardware import Device, Node  # noqa: E402
 from scheduler.policy.packing import Demand, l2_lower_bound, pack  # noqa: E402
-from scheduler.policy.packing_exact import arc_flow  # noqa: E402
+from scheduler.policy.arcflow import arc_flow  # noqa: E402
 from scheduler.policy.placement_online import (FragmentationCache, Shape, WorkloadLearner, best_node,  # noqa: E402
                                               evaluate_node, room_after, workload_of)
 from benchmarks.gorand import Rand  # noqa: E402
@@ -72,7 +72,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def arc_flow_optimum(sizes: list[int], capacity: int, seconds: float) -> tuple[int | None, float, str]:
-    """Fewest bins by Valerio de Carvalho's arc-flow model (scheduler.policy.packing_exact, HiGHS through SciPy)."""
+    """Fewest bins by Valerio de Carvalho's arc-flow model (scheduler.policy.arcflow, HiGHS through SciPy)."""
     start = time.perf_counter()
     bins = arc_flow(sizes, capacity, seconds=seconds)
     took = time.perf_counter() - start

@@ -109,14 +109,17 @@ class JobContext:
     should_stop: Callable[[], bool] = _never  # True once cancelled or past the deadline
     limits: Callable[[], dict] = _no_limits  # the budget's cuts: {"folds": n, "epochs": m}, read at each fold/epoch
     kept_folds: dict[int, FoldOutput] = field(default_factory=dict)  # finished before: an earlier attempt or run
-    folds: tuple[int, ...] | None = None  # the fold indices this task runs (the launch record's); None: all
-
-    def runs_fold(self, k: int) -> bool:
-        """Whether fold ``k`` is this task's: a job split into fold tasks runs only its own."""
-        return self.folds is None or k in self.folds
+    folds: tuple[int, ...] | None = None  # the folds this task runs (one lane of the job's); None: all of them
 
     def fold_limit(self, planned: int) -> int:
         return min(planned, int(self.limits().get("folds", planned)))
+
+    def my_folds(self, splits: list) -> list[tuple[int, int, tuple]]:
+        """(position among this task's folds, fold number, (train rows, validation rows)) of the folds this task runs:
+        every fold of the job's split, or its lane's. The split is the job's whole, so fold k is the same rows in
+        whichever task runs it."""
+        mine = [(k, split) for k, split in enumerate(splits) if self.folds is None or k in self.folds]
+        return [(i, k, split) for i, (k, split) in enumerate(mine)]
 
     def epoch_limit(self, planned: int) -> int:
         return min(planned, int(self.limits().get("epochs", planned)))

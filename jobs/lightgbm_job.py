@@ -96,16 +96,15 @@ def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
 
     out = JobOutput(job=spec.name, classes=classes, test_ids=comp.test_ids, folds=[], metric=ctx.metric)
     rates, walls, round_rates = [], [], []
-    for k, (tr, va) in enumerate(split_folds(strata, spec.folds, ctx.seed)):
-        if not ctx.runs_fold(k):  # another task's fold
-            continue
+    mine = ctx.my_folds(split_folds(strata, spec.folds, ctx.seed))
+    for i, k, (tr, va) in mine:
         if ctx.kept_fold(out, k):  # finished before a restart: its saved predictions come back, it is not rerun
             continue
         if ctx.stop_requested():
-            out.notes.append(f"stopped before fold {k}: {len(out.folds)} of {spec.folds} folds finished")
+            out.notes.append(f"stopped before fold {k}: {len(out.folds)} of {len(mine)} folds finished")
             break
-        if k >= ctx.fold_limit(spec.folds):
-            out.notes.append(f"folds cut by the budget: {k} of {spec.folds} run")
+        if i >= ctx.fold_limit(len(mine)):
+            out.notes.append(f"folds cut by the budget: {i} of {len(mine)} run")
             break
         t0 = time.perf_counter()
         window = ThroughputWindow(ctx.report, every_s=SAMPLE_EVERY_S)

@@ -133,22 +133,21 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
     y, ids = comp.y, comp.train_ids
     out = JobOutput(job=spec.name, classes=list(comp.classes), test_ids=comp.test_ids, folds=[], metric=ctx.metric,
                     notes=notes)
-    for k, (tr, va) in enumerate(split_folds(y, spec.folds, ctx.seed)):
-        if not ctx.runs_fold(k):  # another task's fold
-            continue
+    mine = ctx.my_folds(split_folds(y, spec.folds, ctx.seed))
+    for i, k, (tr, va) in mine:
         if ctx.kept_fold(out, k):  # finished before a restart: its saved predictions come back, it is not rerun
             continue
         if ctx.stop_requested():
-            notes.append(f"stopped before fold {k}: {len(out.folds)} of {spec.folds} folds finished")
+            notes.append(f"stopped before fold {k}: {len(out.folds)} of {len(mine)} folds finished")
             break
-        if k >= ctx.fold_limit(spec.folds):
-            notes.append(f"folds cut by the budget: {k} of {spec.folds} run")
+        if i >= ctx.fold_limit(len(mine)):
+            notes.append(f"folds cut by the budget: {i} of {len(mine)} run")
             break
         fold = _new_fold(job, k, tr, va, y)
         try:
             best_state, best_val, best_score, epochs_run, fold_rate = _train_fold(job, fold)
         except Stopped:
-            notes.append(f"stopped during fold {k}: {len(out.folds)} of {spec.folds} folds finished")
+            notes.append(f"stopped during fold {k}: {len(out.folds)} of {len(mine)} folds finished")
             if not out.folds and fold.tuning.best is not None:  # nothing finished: the fold's best epoch, last resort
                 state, val, score, epochs = fold.tuning.best
                 fold.trainer.model.load_state_dict(state)

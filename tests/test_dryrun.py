@@ -90,9 +90,10 @@ def test_option2_packs_three_b3_together_at_a_smaller_batch():
     assert not any("statistics" in c for c in body["changes"])
 
 
-def test_option1_on_digits_caps_batches_for_statistics_and_says_what_room_is_left(run_cli):
+def test_option1_on_digits_caps_batches_for_statistics_and_fills_the_band_with_folds(run_cli):
     """The seeds' batches leave a 958-row fold 32 and 40 optimizer steps over 8 epochs (models at chance on a GPU):
-    the fitter caps both, with the numbers, and says how much of the card is left for more jobs or folds."""
+    the fitter caps both, with the numbers, and the room it frees is filled with the jobs' folds side by side: the
+    first wave inside 70–90 % of the card, every image task keeping ≥ 150 optimizer steps."""
     code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json", "--hardware", "A100-40GB")
     assert code == 0, err
     body = json.loads(out)
@@ -108,10 +109,18 @@ def test_option1_on_digits_caps_batches_for_statistics_and_says_what_room_is_lef
         assert f"batch {seed_batch} → {batch}" in change and "958 training rows per fold × 8 epochs" in change
         assert f"{optimizer_steps(rows, seed_batch, 8)} optimizer steps at batch {seed_batch}" in change
     dev = body["devices"][0]
-    assert dev["room_mib"] == int(40960 * 0.9) - dev["used_mib"] > 20_000
-    assert any("room for more work" in w and f"{dev['room_mib']:,} MiB" in w for w in body["warnings"])
+    assert dev["wave"] == 0 and dev["in_band"] and 0.70 <= dev["share"] <= 0.90
+    assert dev["room_mib"] == int(40960 * 0.9) - dev["used_mib"]
+    assert not any("room for more work" in w for w in body["warnings"])
+    image_tasks = [t for t in body["tasks"] if t["job"] in ("resnet50", "effnet_b4")]
+    assert sorted(dev["tasks"]) == sorted(t["task"] for t in image_tasks) and len(image_tasks) == 6
+    for t in image_tasks:  # one fold each, side by side, each at the capped batch: ≥ 150 steps per task
+        assert len(t["folds"]) == 1 and t["wave"] == 0
+        assert optimizer_steps(rows, jobs[t["job"]]["batch_size"], 8) >= MIN_OPTIMIZER_STEPS
+    assert sorted(k for t in image_tasks if t["job"] == "resnet50" for k in t["folds"]) == [0, 1, 2]
+    assert "side by side" in jobs["resnet50"]["lanes_why"] and dev["packing_gain"]["gain"] >= 1.0
     code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--hardware", "A100-40GB")
-    assert "batch lowered for statistics" in " ".join(out.split())
+    assert "batch lowered for statistics" in " ".join(out.split()) and "resnet50/f2" in out
 
 
 def test_whole_device_jobs_are_placed_beside_the_shared_ones(run_cli, tmp_path):

@@ -26,7 +26,6 @@ ALLOWED = {
     "cli": {"core", "policy", "jobs", "store", "execute", "runtime", "service", "cli"},
 }
 LAYERS = ("core", "policy", "runtime", "store", "execute", "service", "cli")
-MAX_MODULE_LINES = 400
 
 
 def layer_of(module: str) -> str | None:
@@ -95,13 +94,12 @@ def test_core_and_policy_never_touch_ray(layer):
 MAX_POSITIONAL = 6
 
 
-def test_modules_stay_small_and_calls_readable():
-    """No module over ~400 lines; no function taking more than six positional parameters (the rest, if any, are
-    keyword-only options with defaults, or a small object such as ``advice.Observed`` or ``ledger.Learned``)."""
+def test_calls_stay_readable():
+    """No function takes more than six positional parameters (the rest, if any, are keyword-only options with
+    defaults, or a small object such as ``advice.Observed`` or ``ledger.Learned``). A module's length is not capped:
+    a module holds one idea, however long that is."""
     for path in modules():
-        src = path.read_text()
-        assert src.count("\n") <= MAX_MODULE_LINES, f"{module_name(path)}: {src.count(chr(10))} lines"
-        for node in ast.walk(ast.parse(src)):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 a = node.args
                 positional = [x.arg for x in a.posonlyargs + a.args if x.arg not in ("self", "cls")]

@@ -5,7 +5,7 @@ import random
 
 from scheduler.core.hardware import Device, Node
 from scheduler.policy.packing import Demand, pack
-from scheduler.policy.packing_exact import arc_flow, fullest_of_two_waves
+from scheduler.policy.arcflow import arc_flow, fullest_of_two_waves
 
 
 def brute_force_bins(sizes, capacity):

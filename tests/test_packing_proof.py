@@ -10,7 +10,7 @@ from test_packing import assert_valid, brute_force
 
 from scheduler.core.hardware import Device, Node, from_profile
 from scheduler.policy.packing import MAX_SEARCH_JOBS, Demand, pack
-from scheduler.policy.packing_exact import arc_flow
+from scheduler.policy.arcflow import arc_flow
 
 BAND = (0.70, 0.90)
 

@@ -1,6 +1,6 @@
-"""The wave-by-wave proof (packing_waves): the same optimum as brute force and as the branch and bound on small
-plans (mixed devices, cores that bind, CPU-only jobs), the whole objective proven on plans of 40 jobs, and a fall
-back to the branch and bound when its steps run out."""
+"""The wave-by-wave proof (``packing.solve_by_waves``): the same optimum as brute force and as the branch and bound
+on small plans (mixed devices, cores that bind, CPU-only jobs), the whole objective proven on plans of 40 jobs, and
+a fall back to the branch and bound when its steps run out."""
 
 import math
 import random
@@ -9,10 +9,7 @@ import pytest
 from test_packing import assert_valid, brute_force
 
 from scheduler.core.hardware import Device, Node, from_profile
-from scheduler.policy.packing import Demand, Placement, pack
-from scheduler.policy.packing_model import Cluster, Items
-from scheduler.policy.packing_search import OutOfSteps, Search
-from scheduler.policy.packing_waves import solve
+from scheduler.policy.packing import Cluster, Demand, Items, OutOfSteps, Placement, Search, pack, solve_by_waves
 
 BAND = (0.70, 0.90)
 
@@ -72,7 +69,7 @@ def test_it_agrees_with_the_branch_and_bound_on_plans_of_twelve_jobs():
             waves = pack(demands, nodes, BAND).waves
             seed = Search(cl, it, waves, [10**8]).feasible()
         by_search = Search(cl, it, waves, [10**8]).optimise(seed)
-        by_waves = solve(cl, it, waves, demands, [10**8])
+        by_waves = solve_by_waves(cl, it, waves, demands, [10**8])
         assert _key(cl, it, by_search, waves) == _key(cl, it, by_waves, waves)
 
 
@@ -110,7 +107,7 @@ def test_running_out_of_steps_falls_back_to_the_branch_and_bound():
     cl, it = Cluster(tuple(nodes), BAND), Items(demands)
     waves = pack(demands, nodes, BAND, search_steps=0).waves
     with pytest.raises(OutOfSteps):
-        solve(cl, it, waves, demands, [1000])
+        solve_by_waves(cl, it, waves, demands, [1000])
     p = pack(demands, nodes, BAND, search_steps=100)  # both run out: the best found answers, unproven
     assert_valid(p, demands)
     assert not p.exact and "not proven" in p.how

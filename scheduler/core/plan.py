@@ -78,6 +78,7 @@ class TimmJob(_JobBase):
     image_size: int = Field(default=224, gt=0, le=4096)
     batch_size: int | Literal["auto"] = 64
     fixed_batch: bool = False  # keep this batch; wait for a later wave rather than shrink
+    fold_parallel: bool = True  # folds side by side where the band has room (policy.tasks); false: one after another
     epochs: int = Field(default=10, ge=1, le=10_000)
     lr: float = Field(default=1e-3, gt=0)
     optimizer: Literal["adamw", "sgd"] = "adamw"

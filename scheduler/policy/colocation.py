@@ -140,21 +140,24 @@ def shared(speeds: list[Speed], card: str) -> dict:
 
 
 def modelled_epoch_s(plan, assignments, *, card: str, rows: int, test_rows: int,
-                     speed: Callable[[str, int, int, str], Speed | None]) -> dict[str, float]:
-    """Seconds per epoch of each timm job of ``plan`` as placed (``assignments``), from the time model and slowed by
-    the jobs that share its device and wave: the budget's estimate of a job's finish before an epoch is measured."""
+                     speed: Callable[[str, int, int, str], Speed | None],
+                     job_of: Callable[[str], str] = lambda unit: unit) -> dict[str, float]:
+    """Seconds per epoch of each timm task of ``plan`` as placed (``assignments``, by unit: a job, or one lane of its
+    folds, whose job ``job_of`` names), from the time model and slowed by the tasks that share its device and wave:
+    the budget's estimate of a task's finish before an epoch is measured."""
     speeds: dict[str, Speed] = {}
-    for job in plan.jobs:
+    for a in assignments:
+        job = plan.job(job_of(a.job))
         if job.kind == "timm" and isinstance(job.batch_size, int):
             sp = speed(job.model, job.image_size, job.batch_size, card)
             if sp is not None:
-                speeds[job.name] = sp
+                speeds[a.job] = sp
     where = {a.job: (a.wave, a.node, a.device) for a in assignments}
     out = {}
     for name, sp in speeds.items():
         mates = [speeds[n] for n in speeds if where.get(n) == where.get(name)]
         slowdown = shared(mates, card)["slowdown"]
-        job = plan.job(name)
+        job = plan.job(job_of(name))
         w = timemodel.work_for(rows, test_rows, folds=job.folds, epochs=job.epochs, batch=sp.batch)
         out[name] = round(timemodel.epoch_s(sp, w, slowdown), 3)
     return out

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 from scheduler.core import hardware as hw
 from scheduler.core.errors import UserError
-from scheduler.policy.fit import FitJob, fit
-from scheduler.policy.packing import Assignment, Placement
+from scheduler.policy import tasks as tk
+from scheduler.policy.fit import SEARCH_STEPS, FitJob, fit
+from scheduler.policy.packing import Assignment, Demand, Placement, pack
 from scheduler.core.plan import Plan
 
 
@@ -25,11 +26,27 @@ class DryRun:
     whole: dict[str, tuple[str, list[int]]] = field(default_factory=dict)  # multi-GPU jobs: node, device indices
     data: dict | None = None  # the competition, checked: rows, the submission's form and why (datasource.inspect)
     figures: dict = field(default_factory=dict)  # job -> estimate.Figure at the packed batch: computed or measured
+    # the units the placement holds (``policy.tasks``): task name -> Task; a job run whole is one task of its name
+    tasks: dict[str, tk.Task] = field(default_factory=dict)
+    lanes_why: dict[str, str] = field(default_factory=dict)  # per job: why its folds run side by side, or do not
+    speed: object = None  # (model, image size, batch, card) -> timemodel.Speed: the time model, with what was measured
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            self.tasks = {j.name: tk.Task(j.name, j.name, None) for j in self.plan.jobs}
+
+    def tasks_of(self, job: str) -> list[tk.Task]:
+        return [t for t in self.tasks.values() if t.job == job]
+
+    def spec(self, task: str):
+        """The (fitted) job spec a task runs."""
+        return self.plan.job(self.tasks[task].job if task in self.tasks else tk.job_of(task))
 
     def job_rows(self) -> list[dict]:
         rows = []
         for job in self.plan.jobs:
-            a = self.placement.of(job.name)
+            mine = [self.placement.of(t.name) for t in self.tasks_of(job.name)]
+            a = min(mine, key=lambda x: x.wave)
             row = {
                 "name": job.name,
                 "kind": job.kind,
@@ -37,8 +54,12 @@ class DryRun:
                 "node": a.node,
                 "device": a.device,
                 "gpu_memory_mib": a.gpu_memory_mib,
-                "cpus": a.cpus,
+                "cpus": sum(x.cpus for x in mine if x.wave == a.wave),
+                "tasks": [x.job for x in mine],
+                "lanes": len(mine),
             }
+            if job.name in self.lanes_why:
+                row["lanes_why"] = self.lanes_why[job.name]
             if getattr(job, "batch_size", None) is not None:
                 row["batch_size"] = job.batch_size
             if getattr(job, "lr", None) is not None and job.kind == "timm":
@@ -56,13 +77,19 @@ class DryRun:
             rows.append(row)
         return rows
 
-    def expected_gain(self, names: list[str]) -> dict | None:
-        """The packing gain measured for these models sharing a card (``packgain``), or None for one job."""
-        from scheduler.policy import packgain
+    def task_rows(self) -> list[dict]:
+        """One row per task: where it goes, its share and cores, and the folds it runs."""
+        rows = []
+        for a in self.placement.assignments:
+            t = self.tasks[a.job]
+            rows.append({**t.to_json(), "wave": a.wave, "node": a.node, "device": a.device,
+                         "gpu_memory_mib": a.gpu_memory_mib, "cpus": a.cpus, "reason": a.reason})
+        return rows
 
-        jobs = [(j.model, j.batch_size) for j in (self.plan.job(n) for n in names)
-                if getattr(j, "model", None) and isinstance(getattr(j, "batch_size", None), int)]
-        return packgain.expected(jobs)
+    def expected_gain(self, names: list[str]) -> dict | None:
+        """The packing gain expected for these tasks sharing a card (``colocation.shared``: measured for these
+        models, else modelled), or None for one task."""
+        return expected_gain([self.spec(n) for n in names], self.hardware.profile, self.speed)
 
     def device_rows(self) -> list[dict]:
         """One row per (wave, device) that holds a job, with its load against the band."""
@@ -81,12 +108,19 @@ class DryRun:
                 share = load / dev.memory_mib
                 rows.append({
                     "wave": wave, "node": dev.node, "device": dev.index, "memory_mib": dev.memory_mib,
-                    "jobs": [a.job for a in jobs], "used_mib": load, "share": round(share, 4),
+                    "jobs": list(dict.fromkeys(self.tasks[a.job].job for a in jobs)),
+                    "tasks": [a.job for a in jobs], "used_mib": load, "share": round(share, 4),
                     "in_band": low <= share <= high + 1e-9,
                     "room_mib": max(0, int(dev.memory_mib * high) - load),  # free under the band's top
                     "packing_gain": self.expected_gain([a.job for a in jobs]),
+                    "why": self._device_why([a.job for a in jobs]),
                 })
         return rows
+
+    def _device_why(self, names: list[str]) -> str:
+        """Why a device holds what it holds: the lanes of its jobs that run folds side by side."""
+        jobs = list(dict.fromkeys(self.tasks[n].job for n in names))
+        return "; ".join(f"{j}: {self.lanes_why[j]}" for j in jobs if j in self.lanes_why)
 
     def to_json(self) -> dict:
         low, high = self.plan.band
@@ -99,11 +133,67 @@ class DryRun:
             "waves_exact": self.placement.waves_exact,
             "packing": self.placement.how,
             "jobs": self.job_rows(),
+            "tasks": self.task_rows(),
             "devices": self.device_rows(),
             "changes": list(self.changes),
             "warnings": list(self.warnings),
             **({"data": self.data} if self.data is not None else {}),
         }
+
+
+def expected_gain(specs: list, card: str, speed=None) -> dict | None:
+    """{"gain", "source"} for these jobs' tasks sharing one card of ``card``: a gain measured for these models on
+    this card, else the time model's (``colocation.shared``; ``speed`` is the time model corrected by the speeds runs
+    measured, ``store.advising.speed``, so a run's own throughput informs the next plan); else the nearest measured
+    set of the same models on any card (``packgain``). None for fewer than two tasks."""
+    from scheduler.policy import colocation, packgain, timemodel
+
+    if len(specs) < 2:
+        return None
+    pairs = [(s.model, s.batch_size) for s in specs
+             if getattr(s, "model", None) and isinstance(getattr(s, "batch_size", None), int)]
+    if len(pairs) < 2:
+        return None
+    try:
+        model_speed = speed or (lambda m, size, b, c: timemodel.speed(m, size, b, card=c))
+        speeds = [model_speed(s.model, getattr(s, "image_size", 224), s.batch_size, card)
+                  for s in specs if getattr(s, "model", None) and isinstance(getattr(s, "batch_size", None), int)]
+    except Exception:  # noqa: BLE001 -- no time model here (its benchmark table is absent): the measured sets
+        speeds = [None]
+    if None not in speeds and card in hw.PROFILES:
+        found = colocation.shared(speeds, card)
+        return {"gain": found["gain"], "source": found["source"]}
+    return packgain.expected(pairs)
+
+
+def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, int] | None, speed=None) -> tk.Lanes:
+    """How many of each job's folds run side by side (``tasks.fold_lanes``), packed as the fitter packs."""
+    from scheduler.policy.colocation import LARGE_CARDS
+
+    band = plan.band
+    jobs = []
+    for job in plan.jobs:
+        batch = fitted.batches.get(job.name)
+        jobs.append(tk.LaneJob(job.name, job.folds, fitted.memory_mib[job.name], job.resources.cpus,
+                               splittable=(job.kind == "timm" and getattr(job, "fold_parallel", True)
+                                           and fitted.memory_mib[job.name] > 0),
+                               model=getattr(job, "model", None), batch=batch if isinstance(batch, int) else None))
+
+    def pack_units(units):
+        p = pack([Demand(n, mib, cpus) for n, mib, cpus in units], nodes, band, search_steps=SEARCH_STEPS,
+                 prove_waves=False, whole_objective=False)
+        return p.waves, {a.job: (a.wave, a.node, a.device) for a in p.assignments}
+
+    specs = {j.name: j for j in plan.jobs}
+
+    def gain(names: list[str]) -> float | None:
+        found = expected_gain([specs[n].model_copy(update={"batch_size": fitted.batches[n]}) for n in names],
+                              hardware.profile, speed)
+        return None if not found else found.get("gain")
+
+    size = {(d.node, d.index): int(d.memory_mib * band[1]) for n in nodes for d in n.devices}
+    return tk.fold_lanes(jobs, pack_units, gain, room_mib=lambda node, dev: size.get((node, dev), 0),
+                         large_card=hardware.profile in LARGE_CARDS, fixed=fixed)
 
 
 def resolve_hardware(plan: Plan, override: str | None = None) -> hw.Hardware:
@@ -182,7 +272,8 @@ def _whole_devices(plan: Plan, hardware: hw.Hardware, band_high: float):
     return whole, nodes
 
 
-def _with_whole(placement: Placement, whole: dict, hardware: hw.Hardware, plan: Plan) -> Placement:
+def _with_whole(placement: Placement, whole: dict, hardware: hw.Hardware, plan: Plan,
+                order: dict[str, int]) -> Placement:
     """The packer's placement of the shared jobs, with the whole-device jobs added in wave 0."""
     if not whole:
         return placement
@@ -192,14 +283,13 @@ def _with_whole(placement: Placement, whole: dict, hardware: hw.Hardware, plan: 
         mib = sum(int(d.memory_mib * plan.band[1]) for d in devs)
         extra.append(Assignment(name, 0, node, indices[0], mib, plan.job(name).resources.cpus,
                                 f"{len(indices)} whole devices on {node} ({', '.join(map(str, indices))}), held for the run"))
-    order = {j.name: i for i, j in enumerate(plan.jobs)}
     assignments = sorted(list(placement.assignments) + extra, key=lambda a: order[a.job])
     return dataclasses.replace(placement, assignments=tuple(assignments), devices=hardware.devices,
                                nodes=hardware.nodes)
 
 
 def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_rows: int | None = None, *,
-            measured=None) -> DryRun:
+            measured=None, lanes: dict[str, int] | None = None, speed=None) -> DryRun:
     """Estimate, fit into the band and pack ``plan`` onto ``hardware``; collect what a person should know first.
 
     ``estimated=False`` packs the plan's own ``gpu_memory`` figures as written (``--trust-plan-memory``).
@@ -215,7 +305,20 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     card = hardware.profile if hw.PROFILES.get(hardware.profile) else None
     est = _estimator(plan, card, measured, seen) if estimated else None
     fitted = fit(_fit_jobs(shared, estimated, train_rows), nodes, plan.band, est)
-    placement = _with_whole(fitted.placement, whole, hardware, plan)
+    chosen = _lanes(shared, fitted, nodes, hardware, lanes, speed)
+    tasks = {t.name: t for job in plan.jobs
+             for t in tk.lanes_of(job.name, job.folds, chosen.lanes.get(job.name, 1))}
+    split = [t for t in tasks.values() if t.folds is not None]
+    if split:  # the tasks, packed with the full search (each lane: the job's MiB, its share of the job's cores)
+        units = [Demand(t.name, fitted.memory_mib[t.job],
+                        tk.lane_cpus(plan.job(t.job).resources.cpus, t.lanes) if t.folds is not None
+                        else plan.job(t.job).resources.cpus)
+                 for t in tasks.values() if t.job not in whole]
+        task_placement = pack(units, nodes, plan.band)
+    else:
+        task_placement = fitted.placement
+    order = {name: i for i, name in enumerate(tasks)}
+    placement = _with_whole(task_placement, whole, hardware, plan, order)
     updates = []
     for job in plan.jobs:
         change = {}
@@ -232,7 +335,8 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     low, high = plan.band
     dry = DryRun(adjusted, hardware, placement, [], declared={j.name: j.resources.gpu_memory for j in plan.jobs},
                  estimated=fitted.estimated_mib, changes=[c.describe() for c in fitted.changes], whole=whole,
-                 figures={n: seen[n, fitted.batches[n]] for n in fitted.estimated_mib if (n, fitted.batches[n]) in seen})
+                 figures={n: seen[n, fitted.batches[n]] for n in fitted.estimated_mib if (n, fitted.batches[n]) in seen},
+                 tasks=tasks, lanes_why=chosen.why, speed=speed)
     for name, fig in dry.figures.items():
         if fig.measured_mib is not None:
             warnings.append(f"{name}: {fig.mib:,} MiB {fig.source} (computed {fig.computed_mib:,} MiB, "
@@ -246,7 +350,7 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
             )
     if placement.waves > 1:
         later = [a.job for a in placement.assignments if a.wave > 0]
-        warnings.append(f"{len(later)} job(s) wait for a later wave: {', '.join(later)}")
+        warnings.append(f"{len(later)} task(s) wait for a later wave: {', '.join(later)}")
     if not placement.exact:
         warnings.append(f"the placement is not proven optimal: {placement.how}")
     dry.warnings = warnings

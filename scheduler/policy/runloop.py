@@ -14,6 +14,7 @@ from typing import Callable
 from scheduler.core.states import JobState, legal
 
 from scheduler.policy import budget
+from scheduler.policy.tasks import Task, job_of
 from scheduler.policy.estimate import over_estimate
 from scheduler.policy.runmessages import (  # noqa: F401  (the messages are the state machine's vocabulary)
     Start, JobStarted, JobReported, JobFigures, JobFinished, JobFailed, Cluster, CapacitySeen, CancelAsked, Tick,
@@ -39,11 +40,16 @@ class JobRun:
 
 
 class RunState:
+    """The run's tasks (``policy.tasks``: a job whole, or one lane of its folds), each a unit with a state, by the
+    name the placement gives it. ``jobs`` keeps its old name: each entry is a task."""
+
     def __init__(self, plan, assignments, window: Window, whole: frozenset = frozenset(), done: frozenset = frozenset(),
-                 best_fit: Callable[[float, dict], DeviceKey | None] | None = None):
+                 best_fit: Callable[[float, dict], DeviceKey | None] | None = None, *,
+                 tasks: dict[str, Task] | None = None):
         self.plan, self.window, self.whole = plan, window, set(whole)
         self.where = {a.job: a for a in assignments}
-        self.jobs = {j.name: JobRun(JobState.SUCCEEDED if j.name in done else JobState.PENDING) for j in plan.jobs}
+        self.tasks = tasks or {a.job: Task(a.job, a.job, None) for a in assignments}
+        self.jobs = {a.job: JobRun(JobState.SUCCEEDED if a.job in done else JobState.PENDING) for a in assignments}
         self.grace_s = budget.grace_s(plan.budget, plan.reserve_for_inference)
         self.best_fit = best_fit or (lambda mib, room: None)
         self.interrupted = False
@@ -69,6 +75,15 @@ class RunState:
 
     # --- helpers -----------------------------------------------------------------------------------------------
 
+    def spec(self, name: str):
+        """The job spec a task runs."""
+        return self.plan.job(self.tasks[name].job if name in self.tasks else job_of(name))
+
+    def folds(self, name: str) -> int:
+        """How many folds a task runs."""
+        t = self.tasks.get(name)
+        return len(t.folds) if t is not None and t.folds is not None else getattr(self.spec(name), "folds", 1)
+
     def _set(self, name: str, new: JobState, **fields) -> Transition:
         old = self.jobs[name].state
         if new != old and not legal(old, new):
@@ -80,7 +95,7 @@ class RunState:
         j = self.jobs[name]
         j.attempt += 1 if count_attempt else 0
         j.launched, j.started, j.cancelling_since = True, None, None
-        j.progress.setdefault("folds", getattr(self.plan.job(name), "folds", None))
+        j.progress.setdefault("folds", self.folds(name))
         return Launch(name, self.where[name], j.attempt, j.progress)
 
     def _move(self, name: str, node: str, device: int | None, why: str) -> Move:
@@ -140,7 +155,7 @@ class RunState:
 
     def _config(self, name: str, batch=None) -> tuple | None:
         """What makes two jobs' memory the same: model, image size, batch, precision, optimizer, memory format."""
-        spec = self.plan.job(name)
+        spec = self.spec(name)
         if not getattr(spec, "model", None):
             return None
         return (spec.model, getattr(spec, "image_size", None), batch or getattr(spec, "batch_size", None),
@@ -153,7 +168,7 @@ class RunState:
         j, planned, mib = self.jobs[ev.job], self.where[ev.job].gpu_memory_mib, math.ceil(ev.mib)
         j.progress.update(measured_mib=mib, measured_batch=ev.batch)
         out: list = []
-        over = over_estimate(planned, mib) if ev.batch == getattr(self.plan.job(ev.job), "batch_size", None) else None
+        over = over_estimate(planned, mib) if ev.batch == getattr(self.spec(ev.job), "batch_size", None) else None
         if over is not None:
             out.append(Record("memory_over_estimate", ev.job, {"estimated_mib": planned, "measured_mib": mib,
                                                                 "over": round(over, 4), "batch_size": ev.batch}))
@@ -194,7 +209,7 @@ class RunState:
         if j.state == JobState.PENDING:
             out.append(self._set(name, JobState.RUNNING, attempt=j.attempt))
         out.append(Log(name, f"attempt {j.attempt} failed: {ev.detail or ev.error}"))
-        if j.attempt <= self.plan.job(name).retries and not self.interrupted and not self._past_deadline(ev.now):
+        if j.attempt <= self.spec(name).retries and not self.interrupted and not self._past_deadline(ev.now):
             moves = self._placeable(name, ev.cluster)
             if moves is None:
                 return out + [self._set(name, JobState.FAILED, error=ev.error, attempts=j.attempt,
@@ -305,11 +320,11 @@ class RunState:
         for name, j in self.jobs.items():
             if j.state != JobState.RUNNING or j.cancelling_since is not None:
                 continue
-            spec, t = self.plan.job(name), j.timing
+            spec, t, folds = self.spec(name), j.timing, self.folds(name)
             planned_epochs = t.get("epochs") or getattr(spec, "epochs", 1)
             per_epoch, provisional = budget.epoch_seconds(t.get("epoch_s", []))
             progress.append(budget.JobProgress(
-                name=name, folds=min(spec.folds, j.limits.get("folds", spec.folds)),
+                name=name, folds=min(folds, j.limits.get("folds", folds)),
                 epochs=min(planned_epochs, j.limits.get("epochs", planned_epochs)),
                 folds_done=t.get("folds_done", 0), epoch_in_fold=t.get("epoch_in_fold", 0),
                 seconds_per_epoch=per_epoch, provisional=provisional,

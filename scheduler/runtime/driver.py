@@ -150,7 +150,8 @@ class Driver(Runner):
         self.record.set_run(dashboard=self.cluster.dashboard_url, ray_address=self.cluster.address)
         from scheduler.runtime.monitor import Watcher
 
-        self.watcher = Watcher(self.record, self.plan, self.dry.placement.devices)
+        self.watcher = Watcher(self.record, self.plan, self.dry.placement.devices,
+                               {n: self.spec(n).kind for n in self.dry.tasks})
         self.on_start(self)
         try:
             self.handle(rl.Start(time.time()))

@@ -29,10 +29,12 @@ class _JobView:
 
 
 class Watcher:
-    def __init__(self, record, plan, devices):
+    def __init__(self, record, plan, devices, kinds: dict[str, str] | None = None):
+        """``kinds``: each task's job kind, by task name (default: the plan's jobs, each one task)."""
         self.record, self.plan, self.devices = record, plan, devices
+        self.kinds = kinds if kinds is not None else {j.name: j.kind for j in plan.jobs}
         self.backend = telemetry.open_backend()
-        self.views: dict[str, _JobView] = {j.name: _JobView() for j in plan.jobs}
+        self.views: dict[str, _JobView] = {n: _JobView() for n in self.kinds}
         self.last_tick = 0.0
         try:
             from scheduler.runtime.gauges import Gauges
@@ -103,7 +105,7 @@ class Watcher:
                 "data_wait_share": rep.get("data_wait_share"), "batch_size": rep.get("batch_size"),
                 "gpu_mem_peak_mib": rep.get("gpu_mem_peak_mib"), "gpu_mem_reserved_mib": rep.get("gpu_mem_reserved_mib"),
             }
-            figures["advice"] = advise(self.plan.job(js.job).kind, Observed(
+            figures["advice"] = advise(self.kinds[js.job], Observed(
                 used_mib=rep.get("gpu_mem_peak_mib") or used, share_mib=share, params=rep.get("params"),
                 data_wait_share=rep.get("data_wait_share"), epoch_peaks_mib=view.epoch_peaks,
                 train_samples_per_s=figures["train_samples_per_s"], wall_samples_per_s=figures["wall_samples_per_s"]))

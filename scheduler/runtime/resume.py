@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import socket
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 from jobs.contract import FoldOutput, JobOutput
-from scheduler.store import measurements, outputs
+from scheduler.store import advising, measurements, outputs
 from scheduler.core.errors import UserError
 from scheduler.core.states import JobState
 from scheduler.store.record import RunRecord
@@ -51,6 +52,23 @@ def kept_folds(folder: Path) -> dict[int, FoldOutput]:
         fold = pickle.loads(path.read_bytes())["fold"]
         out[fold.fold] = fold
     return out
+
+
+def assemble_job(folder: Path, metric: str) -> None:
+    """A job run in lanes: its outputs (``oof.csv``, ``test.csv``, ``result.json``) from the folds its tasks kept,
+    with every finished task's notes and throughput (each task's own ``result.json`` in its sub-folder)."""
+    kept = kept_folds(folder)
+    if not kept:
+        return
+    first = pickle.loads(next(iter(sorted((folder / FOLDS_DIR).glob("fold*.pkl")))).read_bytes())
+    notes, throughput = [], {}
+    for res in sorted(folder.glob("*/result.json")):
+        body = json.loads(res.read_text())
+        notes += [n for n in body.get("notes", []) if n not in notes]
+        throughput[res.parent.name] = body.get("throughput")
+    outputs.save(JobOutput(job=folder.name, classes=first["classes"], test_ids=first["test_ids"],
+                           folds=[kept[k] for k in sorted(kept)], metric=metric, notes=notes),
+                 folder, extra={"tasks": throughput})
 
 
 def forget_folds(folder: Path) -> None:
@@ -177,9 +195,23 @@ def reopen(record: RunRecord, dry, training_s: float) -> list[str]:
         record.requeue(job["name"], "resumed")
         record.update_job(job["name"], node=a.node, device=a.device, gpu_memory_mib=a.gpu_memory_mib)
         again.append(job["name"])
-    kept = {name: sorted(kept_folds(record.dir / "jobs" / name)) for name in again}
+    kept = {name: sorted(k for k in kept_folds(record.dir / "jobs" / dry.tasks[name].job)
+                         if dry.tasks[name].folds is None or k in dry.tasks[name].folds) for name in again}
     record.event("resume", jobs=again, kept_folds=kept, training_left_s=round(training_s, 1))
     return again
+
+
+def _lanes_of(record: RunRecord) -> dict[str, int] | None:
+    """The lanes each job ran in (``placement.json``'s tasks): a resumed run keeps its tasks, so each kept fold
+    is found by the task that owns it."""
+    path = record.dir / "placement.json"
+    try:
+        tasks = json.loads(path.read_text()).get("tasks")
+    except (OSError, ValueError):
+        return None
+    if not tasks:
+        return None
+    return {t["job"]: max(1, int(t.get("lanes") or 1)) for t in tasks}
 
 
 def resume_plan(run_dir: Path, budget_s: float | None):
@@ -207,6 +239,6 @@ def resume_plan(run_dir: Path, budget_s: float | None):
     plan = datasource.with_metric(plan, choice)
     rows = datasource.inspect(choice, plan)["train_rows"]  # the same statistics cap as the first run
     dry = dryrun.prepare(plan, hardware, estimated=not info.get("trust_plan_memory", False), train_rows=rows,
-                         measured=measurements.memory_source())
+                         measured=measurements.memory_source(), lanes=_lanes_of(record), speed=advising.speed)
     training_s = plan.budget * (1 - plan.reserve_for_inference) if budget_s else None
     return dry, choice, training_s

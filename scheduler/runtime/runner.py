@@ -1,5 +1,6 @@
-"""What every driver of a plan run shares, Ray's or the in-process one: the run folder, the jobs' settings, and the
-writes that carry out ``RunState``'s instructions. A driver adds only how a job is started, asked, limited and killed.
+"""What every driver of a plan run shares, Ray's or the in-process one: the run folder, the tasks' launch records,
+and the writes that carry out ``RunState``'s instructions. A driver adds only its executor: how a task is submitted,
+asked, limited and killed.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def modelled_epochs(dry: DryRun) -> dict[str, float]:
         return {}
     try:
         return modelled_epoch_s(dry.plan, dry.placement.assignments, card=dry.hardware.profile,
-                                rows=data["train_rows"], test_rows=data.get("test_rows") or 0, speed=speed)
+                                rows=data["train_rows"], test_rows=data.get("test_rows") or 0, speed=speed,
+                                job_of=lambda unit: dry.tasks[unit].job)
     except Exception:  # noqa: BLE001 -- without the model the budget waits for a measured epoch, as before
         return {}
 
@@ -82,7 +84,7 @@ class Runner:
         self.deadline = self.started_at + (window_s if opts.training_s is None else opts.training_s)
         done = frozenset(r["name"] for r in record.jobs() if r["state"] == JobState.SUCCEEDED.value)
         self.run_state = rl.RunState(self.plan, dry.placement.assignments, rl.Window(self.started_at, self.deadline),
-                                     whole=frozenset(dry.whole), done=done, best_fit=best_fit)
+                                     whole=frozenset(dry.whole), done=done, best_fit=best_fit, tasks=dry.tasks)
         self.grace_s = self.run_state.grace_s
         self.devices = list(dry.placement.devices)
         self.cuda = False
@@ -96,6 +98,18 @@ class Runner:
     @property
     def where(self) -> dict:
         return self.run_state.where
+
+    def spec(self, name: str):
+        """The (fitted) job spec a task runs."""
+        return self.dry.spec(name)
+
+    def job_dir(self, name: str) -> Path:
+        """The task's job's folder: its kept folds and assembled outputs, whichever of its tasks made them."""
+        return self.record.dir / "jobs" / self.dry.tasks[name].job
+
+    def task_dir(self, name: str) -> Path:
+        """The task's own folder (its log, checkpoints and result); the job's folder when the job is one task."""
+        return self.record.dir / "jobs" / name
 
     def begin(self) -> None:
         """The data, and the run's first record: what it runs on and until when."""
@@ -122,20 +136,26 @@ class Runner:
         if whole:
             whole_mib = min((int(d.memory_mib * self.plan.band[1]) for d in self.devices
                              if d.node == whole[0] and d.index in whole[1]), default=None)
-        spec = self.plan.job(name)
+        spec = self.spec(name)
         spec, notes = settle(spec, a.gpu_memory_mib or None,
                              fold_train_rows((self.dry.data or {}).get("train_rows"), spec.folds))
         for note in notes:
             self.record.event("note", name, note=note)
         return LaunchRecord(
-            task=name, job=name, spec=spec, data_dir=str(self.data_dir), workdir=str(self.record.dir / "jobs" / name),
+            task=name, job=self.dry.tasks[name].job, spec=spec, data_dir=str(self.data_dir),
+            workdir=str(self.task_dir(name)), folds=self.dry.tasks[name].folds,
             metric=self.plan.metric, seed=self.plan.seed, deadline=self.deadline, cpus=a.cpus,
             threads=a.cpus if self.cuda else rehearsal_threads(a.cpus, wave_cpus),
             node=whole[0] if whole else a.node, device=None if whole else a.device,
             devices=tuple(whole[1]) if whole else (), gpu_memory_mib=None if whole else (a.gpu_memory_mib or None),
             whole_device_mib=whole_mib, card_mib=device.memory_mib if device else None, builtin=self.builtin,
             memory_scale=self._memory_scale(name), attempt=attempt,
-            kept_folds=resume.kept_folds(self.record.dir / "jobs" / name))  # an earlier attempt's, or run's
+            kept_folds=self._kept(name))  # an earlier attempt's, or run's
+
+    def _kept(self, name: str) -> dict:
+        kept = resume.kept_folds(self.job_dir(name))
+        folds = self.dry.tasks[name].folds
+        return kept if folds is None else {k: v for k, v in kept.items() if k in folds}
 
     def _memory_scale(self, name: str) -> float:
         """The job's packed MiB over its computed estimate, when a measurement packed it (else 1)."""
@@ -145,7 +165,7 @@ class Runner:
         return self.where[name].gpu_memory_mib / fig.computed_mib
 
     def log(self, name: str, line: str) -> None:
-        path = self.record.dir / "jobs" / name / "log"
+        path = self.task_dir(name) / "log"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             f.write(line.rstrip("\n") + "\n")
@@ -159,7 +179,7 @@ class Runner:
                 self.log(name, ev.get("line", ""))
                 continue
             if kind == "fold" and "output" in ev:  # kept before it is logged: a reader that sees it may rely on it
-                resume.keep_fold(self.record.dir / "jobs" / name, ev.pop("output"), ev.pop("classes"),
+                resume.keep_fold(self.job_dir(name), ev.pop("output"), ev.pop("classes"),
                                  ev.pop("test_ids"), self.plan.metric)
             self.record.event(kind, name, **{k: v for k, v in ev.items() if k != "time"}, job_time=ev.get("time"))
             self.observed(name, kind, ev)
@@ -171,7 +191,7 @@ class Runner:
         """A real card's figures for a job's fold: kept in the measurements cache (the next estimate of the same
         configuration uses them), and handed to the state machine (a warning past the estimate; waiting jobs of the
         same configuration ask for the measured MiB)."""
-        spec = self.plan.job(name)
+        spec = self.spec(name)
         if not getattr(spec, "model", None) or not m.get("batch_size"):
             return
         card = card_name(m.get("card") or self.dry.hardware.profile)
@@ -196,7 +216,9 @@ class Runner:
         """A report, for whoever watches the run (the Ray driver's monitor)."""
 
     def keep(self, name: str, out) -> None:
-        outputs.save(out, self.record.dir / "jobs" / name)
+        outputs.save(out, self.task_dir(name))
+        if self.task_dir(name) != self.job_dir(name):  # one lane of the job: the job's outputs, from every lane's
+            resume.assemble_job(self.job_dir(name), self.plan.metric)
         self.record.update_job(name, cv_score=out.cv_score())
         for note in out.notes:
             self.record.event("note", name, note=note)
@@ -276,6 +298,6 @@ def prepare_folder(dry: DryRun, run_dir: Path, plan_file: Path | None, asked: di
                    budget_s=dry.plan.budget, hardware=dry.hardware.profile, metric=dry.plan.metric,
                    ensemble_method=dry.plan.ensemble.method, driver=resume.driver_identity(), **(asked or {}))
     for a in dry.placement.assignments:
-        record.add_job(a, dry.plan.job(a.job).kind)
-        resume.forget_folds(run_dir / "jobs" / a.job)
+        record.add_job(a, dry.spec(a.job).kind)
+        resume.forget_folds(run_dir / "jobs" / dry.tasks[a.job].job)
     return record

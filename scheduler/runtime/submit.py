@@ -96,7 +96,7 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
 
     info = record.run_info()
     comp = load_competition(Path(info["data_dir"]), metric)
-    folders = sorted((record.dir / "jobs").glob("*"))
+    folders = sorted(p for p in (record.dir / "jobs").glob("*") if p.is_dir())  # one per job, whole or in lanes
     saved = [p for p in (outputs.load(d) for d in folders) if p is not None]
     preds, notes = ensemble.align_columns(saved, comp.classes)
     if saved and not preds:
@@ -109,7 +109,7 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
         blend = ensemble.blend(preds, truth, test_ids, metric, method)
         test_pred, classes, notes = blend.test_pred, blend.classes, list(blend.notes)
         ens_cv, weights, job_scores = blend.oof_score, blend.weights, blend.job_scores
-    elif partials := [p for p in (outputs.load_partial(d) for d in folders) if p]:
+    elif partials := [p for p in (outputs.load_partial(d) for d in _with_tasks(folders)) if p]:
         from scheduler.core.scoring import get as get_metric
 
         source = "partial"
@@ -137,15 +137,41 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
     record.event("ensemble", method=method, metric=metric, weights=weights, ensemble_cv=ens_cv, job_scores=job_scores,
                  held_out_score=held_out, submission_source=source, form=comp.form.kind)
     jobs = []
-    for row in record.jobs():
-        res_path = record.dir / "jobs" / row["name"] / "result.json"
+    for name, rows in _by_job(record.jobs()).items():
+        res_path = record.dir / "jobs" / name / "result.json"
         res = json.loads(res_path.read_text()) if res_path.is_file() else {}
-        jobs.append({"name": row["name"], "kind": row["kind"], "state": row["state"], "wave": row["wave"],
-                     "device": row["device"], "cv_score": res.get("cv_score"), "folds": len(res.get("folds", [])),
-                     "weight": weights.get(row["name"], 0.0), "notes": res.get("notes", [])})
+        first = min(rows, key=lambda r: (r["wave"], r["name"]))
+        jobs.append({"name": name, "kind": first["kind"], "state": _job_state([r["state"] for r in rows]),
+                     "wave": first["wave"], "device": first["device"], "cv_score": res.get("cv_score"),
+                     "folds": len(res.get("folds", [])), "weight": weights.get(name, 0.0),
+                     "notes": res.get("notes", []),
+                     "tasks": [{"task": r["name"], "state": r["state"], "wave": r["wave"], "device": r["device"],
+                                "cv_score": r.get("cv_score")} for r in rows]})
     return {"run_dir": str(record.dir), "submission": str(path), "jobs": jobs, "ensemble_cv": ens_cv,
             "ensemble_method": method, "metric": metric, "held_out_score": held_out, "notes": notes,
             "submission_source": source, "submission_source_text": SOURCES[source]}
+
+
+def _with_tasks(folders: list[Path]) -> list[Path]:
+    """Job folders and, after each, its tasks' sub-folders (a lane's partial model lies in its own)."""
+    return [p for d in folders for p in [d, *sorted(x for x in d.iterdir() if x.is_dir() and x.name != "folds")]]
+
+
+def _by_job(rows: list[dict]) -> dict[str, list[dict]]:
+    """The record's task rows, grouped by job (in the order the record lists them)."""
+    from scheduler.policy.tasks import job_of
+
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(job_of(r["name"]), []).append(r)
+    return out
+
+
+def _job_state(states: list[str]) -> str:
+    """A job's state from its tasks': theirs when they agree, else the first that is not SUCCEEDED (a job is as
+    done as its least done task)."""
+    order = [JobState.RUNNING, JobState.PENDING, JobState.FAILED, JobState.CANCELLED, JobState.SUCCEEDED]
+    return next((s.value for s in order if s.value in states), states[0])
 
 
 def blend_outputs(folders: list[Path], data: str, metric: str, method: str, out: Path) -> dict:

@@ -131,7 +131,8 @@ def advise(*, hardware: str, budget: str, data: str | None = None, metric: str |
             j["gpu_memory_source"] = sources.get((j["model"], j["image_size"], j["batch_size"]), "computed")
     text = to_yaml(advice, f)
     plan = planmod.from_dict(yaml.safe_load(text), source="the advised plan")
-    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan), train_rows=f.rows, measured=measurements.memory_source())
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan), train_rows=f.rows, measured=measurements.memory_source(),
+                         speed=speed)
     if dry.changes:  # the planner and submit's fitter disagree: say so rather than hide it
         advice.reasons.append("submit will change: " + "; ".join(dry.changes))
     return Advised(advice, text, dry)

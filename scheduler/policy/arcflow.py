@@ -7,19 +7,17 @@ minimises the flow out of 0 (the bins) subject to flow conservation and each siz
 strong one (as tight as Gilmore-Gomory's), so HiGHS proves the optimum of the Alibaba trace's 3,078 GPU-sharing pods
 (1,965 GPUs) in seconds. ``arc_flow`` returns the bins as lists of item indices, or None when time runs out.
 ``fullest_of_two_waves`` takes two copies of the graph (two waves of bins) and maximises the first's load: the
-wave-by-wave proof (``packing_waves``) asks it how full the next-to-last wave can be.
+packer's wave-by-wave proof asks it how full the next-to-last wave can be.
+
+A module of its own because it is an idea of its own: exact bin packing of plain sizes into bins of one capacity,
+knowing nothing of jobs, waves or cores, and importing nothing of gpupack's. The packer
+(``scheduler.policy.packing``) decides when to ask it and how long to wait.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from typing import Sequence
-
-# The models asked on the way (packing's bound on the waves, packing_waves' checks): at most this long, and only on
-# graphs this small (the trace: 537 arcs; 40 random sizes: 2,000-12,000 arcs, 0.4-6 s here; 50: 30,000 arcs, 7 s;
-# 80: 100,000 arcs, 32 s under a 10 s limit, HiGHS's limit being loose).
-ARC_FLOW_QUICK_SECONDS = 10.0
-ARC_FLOW_MAX_ARCS = 20_000
 
 
 def _arcs(sizes: Sequence[int], capacity: int) -> tuple[list[int], list[tuple[int, int, int]], list[int]]:
