@@ -26,7 +26,10 @@ reported at once as that event, through the same channel every job kind uses (``
 throughput in ``status`` and ``events.jsonl`` while it trains, not only its exit.
 
 ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` is set; ``CUDA_VISIBLE_DEVICES`` is inherited as the runtime set it.
-Output goes to ``<workdir>/command.log``.
+Output goes to ``<workdir>/command.log``, kept to at most ``LOG_LIMIT_BYTES`` (32 MiB) a file: past it, the file is
+copied to ``command.log.1`` (replacing the previous one) and emptied, so a script that prints without end costs at
+most twice that on disk, and the last 32–64 MiB of its output are kept. Lines written in the instant between the
+copy and the emptying may be lost.
 
 **The two CSV files** (in ``GPUPACK_OUTPUT_DIR``):
 
@@ -64,6 +67,7 @@ log = logging.getLogger("gpupack.job")
 TERM_GRACE_S = 10.0
 POLL_S = 0.2
 LOG_TAIL_LINES = 20
+LOG_LIMIT_BYTES = 32 * 1024 * 1024
 PID_FILE = "command.pid"
 
 
@@ -133,6 +137,10 @@ class _Progress:
         self.path, self.report = path, report
         self.offset, self.partial = path.stat().st_size if path.is_file() else 0, b""
 
+    def rotated(self) -> None:
+        """The log was emptied (``rotate_log``): its next line is at its start."""
+        self.offset, self.partial = 0, b""
+
     def read(self) -> None:
         try:
             with open(self.path, "rb") as f:
@@ -160,6 +168,21 @@ def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
+def rotate_log(path: Path, limit: int = LOG_LIMIT_BYTES) -> bool:
+    """Past ``limit`` bytes, copy ``path`` to ``<path>.1`` and empty it. The script keeps writing through its own
+    descriptor, opened for appending, so its next line lands at the start of the emptied file. True when rotated."""
+    import shutil
+
+    try:
+        if path.stat().st_size <= limit:
+            return False
+        shutil.copyfile(path, path.with_name(path.name + ".1"))
+        os.truncate(path, 0)
+    except OSError:  # a log that cannot be kept small is no reason to stop the job
+        return False
+    return True
+
+
 def run(spec: CommandJob, comp: Competition, ctx: JobContext) -> JobOutput:
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     output_dir = ctx.workdir / "output"
@@ -184,7 +207,9 @@ def run(spec: CommandJob, comp: Competition, ctx: JobContext) -> JobOutput:
         progress = _Progress(log_path, ctx.report)
         try:
             while proc.poll() is None:
-                progress.read()
+                progress.read()  # before a rotation empties the log
+                if rotate_log(log_path):
+                    progress.rotated()
                 if ctx.stop_requested():
                     stopped = True
                     _terminate(proc)

@@ -170,8 +170,26 @@ def write_digits(dir: Path) -> Path:
 # --- reading any competition folder -------------------------------------------------------------------------------
 
 
+def not_regular(path: Path) -> str | None:
+    """What ``path`` is when it exists but is no regular file ("a folder", "a FIFO", …), else None. Such a path is
+    never opened: reading a FIFO or a device would block or never end."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+            "not a regular file")
+
+
 def _read_csv(path: Path, id_col: str | None = None) -> pd.DataFrame:
     """A CSV file with its id column (``id_col``, or the first) read as text."""
+    if (what := not_regular(path)) is not None:
+        raise CompetitionError(f"{path}: is {what}, not a CSV file")
     if not path.is_file():
         raise CompetitionError(f"{path}: missing (a competition folder needs train.csv, test.csv and "
                                f"sample_submission.csv)")
@@ -193,6 +211,9 @@ def load_competition(dir: Path | str, metric: str | None = None) -> Competition:
     """
     root = Path(dir)
     if not root.is_dir():
+        if root.exists():
+            raise CompetitionError(f"{root}: is a file, not a competition folder (a folder of train.csv, test.csv "
+                                   "and sample_submission.csv)")
         raise CompetitionError(f"{root}: no such competition folder")
     sample = _read_csv(root / "sample_submission.csv")
     id_col = str(sample.columns[0])
@@ -266,6 +287,58 @@ def _from_folder(folder: Path, ids: pd.Series, csv: Path) -> list[Path]:
         raise CompetitionError(f"{folder}: {one} of {csv.name} ({examples(missing)}; expected "
                                f"{folder / missing[0]}.png or another image type)")
     return paths
+
+
+def check_images(comp: Competition, workers: int = 8) -> int:
+    """Open every image's header (and, for PNG and JPEG, look for the end marker a truncated file lacks), in
+    ``workers`` threads: a competition whose images cannot be read fails every fold at run time, so it is refused
+    here, with the count and the first bad file. Returns how many images were checked."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = list(comp.train_images or []) + list(comp.test_images or [])
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        problems = [(p, why) for p, why in zip(paths, pool.map(_image_problem, paths)) if why]
+    if problems:
+        path, why = problems[0]
+        try:
+            shown = path.relative_to(comp.root)
+        except ValueError:
+            shown = path
+        raise CompetitionError(f"{comp.root}: {len(problems):,} of {len(paths):,} images cannot be read (the first: "
+                               f"{shown}: {why}); fix or replace them")
+    return len(paths)
+
+
+_PNG_END = b"IEND\xaeB`\x82"
+_JPEG_END = b"\xff\xd9"
+
+
+def _image_problem(path: Path) -> str | None:
+    """Why the image at ``path`` cannot be read, or None. Reads its header and its last bytes, not its pixels."""
+    from PIL import Image
+
+    if (what := not_regular(path)) is not None:
+        return f"is {what}"
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return "an empty file"
+        with Image.open(path) as im:  # parses the header: the format, the size, the mode
+            fmt, (w, h) = im.format, im.size
+        if w <= 0 or h <= 0:
+            return f"{w}×{h} pixels"
+        if fmt in ("PNG", "JPEG"):
+            with path.open("rb") as f:
+                f.seek(max(0, size - 4096))
+                tail = f.read()
+            if fmt == "PNG" and _PNG_END not in tail:
+                return "truncated (a PNG without its IEND chunk)"
+            if fmt == "JPEG" and _JPEG_END not in tail:
+                return "truncated (a JPEG without its end marker)"
+    except Exception as e:  # PIL's errors for a broken file are many: each is this file's fault, said in one line
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return text.replace(str(path), "").strip(" '") or type(e).__name__
+    return None
 
 
 def split_folds(y: np.ndarray, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:

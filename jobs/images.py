@@ -49,7 +49,8 @@ class ImageSet(Dataset):
 
 
 class ResizableBatchSampler(Sampler[list[int]]):
-    """Shuffled (or ordered) batches whose size is read at every batch: set ``batch_size`` between steps.
+    """Shuffled (or ordered) batches whose size is read at every batch: set ``batch_size`` between steps. Shuffled
+    (training) batches never end on a batch of one row: it joins the batch before.
 
     With worker processes the batches already prefetched keep their old size; the next ones take the new size.
     """
@@ -67,11 +68,16 @@ class ResizableBatchSampler(Sampler[list[int]]):
         i = 0
         while i < self.n:
             size = max(1, int(self.batch_size))
+            if self.shuffle and self.n - (i + size) == 1:  # training: a last batch of one row breaks BatchNorm
+                size += 1  # ("Expected more than 1 value per channel"), so that row joins the batch before it
             yield order[i:i + size]
             i += size
 
     def __len__(self) -> int:
-        return math.ceil(self.n / max(1, self.batch_size))
+        size = max(1, int(self.batch_size))
+        batches = math.ceil(self.n / size)
+        lone = self.shuffle and self.n > 1 and self.n - size * (batches - 1) == 1  # joined to the one before
+        return batches - (1 if lone else 0)
 
 
 @dataclass(frozen=True)

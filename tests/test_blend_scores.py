@@ -24,15 +24,16 @@ def shelf_dir(tmp_path_factory):
     return lambda name: shelf.write(name, root / name) if not (root / name).is_dir() else root / name
 
 
-def saved_run(folder, metric, tmp_path, jobs: dict) -> tuple[RunRecord, dict]:
-    """A finished run folder holding ``jobs`` (name → LightGBM params), each trained here on 3 folds."""
+def saved_run(folder, metric, tmp_path, jobs: dict, folds: dict | None = None) -> tuple[RunRecord, dict]:
+    """A finished run folder holding ``jobs`` (name → LightGBM params), each trained here on 3 folds (or on
+    ``folds[name]``: 1 is a 20 % hold-out)."""
     comp = load_competition(folder, metric)
     record = RunRecord(tmp_path / "run")
     record.set_run(data_dir=str(folder), status="finished", metric=metric)
     cv = {}
     for name, params in jobs.items():
-        spec = LightGBMJob(name=name, kind="lightgbm", folds=3, num_boost_round=60, early_stopping_rounds=20,
-                           params=params)
+        spec = LightGBMJob(name=name, kind="lightgbm", folds=(folds or {}).get(name, 3), num_boost_round=60,
+                           early_stopping_rounds=20, params=params)
         out = run_job(spec, comp, JobContext(name, tmp_path / "work" / name, cpus=1, metric=metric))
         outputs.save(out, record.dir / "jobs" / name)
         record.add_job(Assignment(name, 0, "local", None, 0, 1, "cpu job"), "lightgbm")
@@ -109,3 +110,27 @@ def test_reblending_under_a_metric_the_jobs_did_not_predict_for_is_a_clear_error
     assert code == 2 and "its jobs predicted [0, 1], but the metric rmse on this competition needs ['target']" in err
     code, out, err = run_cli("ensemble", record.dir, "--metric", "log_loss", "--json")
     assert code == 0 and json.loads(out)["held_out_score"] < 0.2
+
+
+def test_a_one_fold_job_leaves_the_ensemble_scored_on_every_row_and_the_summary_says_so(shelf_dir, tmp_path):
+    # issue 25 item 5, issue 27 "one truth for scores": a folds: 1 job (a 20 % hold-out) made every job and the blend
+    # be scored on that hold-out only; now the blend is scored on every train row, each job on its own rows, and the
+    # table's rows column and a note say which
+    from rich.console import Console
+
+    from scheduler.cli.views import show_summary
+
+    folder = shelf_dir("breast_cancer")
+    n = len(pd.read_csv(folder / "train.csv"))
+    record, cv = saved_run(folder, "log_loss", tmp_path, {"full": {}, "thin": {"num_leaves": 4}}, {"thin": 1})
+    summary = write_submission(record, "hill_climb", "log_loss")
+    rows = {j["name"]: j["rows"] for j in summary["jobs"]}
+    assert summary["ensemble_rows"] == n and rows["full"] == n and 0.15 * n < rows["thin"] < 0.25 * n
+    assert summary["ensemble_cv"] <= cv["full"] + 1e-12  # the promise, on the same rows as the figure beside it
+    assert any(f"thin predicts {rows['thin']:,} of them" in note for note in summary["notes"])
+    event = last_ensemble_event(record)
+    assert event["ensemble_rows"] == n and event["job_rows"] == rows
+    console = Console(record=True, width=120)
+    show_summary(summary, console)
+    text = console.export_text()
+    assert "rows" in text and f"{n:,}" in text and f"thin predicts {rows['thin']:,}" in text

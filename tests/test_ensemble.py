@@ -46,23 +46,36 @@ def test_log_loss_weights_invert_the_score():
     assert r.weights["a"] == pytest.approx(wa, abs=1e-6) or r.weights == {"a": 1.0, "b": 0.0}
 
 
-@pytest.mark.parametrize("method", ["mean", "weighted", "rank", "hill_climb", "stack"])
-@pytest.mark.parametrize("metric", ["accuracy", "log_loss", "auc", "f1_macro"])
-def test_no_blend_is_worse_than_the_best_job_on_oof(method, metric):
-    rng = np.random.default_rng(0)
-    ids = np.arange(200)
+def _noisy_jobs(seed, jobs):
+    """200 rows of a binary truth and one job per (noise, rows): the probability of class 1 is the truth plus
+    Gaussian noise, on the first ``rows`` rows (fewer than 200: a one-fold job)."""
+    rng = np.random.default_rng(seed)
     y = rng.integers(0, 2, 200)
-    truth = pd.Series(y, index=ids)
     preds = []
-    for k, noise in enumerate((0.3, 0.5, 0.8)):
-        p1 = np.clip(y + rng.normal(0, noise, 200), 0.01, 0.99)
-        preds.append(Predictions(f"j{k}", ids, np.c_[1 - p1, p1], np.array([1000]), np.array([[.5, .5]]), CLASSES))
+    for k, (noise, rows) in enumerate(jobs):
+        p1 = np.clip(y[:rows] + rng.normal(0, noise, rows), 0.01, 0.99)
+        preds.append(Predictions(f"j{k}", np.arange(rows), np.c_[1 - p1, p1], np.array([1000]),
+                                 np.array([[.5, .5]]), CLASSES))
+    return pd.Series(y, index=np.arange(200)), preds
+
+
+@pytest.mark.parametrize("method", ["mean", "weighted", "rank", "hill_climb", "stack"])
+@pytest.mark.parametrize("metric", ["accuracy", "log_loss", "auc", "f1_macro", "rmse"])
+@pytest.mark.parametrize("thin_rows", [200, 40])
+def test_no_blend_is_worse_than_a_job_on_the_same_rows(method, metric, thin_rows):
+    # the promise on the printed figures: a job that predicts every row has its CV on the blend's rows, and the blend
+    # is never worse than it. A one-fold job (40 of 200 rows) has its CV on its rows; the blend is still scored on all
+    # 200, and its score on the thin job's rows is reported beside it
+    truth, preds = _noisy_jobs(0, [(0.3, 200), (0.5, 200), (0.2, thin_rows)])
     r = blend(preds, truth, np.array([1000]), metric, method)
     from scheduler.core.scoring import get
 
     m = get(metric)
-    best = max(r.job_scores.values()) if m.greater_is_better else min(r.job_scores.values())
-    assert not m.better(best, r.oof_score)
+    full = [n for n, rows in r.job_rows.items() if rows == 200]
+    assert r.rows == 200 and r.job_rows == {"j0": 200, "j1": 200, "j2": thin_rows}
+    assert all(not m.better(r.job_scores[n], r.oof_score) for n in full)
+    if thin_rows < 200:
+        assert set(r.on_job_rows) == {"j2"} and any("j2 predicts 40 of them" in n for n in r.notes)
 
 
 def test_ids_in_another_order_and_a_job_missing_rows():
@@ -143,3 +156,98 @@ def test_columns_are_matched_by_name_and_a_job_of_other_columns_is_left_out():
     kept, notes = align_columns([swapped, other], [0, 1])
     assert [p.job for p in kept] == ["s"] and "o predicted the columns ['x', 'y']" in notes[0]
     np.testing.assert_allclose(kept[0].oof_pred, A.oof_pred)
+
+
+# Choices that a wrong blend would get wrong (issue 25, items 5 and 6): a second job strictly helps, and the weights
+# hill climbing and the weighted blend choose are asserted, not only "not worse than the best job".
+
+Y = [1.0, 2.0, 3.0, 4.0]
+
+
+def _errors(name, err, rows=(0, 1, 2, 3)):
+    """A regression job predicting ``Y + err`` on ``rows`` (its out-of-fold rows) and on two test rows."""
+    return Predictions(name, np.array(rows), np.array([Y[i] + err for i in rows]).reshape(-1, 1), np.array([100, 101]),
+                       np.array([10.0 + err, 20.0 + err]).reshape(-1, 1), ["target"])
+
+
+TRUTH_Y = pd.Series(Y, index=np.arange(4))
+
+
+def test_hill_climbing_adds_the_job_that_helps_and_stops_at_the_best_mix():
+    # errors +1 (a), -2 (b), +10 (c): RMSE 1, 2, 10 alone. From a: a+b averages to an error of -0.5 (RMSE .5, the
+    # best trial, a+c is 5.5), then a+b+a to 0 (RMSE 0): weights 2/3, 1/3, 0; nothing beats 0, so it stops there
+    a, b, c = _errors("a", 1.0), _errors("b", -2.0), _errors("c", 10.0)
+    r = blend([a, b, c], TRUTH_Y, np.array([100, 101]), "rmse", "hill_climb")
+    assert r.weights == pytest.approx({"a": 2 / 3, "b": 1 / 3, "c": 0.0}, abs=1e-6)
+    assert r.oof_score == pytest.approx(0.0, abs=1e-12) and r.rows == 4
+    np.testing.assert_allclose(r.test_pred[:, 0], [10.0, 20.0])  # test errors cancel the same way
+
+
+def test_the_weighted_blend_weights_by_inverse_error_and_beats_both_jobs():
+    # RMSE 1 and 2: weights (1/1, 1/2) normalised = 2/3, 1/3; the blend's error 2/3*1 - 1/3*2 = 0 on every row
+    a, b = _errors("a", 1.0), _errors("b", -2.0)
+    r = blend([a, b], TRUTH_Y, np.array([100, 101]), "rmse", "weighted")
+    assert r.weights == pytest.approx({"a": 2 / 3, "b": 1 / 3}, abs=1e-6)
+    assert r.oof_score == pytest.approx(0.0, abs=1e-12) and not r.notes
+    np.testing.assert_allclose(r.test_pred[:, 0], [10.0, 20.0])
+
+
+def test_hill_climbing_on_accuracy_adds_the_job_that_fixes_the_other_s_mistake():
+    # truth 0 1 1 0. a is wrong (mildly) on row 13 only, b on row 10 only, c confidently wrong everywhere:
+    # a .75, b .75, c 0 alone; a+b averaged is right on all four rows (1.0); no third job can beat 1.0
+    a = job("a", [[.9, .1], [.1, .9], [.1, .9], [.45, .55]], [[.9, .1], [.1, .9]])
+    b = job("b", [[.45, .55], [.1, .9], [.1, .9], [.9, .1]], [[.7, .3], [.3, .7]])
+    c = job("c", [[.1, .9], [.9, .1], [.9, .1], [.1, .9]], [[.0, 1.], [1., .0]])
+    r = blend([a, b, c], TRUTH, TEST_IDS, "accuracy", "hill_climb")
+    assert r.weights == {"a": 0.5, "b": 0.5, "c": 0.0} and r.oof_score == pytest.approx(1.0)
+    np.testing.assert_allclose(r.test_pred, [[.8, .2], [.2, .8]])
+
+
+def test_a_one_fold_job_does_not_shrink_the_rows_the_blend_is_scored_on():
+    # b predicts only rows 0 and 1 (a one-fold job's hold-out, or a job the budget cut to one fold). Weighted:
+    # 2/3, 1/3 (RMSE 1 on a's four rows, 2 on b's two). Rows 0-1: error 2/3 - 2/3 = 0; rows 2-3: b has no
+    # prediction, so a alone (weights renormalised), error 1. RMSE on all four rows sqrt(2/4), not 0 on the sliver
+    a, b = _errors("a", 1.0), _errors("b", -2.0, rows=(0, 1))
+    r = blend([a, b], TRUTH_Y, np.array([100, 101]), "rmse", "weighted")
+    assert r.weights == pytest.approx({"a": 2 / 3, "b": 1 / 3}, abs=1e-6)
+    assert r.rows == 4 and r.job_rows == {"a": 4, "b": 2}
+    assert r.job_scores == pytest.approx({"a": 1.0, "b": 2.0})  # each job on its own rows
+    assert r.oof_score == pytest.approx(np.sqrt(0.5))
+    assert r.on_job_rows == pytest.approx({"b": 0.0})  # the blend on b's two rows, beside b's own 2.0
+    assert any("scored on all 4 out-of-fold rows" in n and "b predicts 2 of them" in n for n in r.notes)
+
+
+def test_hill_climbing_with_a_one_fold_job_climbs_on_every_row():
+    # as above, by hill climbing. From a (RMSE 1): a+b gives rows 0-1 error -.5, rows 2-3 (a alone) 1: sqrt(.625);
+    # then a+b+a gives 0 and 1: sqrt(.5); 3a+b (sqrt(.53125)) and 2a+2b (sqrt(.625)) do not improve: 2/3, 1/3
+    a, b = _errors("a", 1.0), _errors("b", -2.0, rows=(0, 1))
+    r = blend([a, b], TRUTH_Y, np.array([100, 101]), "rmse", "hill_climb")
+    assert r.weights == pytest.approx({"a": 2 / 3, "b": 1 / 3}, abs=1e-6)
+    assert r.oof_score == pytest.approx(np.sqrt(0.5)) and r.rows == 4
+
+
+def test_a_perfect_sliver_does_not_make_a_perfect_ensemble():
+    # issue 25: one job right on its 20 % hold-out made the printed ensemble CV 1.0 for jobs of 0.75 and 0.5,
+    # because every job was scored on that hold-out only. Now the thin job's rows count for what they are
+    ids = np.arange(10)
+    truth = pd.Series([0, 1] * 5, index=ids)
+    right = np.array([[.9, .1], [.1, .9]] * 5)
+    wrong_half = right.copy()
+    wrong_half[5:] = wrong_half[5:, ::-1]  # wrong on rows 5-9: accuracy .5
+    full = Predictions("full", ids, wrong_half, TEST_IDS, np.full((2, 2), .5), CLASSES)
+    thin = Predictions("thin", ids[:2], right[:2], TEST_IDS, np.full((2, 2), .5), CLASSES)  # right on rows 0-1
+    r = blend([full, thin], truth, TEST_IDS, "accuracy", "hill_climb")
+    assert r.rows == 10 and r.job_scores == pytest.approx({"full": 0.5, "thin": 1.0})
+    assert r.oof_score == pytest.approx(0.5)  # rows 0-4 right, 5-9 wrong, whatever the mix on rows 0-1
+    assert r.on_job_rows == pytest.approx({"thin": 1.0})
+
+
+def test_a_one_fold_job_that_is_best_where_it_predicts_starts_the_climb():
+    # b is exact on its two rows (a one-fold job); a errs by +1 everywhere. Alone on all four rows (where b has no
+    # prediction, the others' mean stands in): b sqrt(2/4) = .707, a 1. From b, adding a gives rows 0-1 an error of
+    # .5 (sqrt(2.5/4) = .79): no gain, so b alone, chosen by the climb itself, not by the fallback
+    a, b = _errors("a", 1.0), _errors("b", 0.0, rows=(0, 1))
+    r = blend([a, b], TRUTH_Y, np.array([100, 101]), "rmse", "hill_climb")
+    assert r.weights == {"a": 0.0, "b": 1.0} and r.oof_score == pytest.approx(np.sqrt(0.5))
+    assert not any("is worse than" in n for n in r.notes)
+    np.testing.assert_allclose(r.test_pred[:, 0], [10.0, 20.0])  # b's own test predictions

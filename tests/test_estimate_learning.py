@@ -18,7 +18,7 @@ MODEL, SIZE = "resnet18", 64
 def _plan(batch=64, jobs=1, hardware="A10-24GB"):
     return planmod.from_dict({
         "name": "learn", "hardware": hardware, "budget": "10m",
-        "jobs": [{"name": f"r{i}", "kind": "timm", "model": MODEL, "image_size": SIZE, "batch_size": batch,
+        "jobs": [{"name": f"r{i}", "kind": "timm", "fold_parallel": False, "model": MODEL, "image_size": SIZE, "batch_size": batch,
                   "epochs": 1, "folds": 2, "resources": {"cpus": 1}} for i in range(jobs)]})
 
 
@@ -63,7 +63,7 @@ def test_submit_dry_run_json_says_where_each_figure_came_from(run_cli, tmp_path,
     monkeypatch.setenv("GPUPACK_MEASUREMENTS", str(tmp_path / "m.sqlite"))
     plan_file = tmp_path / "p.yaml"
     plan_file.write_text(json.dumps({"name": "learn", "hardware": "A10-24GB", "budget": "10m", "jobs": [
-        {"name": "r0", "kind": "timm", "model": MODEL, "image_size": SIZE, "batch_size": 64, "epochs": 20,
+        {"name": "r0", "kind": "timm", "fold_parallel": False, "model": MODEL, "image_size": SIZE, "batch_size": 64, "epochs": 20,
          "folds": 2, "resources": {"cpus": 1}}]}))  # enough steps on digits that the batch stays 64
     code, out, err = run_cli("submit", plan_file, "--dry-run", "--json")
     assert code == 0, err
@@ -120,7 +120,7 @@ def test_estimate_card_changes_the_context_and_workspace(run_cli):
 def test_estimate_takes_the_plans_card(run_cli, tmp_path):
     plan_file = tmp_path / "p.yaml"
     plan_file.write_text(json.dumps({"name": "x", "hardware": "2xH100-80GB", "budget": "10m", "jobs": [
-        {"name": "r0", "kind": "timm", "model": MODEL, "image_size": SIZE, "batch_size": 8, "epochs": 1,
+        {"name": "r0", "kind": "timm", "fold_parallel": False, "model": MODEL, "image_size": SIZE, "batch_size": 8, "epochs": 1,
          "resources": {"cpus": 1}}]}))
     code, out, err = run_cli("estimate", "--model", MODEL, "--image-size", SIZE, "--batch-size", 8,
                              "--plan", plan_file, "--json", "--computed")

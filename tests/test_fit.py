@@ -2,7 +2,8 @@
 
 import pytest
 
-from scheduler.policy.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps, statistical_cap
+from scheduler.policy.autotune import (MIN_OPTIMIZER_STEPS, epochs_for_steps, optimizer_steps, statistical_cap,
+                                       statistical_floor)
 from scheduler.policy.fit import FitJob, fit
 from scheduler.core.hardware import from_profile
 
@@ -64,15 +65,29 @@ def test_sgd_learning_rate_follows_the_batch_linearly():
         assert c.new_lr == pytest.approx(0.1 * c.new_batch / 256)
 
 
-@pytest.mark.parametrize("rows,epochs", [(958, 8), (1198, 8), (20_000, 1), (100, 3), (50_000, 30), (1, 1)])
-def test_statistical_cap_is_the_largest_batch_with_enough_steps(rows, epochs):
-    cap = statistical_cap(rows, epochs)
-    assert cap >= 1
-    if optimizer_steps(rows, 1, epochs) >= MIN_OPTIMIZER_STEPS:
+@pytest.mark.parametrize("rows,epochs", [(958, 8), (1198, 8), (20_000, 1), (100, 3), (50_000, 30), (1, 1),
+                                         (200, 1), (100, 1), (10, 1), (3, 2)])
+def test_statistical_cap_is_the_largest_batch_with_enough_steps_but_never_below_its_floor(rows, epochs):
+    cap, floor = statistical_cap(rows, epochs), statistical_floor(rows)
+    assert floor == min(rows, max(2, min(8, rows // 2))) and cap >= floor
+    if optimizer_steps(rows, floor, epochs) >= MIN_OPTIMIZER_STEPS:
         assert optimizer_steps(rows, cap, epochs) >= MIN_OPTIMIZER_STEPS
         assert cap == rows or optimizer_steps(rows, cap + 1, epochs) < MIN_OPTIMIZER_STEPS
     else:
-        assert cap == 1  # even batch 1 gives too few: the smallest batch
+        assert cap == floor  # even the floor gives too few: the floor, and more epochs (below)
+        more = epochs_for_steps(rows, floor, epochs)
+        assert optimizer_steps(rows, floor, more) >= MIN_OPTIMIZER_STEPS > optimizer_steps(rows, floor, more - 1)
+
+
+def test_a_small_competition_keeps_a_batch_of_8_and_trains_more_epochs():
+    # 200 images, 2 folds: 100 training rows a fold; 1 epoch at batch 64 would be 2 optimizer steps
+    r = fit([FitJob("r18", 2, None, 64, lr=1e-3, train_rows=100, epochs=1)], A100, BAND, est)
+    assert r.batches["r18"] == 8 and r.epochs == {"r18": 12}  # 13 steps an epoch: 156 over 12
+    assert any(w.startswith("epochs raised for statistics: r18: 1 → 12 epochs") for w in r.warnings)
+    fixed = fit([FitJob("r18", 2, None, 64, fixed=True, train_rows=100, epochs=1)], A100, BAND, est)
+    assert fixed.batches["r18"] == 64 and fixed.epochs == {}  # fixed_batch: warned, not changed
+    enough = fit([FitJob("r18", 2, None, 64, train_rows=20_000, epochs=2)], A100, BAND, est)
+    assert enough.epochs == {}
 
 
 def test_a_batch_too_large_for_the_data_comes_down_with_its_reason_and_fixed_ones_are_warned():

@@ -10,7 +10,7 @@ from scheduler.runtime.driver import RunOptions
 from scheduler.runtime.submit import submit
 from scheduler.store.record import RunRecord
 
-NET = {"name": "net", "kind": "timm", "model": "resnet18", "image_size": 32, "batch_size": 32, "epochs": 2,
+NET = {"name": "net", "kind": "timm", "model": "resnet18", "image_size": 32, "batch_size": 32, "epochs": 1,
        "folds": 2, "retries": 0, "resources": {"cpus": 2}}
 
 

@@ -198,3 +198,46 @@ def test_the_wal_starts_over_under_a_sustained_stream_of_commits(tmp_path):
     assert checkpointer.restarts >= 1
     assert written > 2000 and wal_pages < 2000 < written  # a page or more per row went through it
     assert len(_rows(tmp_path)) == written
+
+
+def test_a_reader_on_an_old_snapshot_holds_no_commit_back(tmp_path):
+    """An outside reader in a long read transaction (a dashboard, a backup) keeps the WAL from starting over. The
+    checkpointer then lets it grow, as SQLite's own checkpoints do, instead of waiting for that reader with the
+    writer's lock held (every commit waited behind it, and the service answered "database is locked"); once the
+    reader ends, the WAL starts over."""
+    from scheduler.service.store import Checkpointer
+
+    path = tmp_path / "t.sqlite"
+    db = _db(tmp_path)
+    db.execute("PRAGMA wal_autocheckpoint=0")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA busy_timeout=0")  # a commit held back at all fails at once
+    reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM t").fetchone() == (0,)  # its snapshot: before every write below
+    checkpointer = Checkpointer(path, interval=0.01, max_wal_frames=50)
+    written = 0
+
+    def write():
+        nonlocal written
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO t VALUES (?)", (f"{written:08d}" + "x" * 3000,))
+        db.execute("COMMIT")
+        written += 1
+
+    try:
+        deadline = time.time() + 60  # a guard against a hang, not a speed requirement
+        while checkpointer.deferred < 5 and time.time() < deadline:  # the WAL past its limit, seen 5 times
+            write()
+            time.sleep(0.001)
+        assert checkpointer.deferred >= 5 and checkpointer.restarts == 0
+        reader.execute("COMMIT")
+        db.execute("PRAGMA busy_timeout=5000")  # a RESTART may now hold a commit back for its fsyncs
+        while checkpointer.restarts == 0 and time.time() < deadline:
+            write()
+            time.sleep(0.001)
+        assert checkpointer.restarts >= 1
+    finally:
+        checkpointer.stop()
+        reader.close()
+    assert len(_rows(tmp_path)) == written

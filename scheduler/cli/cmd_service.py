@@ -227,12 +227,9 @@ def cmd_job_submit(args, console) -> int:
 
 def _read_spec(path: str) -> dict:
     """One job in the plan's schema from a YAML or JSON file (a plan with one job is taken too)."""
-    import yaml
+    from scheduler.core.plan import read_yaml
 
-    try:
-        raw = yaml.safe_load(open(path).read())
-    except (OSError, yaml.YAMLError) as e:
-        raise UserError(f"--spec {path}: {e}") from None
+    raw = read_yaml(path, f"--spec {path}")
     if isinstance(raw, dict) and isinstance(raw.get("jobs"), list) and len(raw["jobs"]) == 1:
         raw = raw["jobs"][0]
     if not isinstance(raw, dict):
@@ -276,6 +273,9 @@ def cmd_serve(args, console) -> int:
     from scheduler.service.http import serve
     from scheduler.service.service import FixedBackend, RayBackend, Service
 
+    from scheduler.service.servicelog import start_service_log
+
+    log_path = start_service_log(state)
     hw = hardware.resolve(args.hardware, gpus_per_node=args.gpus_per_node, cpus=args.cpus)
     backend = FixedBackend() if args.no_ray else RayBackend(hw, high, args.address)
     if args.jobs == "ray" and args.no_ray:
@@ -284,7 +284,7 @@ def cmd_serve(args, console) -> int:
                       jobs_on_ray={"auto": None, "ray": True, "local": False}[args.jobs])
     url = f"http://{args.host}:{args.port}"
     _print(args, {"url": url, "rest": f"{url}/api", "mcp": f"{url}/mcp", "state": str(service.state_dir),
-                  "token_file": str(service.state_dir / "token"), "hardware": hw.to_json(),
+                  "token_file": str(service.state_dir / "token"), "log": str(log_path), "hardware": hw.to_json(),
                   "limits_mib": service.limits, "ray": not args.no_ray,
                   "jobs": "ray" if service.procs.shows_slots else "local",
                   "hint": "in another shell: python -m scheduler slot request --gpu-memory 12GB --cpus 2 --minutes 20"})

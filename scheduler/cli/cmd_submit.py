@@ -82,8 +82,12 @@ def _advised_or_stdin(args: argparse.Namespace, console: Console) -> None:
             console.print(f"wrote {path}; submitting it")
         args.plan, args.plan_dir = str(path), str(path.parent)
     elif args.plan == "-":
+        from scheduler.core.plan import MAX_PLAN_BYTES
+
         folder = Path(tempfile.mkdtemp(prefix="gpupack-plan-"))
-        (folder / "plan.yaml").write_text(sys.stdin.read())
+        raw = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None  # bytes: load() says what is not UTF-8
+        data = raw.read(MAX_PLAN_BYTES + 1) if raw else sys.stdin.read(MAX_PLAN_BYTES + 1).encode()
+        (folder / "plan.yaml").write_bytes(data)
         args.plan = str(folder / "plan.yaml")
 
 
@@ -98,8 +102,13 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     _advised_or_stdin(args, console)
     if not args.plan:
         raise UserError("submit needs a plan file (e.g. plans/option1.yaml), --advise, or --resume RUN")
+    if args.run_dir and not args.dry_run:  # said before the plan is estimated and packed; submit() checks again
+        from scheduler.store.record import check_unused
+
+        check_unused(Path(args.run_dir))
     plan = planmod.load(args.plan)
-    data = datasource.choose(args.data, plan, Path(args.plan_dir) / "plan.yaml")
+    named = Path(args.plan) if Path(args.plan).parent == Path(args.plan_dir) else Path(args.plan_dir) / "plan.yaml"
+    data = datasource.choose(args.data, plan, named)  # its data: is relative to the plan's folder
     plan = datasource.with_metric(plan, data)
     if args.budget:
         plan = plan.model_copy(update={"budget": _budget_arg(args)})

@@ -45,6 +45,8 @@ PROFILES: dict[str, GpuProfile] = {
 }
 
 LOCAL_NODE = "local"
+MAX_GPUS_PER_NODE = 64  # the plan schema's own limit; the largest boxes sold hold 8–16
+MAX_DEVICES = 256  # in all: the packer's exact search stays within seconds up to here
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,7 @@ class Hardware:
         }
 
 
-_SPEC = re.compile(r"^(?:(?P<nodes>\d+)x(?=\d+x))?(?:(?P<gpus>\d+)x)?(?P<name>[A-Za-z][A-Za-z0-9\-]*)$")
+_SPEC = re.compile(r"^(?:(?P<nodes>\d{1,9})x(?=\d+x))?(?:(?P<gpus>\d{1,9})x)?(?P<name>[A-Za-z][A-Za-z0-9\-]*)$")
 
 
 def profile(name: str) -> GpuProfile:
@@ -109,16 +111,22 @@ def from_profile(name: str, gpus_per_node: int | None = None, nodes: int = 1, cp
 
     ``name`` may carry the counts itself: ``4xA100-80GB`` (4 cards on one node), ``2x4xA100-80GB`` (2 nodes of 4).
     """
-    m = _SPEC.match(name.strip())
+    m = _SPEC.match(name.strip()) if len(name) <= 100 else None
     if m is None:
         raise UserError(f"hardware '{name}' is not a profile name like A100-40GB, 4xA100-80GB or 2x4xA100-80GB")
     if m.group("nodes"):
         nodes = int(m.group("nodes"))
     if m.group("gpus"):
         gpus_per_node = int(m.group("gpus"))
-    gpus_per_node = gpus_per_node or 1
+    gpus_per_node = 1 if gpus_per_node is None else gpus_per_node
     if gpus_per_node < 1 or nodes < 1:
-        raise UserError(f"hardware '{name}': node and GPU counts must be at least 1")
+        raise UserError(f"hardware '{name}': node and GPU counts must be at least 1 (no GPU at all is no profile: "
+                        "a CPU machine rehearses on the profile's logical GPUs)")
+    if gpus_per_node > MAX_GPUS_PER_NODE:
+        raise UserError(f"hardware '{name}': {gpus_per_node:,} GPUs on one node; at most {MAX_GPUS_PER_NODE}")
+    if nodes * gpus_per_node > MAX_DEVICES:
+        raise UserError(f"hardware '{name}': {nodes:,} node(s) × {gpus_per_node} GPU(s) = {nodes * gpus_per_node:,} "
+                        f"GPUs; at most {MAX_DEVICES} in all")
     p = profile(m.group("name"))
     node_cpus = cpus if cpus is not None else p.cpus_per_gpu * gpus_per_node
     node_names = [LOCAL_NODE] if nodes == 1 else [f"node{i}" for i in range(nodes)]

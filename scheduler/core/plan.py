@@ -22,6 +22,10 @@ from scheduler.core.units import parse_duration_s, parse_size_mib
 METRICS = ("accuracy", "log_loss", "auc", "f1_macro", "qwk", "rmse", "mae")
 ENSEMBLE_METHODS = ("mean", "weighted", "rank", "hill_climb", "stack")
 KINDS = ("timm", "lightgbm", "command")
+MAX_JOBS = 256
+MAX_PLAN_BYTES = 1024 * 1024  # a plan is a page of YAML; this is a thousand of them
+MAX_DEPTH = 32  # nesting of mappings and lists, aliases expanded (a plan's own is under 8)
+MAX_NODES = 100_000  # values in the plan once every alias is expanded (a YAML "billion laughs" has 10^9)
 
 
 class _Strict(BaseModel):
@@ -185,8 +189,8 @@ class Plan(_Strict):
     reserve_for_inference: float = 0.15
     metric: Literal["accuracy", "log_loss", "auc", "f1_macro", "qwk", "rmse", "mae"] = "accuracy"
     data: str | None = None
-    seed: int = 42
-    jobs: list[JobSpec] = Field(min_length=1)
+    seed: int = Field(default=42, ge=0, lt=2**31)  # numpy, scikit-learn and LightGBM take 32-bit seeds
+    jobs: list[JobSpec] = Field(min_length=1, max_length=MAX_JOBS)
     ensemble: EnsembleSpec = EnsembleSpec()
 
     @field_validator("hardware", mode="before")
@@ -250,6 +254,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: its keys may be overridden here
+                continue
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
@@ -261,17 +267,104 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def load(path: str | Path) -> Plan:
     """Read and validate a plan file; every mistake a person can make becomes one UserError line."""
+    return from_dict(read_yaml(path), source=str(path))
+
+
+def read_yaml(path: str | Path, label: str | None = None) -> Any:
+    """A YAML file's values, bounded before they are believed: a regular file of at most ``MAX_PLAN_BYTES`` of UTF-8,
+    nested at most ``MAX_DEPTH`` deep and at most ``MAX_NODES`` values with its aliases expanded, so that neither a
+    deep file (Python's recursion) nor an alias bomb (memory, when a plan's ``params`` are copied to a job) gets past
+    the door. Errors name ``label`` (default: the path)."""
     path = Path(path)
+    label = label or str(path)
+    if not path.exists():
+        raise UserError(f"{label}: no such plan file")
     if not path.is_file():
-        raise UserError(f"{path}: no such plan file")
+        raise UserError(f"{label}: not a regular file (a plan is a YAML file)")
     try:
-        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+        with path.open("rb") as f:
+            data = f.read(MAX_PLAN_BYTES + 1)
+    except OSError as e:
+        raise UserError(f"{label}: cannot be read ({e.strerror})") from None
+    if len(data) > MAX_PLAN_BYTES:
+        raise UserError(f"{label}: larger than {MAX_PLAN_BYTES // 1024} KiB; a plan is a short YAML file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise UserError(f"{label}: not UTF-8 text (byte 0x{data[e.start]:02x} at line {line}); save it as UTF-8") \
+            from None
+    return parse_yaml(text, label)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text to Python values, with the limits above and no key given twice; a UserError line otherwise."""
+    try:
+        _check_nesting(text, source)
+        loader = _UniqueKeyLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            _check_expanded(node, source)
+            return loader.construct_document(node)
+        finally:
+            loader.dispose()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         what = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise UserError(f"{path}: YAML syntax error{where}: {what}") from None
-    return from_dict(raw, source=str(path))
+        raise UserError(f"{source}: YAML syntax error{where}: {what}") from None
+
+
+def _check_nesting(text: str, source: str) -> None:
+    """The nesting as written, from the parser's events (no recursion, so a 10,000-deep file is only counted)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise UserError(f"{source}: nested more than {MAX_DEPTH} deep at line {event.start_mark.line + 1}; "
+                                "a plan's mappings and lists go a few levels deep")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _check_expanded(root: yaml.Node, source: str) -> None:
+    """The plan's size and depth with every alias expanded, counted on the composed graph without expanding it
+    (each node once, iteratively); an alias inside its own anchor is refused."""
+    size: dict[int, int] = {}
+    deep: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
+            list(node.value) if isinstance(node, yaml.SequenceNode) else []
+        if done:
+            open_.discard(id(node))
+            size[id(node)] = 1 + sum(size[id(c)] for c in children)
+            deep[id(node)] = 1 + max((deep[id(c)] for c in children), default=0)
+            if size[id(node)] > MAX_NODES:
+                raise UserError(f"{source}: more than {MAX_NODES:,} values once its aliases (*name) are expanded "
+                                f"(line {node.start_mark.line + 1}); write the plan out, or use fewer aliases")
+            if deep[id(node)] > MAX_DEPTH:
+                raise UserError(f"{source}: nested more than {MAX_DEPTH} deep once its aliases (*name) are expanded "
+                                f"(line {node.start_mark.line + 1})")
+            continue
+        if id(node) in size:
+            continue
+        if id(node) in open_:
+            raise UserError(f"{source}: an alias refers to the mapping or list that holds it (line "
+                            f"{node.start_mark.line + 1}): a recursive structure is no plan")
+        open_.add(id(node))
+        stack.append((node, True))
+        for c in children:
+            if id(c) in open_:
+                raise UserError(f"{source}: an alias refers to the mapping or list that holds it (line "
+                                f"{c.start_mark.line + 1}): a recursive structure is no plan")
+            if id(c) not in size:
+                stack.append((c, False))
 
 
 def from_dict(raw: Any, source: str = "<plan>") -> Plan:

@@ -32,6 +32,7 @@ GROW_UNDER = 0.50
 GROW_LARGE_UNDER = 0.70
 ROUND_TO = 8
 MIN_OPTIMIZER_STEPS = 150  # per fold, over its planned epochs
+STATISTICS_FLOOR = 8  # the statistics rule never lowers a batch below this (fewer epochs' worth of steps: more epochs)
 PRECISE_BN_UNDER_STEPS = 300  # fewer planned steps per fold than this: recompute BatchNorm statistics each epoch
 PRECISE_BN_MAX_SAMPLES = 4096  # training images forwarded to recompute BatchNorm statistics
 ADAPTIVE_OPTIMIZERS = frozenset({"adamw", "adam", "lamb", "nadam", "radam", "adagrad", "rmsprop"})
@@ -42,16 +43,35 @@ def optimizer_steps(rows: int, batch: int, epochs: int, grad_accum: int = 1) -> 
     return epochs * math.ceil(max(0, rows) / max(1, batch * grad_accum))
 
 
-def statistical_cap(rows: int, epochs: int, grad_accum: int = 1, min_steps: int = MIN_OPTIMIZER_STEPS) -> int:
-    """The largest batch that still gives a fold ``min_steps`` optimizer steps over ``epochs`` (at least 1).
+def statistical_floor(rows: int) -> int:
+    """The smallest batch the statistics rule lowers a batch to: ``STATISTICS_FLOOR`` (8), or half a fold's rows
+    when it has fewer than 16 (at least 2). Below it BatchNorm's batch statistics are noise, and at 1 training fails
+    outright ("Expected more than 1 value per channel"); more epochs give the steps instead (:func:`epochs_for_steps`)."""
+    rows = max(1, int(rows))
+    return min(rows, max(2, min(STATISTICS_FLOOR, rows // 2)))
 
-    E.g. 958 rows (digits, 3 folds) × 8 epochs: 53 (19 steps an epoch, 152 in all); batch 256 would give 32."""
+
+def statistical_cap(rows: int, epochs: int, grad_accum: int = 1, min_steps: int = MIN_OPTIMIZER_STEPS) -> int:
+    """The largest batch that still gives a fold ``min_steps`` optimizer steps over ``epochs``, never below
+    :func:`statistical_floor`.
+
+    E.g. 958 rows (digits, 3 folds) × 8 epochs: 53 (19 steps an epoch, 152 in all); batch 256 would give 32. 100 rows
+    × 1 epoch: 8, the floor (13 steps; the planner raises the epochs to 12 for 156)."""
     rows = max(1, int(rows))
     per_epoch = math.ceil(min_steps / max(1, epochs))  # steps needed in each epoch
     if per_epoch <= 1:
         return max(1, math.ceil(rows / grad_accum))
     # ceil(rows / (b·g)) >= per_epoch  <=>  b < rows / (g · (per_epoch - 1))
-    return max(1, math.ceil(rows / (grad_accum * (per_epoch - 1))) - 1)
+    return max(statistical_floor(rows), math.ceil(rows / (grad_accum * (per_epoch - 1))) - 1)
+
+
+def epochs_for_steps(rows: int, batch: int, epochs: int, grad_accum: int = 1,
+                     min_steps: int = MIN_OPTIMIZER_STEPS) -> int:
+    """The epochs that give a fold ``min_steps`` optimizer steps at ``batch`` (``epochs`` when they already do): the
+    statistics rule's answer once the batch is at its floor. Cheap where it applies: a fold this short sees about
+    ``min_steps × batch`` samples in all."""
+    per_epoch = optimizer_steps(rows, batch, 1, grad_accum)
+    return max(epochs, math.ceil(min_steps / max(1, per_epoch)))
 
 
 def lr_factor(old_batch: int, new_batch: int, optimizer: str = "adamw") -> float:

@@ -326,6 +326,8 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
             change["batch_size"] = fitted.batches[job.name]
             if fitted.lrs.get(job.name) is not None:
                 change["lr"] = fitted.lrs[job.name]
+        if job.name in fitted.epochs:  # the statistics rule's floor: more epochs rather than a batch of 1 or 2
+            change["epochs"] = fitted.epochs[job.name]
         updates.append(job.model_copy(update=change) if change else job)
     adjusted = plan.model_copy(update={"jobs": updates})
     warnings: list[str] = list(fitted.warnings)

@@ -1,7 +1,20 @@
 """Blending finished jobs' predictions, and the submission writer. Pure functions over arrays keyed by row id.
 
-Every method is fitted on out-of-fold predictions only (the rows each job did not train on), and the chosen blend is
-never worse there than the best single job: when a blend loses to it, the best job alone is the answer, with a note.
+Which rows each figure is scored on (one rule for every method):
+
+- a job's score (``Blend.job_scores``, the job's own CV): on the out-of-fold rows that job predicts;
+- a blend's score (``Blend.oof_score``): on every train row that at least one job predicts out of fold (the union,
+  never the rows every job shares, so a one-fold job or a job cut to one fold does not shrink it). On each row the
+  blend is the weighted mean of the jobs that predict it, the weights renormalised over them (a job without the row
+  contributes nothing there); a row that no job of positive weight predicts takes the plain mean of the jobs that do
+  (the limit of a vanishing equal weight on every job). So every candidate — a blend, or one job alone — predicts
+  the same rows, and hill climbing, the weighted blend and the check below compare like with like.
+
+Every method is fitted on those out-of-fold rows only, and the chosen blend is never worse there than any single job
+alone on the same rows: when it loses, that job alone is the answer, with a note. For a job that predicts every row,
+"alone on the same rows" is its own CV, the figure printed beside it; a job that predicts fewer rows is named in a note
+with its row count and the blend's score on its rows (``Blend.on_job_rows``), so the two figures never silently
+disagree.
 """
 
 from __future__ import annotations
@@ -39,18 +52,20 @@ class Blend:
     test_ids: np.ndarray
     classes: list
     notes: list[str] = field(default_factory=list)
+    rows: int = 0  # the out-of-fold rows ``oof_score`` is scored on: every row some job predicts
+    job_rows: dict[str, int] = field(default_factory=dict)  # each job's own out-of-fold rows (its score's rows)
+    on_job_rows: dict[str, float] = field(default_factory=dict)  # for a job of fewer rows: the blend's score on them
 
 
 def _aligned(preds: list[Predictions], truth: pd.Series) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """The OOF rows every job predicted (ids, true labels as class indices, per-job arrays in that row order)."""
-    common = set(truth.index)
-    for p in preds:
-        common &= set(p.oof_ids.tolist())
-    ids = np.array(sorted(common))
+    """The OOF rows some job predicted (ids, what the metric compares with, per-job arrays in that row order, NaN on
+    the rows a job did not predict)."""
+    known = set(truth.index)
+    ids = np.array(sorted(set().union(*(set(p.oof_ids.tolist()) for p in preds)) & known))
     arrays = []
     for p in preds:
-        pos = pd.Series(np.arange(len(p.oof_ids)), index=p.oof_ids)
-        arrays.append(p.oof_pred[pos.loc[ids].to_numpy()])
+        frame = pd.DataFrame(np.asarray(p.oof_pred, dtype=np.float64), index=p.oof_ids)
+        arrays.append(frame[~frame.index.duplicated()].reindex(ids).to_numpy(dtype=np.float64))
     return ids, truth.loc[ids].to_numpy(), arrays
 
 
@@ -61,13 +76,18 @@ def _test_matrix(p: Predictions, test_ids: np.ndarray) -> np.ndarray:
 
 
 def _combine(arrays: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
-    """Weighted mean that skips a job's missing (NaN) rows instead of losing the row."""
+    """Weighted mean, renormalised on each value over the jobs that predict it (a job's missing (NaN) value counts
+    for nothing, the row is not lost); a value no job of positive weight predicts is the plain mean of the jobs that
+    do; NaN only where no job does."""
     stack = np.stack(arrays)  # (jobs, rows, k)
-    w = np.broadcast_to(weights[:, None, None], stack.shape).copy()
-    w[np.isnan(stack)] = 0.0
+    have = ~np.isnan(stack)
+    values = np.where(have, stack, 0.0)
+    w = np.where(have, np.asarray(weights, dtype=np.float64)[:, None, None], 0.0)
     total = w.sum(axis=0)
-    out = np.nansum(stack * w, axis=0) / np.where(total > 0, total, 1)
-    out[total == 0] = np.nan
+    count = have.sum(axis=0)
+    fill = values.sum(axis=0) / np.maximum(count, 1)
+    out = np.where(total > 0, (values * w).sum(axis=0) / np.where(total > 0, total, 1), fill)
+    out[count == 0] = np.nan
     return out
 
 
@@ -75,26 +95,42 @@ def _ranks(a: np.ndarray) -> np.ndarray:
     """Each column's values as ranks scaled to [0, 1] (rank averaging, for metrics that only rank)."""
     out = np.empty_like(a, dtype=np.float64)
     for c in range(a.shape[1]):
-        out[:, c] = pd.Series(a[:, c]).rank(method="average").to_numpy() / max(1, len(a))
+        col = pd.Series(a[:, c])
+        out[:, c] = col.rank(method="average").to_numpy() / max(1, int(col.notna().sum()))
     return out
 
 
 def _hill_climb(arrays: list[np.ndarray], y: np.ndarray, metric, rounds: int = 50) -> np.ndarray:
-    """Caruana's ensemble selection with replacement, starting from the best single job."""
-    scores = [metric.fn(y, a) for a in arrays]
+    """Caruana's ensemble selection with replacement, starting from the best job alone; every trial is the blend
+    ``_combine`` makes, scored on all the rows (``arrays`` hold NaN where a job has no prediction)."""
+    have = [~np.isnan(a) for a in arrays]
+    values = [np.where(h, a, 0.0) for a, h in zip(arrays, have)]
+    count = np.sum(have, axis=0)
+    fill = np.sum(values, axis=0) / np.maximum(count, 1)
+
+    def mix(num, den):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), fill)
+
+    scores = [metric.fn(y, mix(v, h.astype(np.float64))) for v, h in zip(values, have)]
     best = int(np.argmax(scores) if metric.greater_is_better else np.argmin(scores))
     counts = np.zeros(len(arrays))
     counts[best] = 1
-    current, current_score = arrays[best].astype(np.float64), scores[best]
+    num, den, current_score = values[best].copy(), have[best].astype(np.float64), scores[best]
     for _ in range(rounds):
-        n = counts.sum()
-        trials = [(metric.fn(y, (current * n + a) / (n + 1)), j) for j, a in enumerate(arrays)]
+        trials = [(metric.fn(y, mix(num + v, den + h)), j) for j, (v, h) in enumerate(zip(values, have))]
         score, j = max(trials) if metric.greater_is_better else min(trials)
         if not metric.better(score, current_score):
             break
         counts[j] += 1
-        current, current_score = (current * n + arrays[j]) / (n + 1), score
+        num, den, current_score = num + values[j], den + have[j], score
     return counts / counts.sum()
+
+
+def _filled(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Each job's array with the values it lacks taken from the plain mean of the jobs that have them (a stacker
+    needs every input on every row)."""
+    fill = _combine(arrays, np.zeros(len(arrays)))
+    return [np.where(np.isnan(a), fill, a) for a in arrays]
 
 
 def _stack(arrays: list[np.ndarray], y: np.ndarray, tests: list[np.ndarray], regression: bool, seed: int = 0):
@@ -146,7 +182,8 @@ def align_columns(preds: list[Predictions], columns: list) -> tuple[list[Predict
 def blend(preds: list[Predictions], truth: pd.Series, test_ids: np.ndarray, metric_name: str,
           method: str = "hill_climb") -> Blend:
     """Blend ``preds`` by ``method`` on OOF rows; ``truth`` maps each train id to what the metric compares with:
-    its class index, its value (regression), or its row of several targets (a DataFrame)."""
+    its class index, its value (regression), or its row of several targets (a DataFrame). Each job is scored on its
+    own OOF rows, the blend on every OOF row some job predicts (the module's docstring has the rule)."""
     if method not in METHODS:
         raise ValueError(f"unknown ensemble method {method!r}; allowed: {', '.join(METHODS)}")
     if not preds:
@@ -156,14 +193,20 @@ def blend(preds: list[Predictions], truth: pd.Series, test_ids: np.ndarray, metr
     ids, y, arrays = _aligned(preds, truth)
     tests = [_test_matrix(p, test_ids) for p in preds]
     names = [p.job for p in preds]
-    job_scores = {n: float(metric.fn(y, a)) for n, a in zip(names, arrays)} if len(ids) else {}
+    covers = [~np.isnan(a).any(axis=1) for a in arrays]
+    job_rows = {n: int(c.sum()) for n, c in zip(names, covers)}
+    job_scores = {n: float(metric.fn(y[c], a[c])) if c.any() else float("nan")
+                  for n, a, c in zip(names, arrays, covers)}
     notes: list[str] = []
-    if len(preds) == 1 or not len(ids):
-        if not len(ids):
-            notes.append("the jobs share no out-of-fold rows: their test predictions are averaged with equal weights")
+    if not len(ids):
+        notes.append("no job predicted an out-of-fold row of train.csv: their test predictions are averaged with "
+                     "equal weights, unscored")
         w = np.ones(len(preds)) / len(preds)
-        return Blend(method, dict(zip(names, w.tolist())), next(iter(job_scores.values()), None), job_scores,
-                     _combine(tests, w), test_ids, preds[0].classes, notes)
+        return Blend(method, dict(zip(names, w.tolist())), None, {}, _combine(tests, w), test_ids, preds[0].classes,
+                     notes, 0, job_rows)
+    if len(preds) == 1:
+        return Blend(method, {names[0]: 1.0}, job_scores[names[0]], job_scores, tests[0], test_ids, preds[0].classes,
+                     notes, len(ids), job_rows)
 
     scores = np.array([job_scores[n] for n in names])
     oof_blend = test_blend = None
@@ -171,12 +214,13 @@ def blend(preds: list[Predictions], truth: pd.Series, test_ids: np.ndarray, metr
         w = np.ones(len(preds)) / len(preds)
     elif method == "weighted":
         w = scores if metric.greater_is_better else 1.0 / np.maximum(scores, 1e-12)
-        w = np.maximum(w, 1e-12) / np.maximum(w, 1e-12).sum()
+        w = np.maximum(np.nan_to_num(w, nan=0.0), 1e-12)
+        w = w / w.sum()
     elif method == "rank":
         w = np.ones(len(preds)) / len(preds)
         if metric_name in RANK_ONLY:
             oof_blend = _combine([_ranks(a) for a in arrays], w)
-            test_blend = _combine([_ranks(np.nan_to_num(t)) for t in tests], w)
+            test_blend = _combine([_ranks(t) for t in tests], w)
         else:
             notes.append(f"rank averaging suits metrics that only rank (auc); {metric_name} scores the values "
                          f"themselves: a plain mean instead")
@@ -187,21 +231,35 @@ def blend(preds: list[Predictions], truth: pd.Series, test_ids: np.ndarray, metr
         if y.ndim == 2:
             notes.append("no stacker for several targets: a plain mean instead")
         else:
-            oof_blend, test_blend = _stack(arrays, y, tests, regression)
+            oof_blend, test_blend = _stack(_filled(arrays), y, _filled(tests), regression)
             if oof_blend is None:
                 notes.append("too few rows to cross-validate a stacker: a plain mean instead")
     if oof_blend is None:
         oof_blend, test_blend = _combine(arrays, w), _combine(tests, w)
     score = float(metric.fn(y, oof_blend))
 
-    best = names[int(np.argmax(scores) if metric.greater_is_better else np.argmin(scores))]
-    if metric.better(job_scores[best], score):
-        notes.append(f"the {method} blend ({score:.5f}) is worse than {best} alone ({job_scores[best]:.5f}) on "
-                     f"out-of-fold rows: {best} alone is used")
-        w = np.array([1.0 if n == best else 0.0 for n in names])
-        score, test_blend = job_scores[best], tests[names.index(best)]
+    # each job alone on the same rows (where it has no prediction, the others' mean stands in): for a job that
+    # predicts every row, exactly its own CV
+    alone = [np.eye(len(preds))[i] for i in range(len(preds))]
+    alone_scores = [job_scores[n] if job_rows[n] == len(ids) else float(metric.fn(y, _combine(arrays, a)))
+                    for n, a in zip(names, alone)]
+    b = int(np.nanargmax(alone_scores) if metric.greater_is_better else np.nanargmin(alone_scores))
+    best = names[b]
+    if metric.better(alone_scores[b], score):
+        stand_in = "" if job_rows[best] == len(ids) else \
+            f" (on the {len(ids) - job_rows[best]:,} rows it lacks, the other jobs' mean)"
+        notes.append(f"the {method} blend ({score:.5f}) is worse than {best} alone{stand_in} ({alone_scores[b]:.5f}) "
+                     f"on the {len(ids):,} out-of-fold rows: {best} alone is used")
+        w = alone[b]
+        oof_blend, test_blend, score = _combine(arrays, w), _combine(tests, w), alone_scores[b]
+    on_job_rows = {n: float(metric.fn(y[c], oof_blend[c])) for n, c in zip(names, covers)
+                   if 0 < job_rows[n] < len(ids)}
+    if on_job_rows:
+        fewer = "; ".join(f"{n} predicts {job_rows[n]:,} of them, its CV {job_scores[n]:.4f} is on those rows, where "
+                          f"the blend scores {on_job_rows[n]:.4f}" for n in on_job_rows)
+        notes.append(f"the blend is scored on all {len(ids):,} out-of-fold rows some job predicts; {fewer}")
     return Blend(method, dict(zip(names, np.round(w, 6).tolist())), score, job_scores, test_blend, test_ids,
-                 preds[0].classes, notes)
+                 preds[0].classes, notes, len(ids), job_rows, on_job_rows)
 
 
 def class_prior(labels: pd.Series, classes: list, n_rows: int) -> np.ndarray:

@@ -10,7 +10,10 @@ rung that fits its device alone. Pure, given an estimator function; ``dryrun`` w
 
 Before memory, statistics: when the training rows are known, a batch that would leave a fold fewer than
 ``autotune.MIN_OPTIMIZER_STEPS`` optimizer steps over its epochs comes down to the largest rung that gives them
-(``fixed_batch`` keeps its batch, with a warning). The memory it frees is room for more jobs or folds.
+(``fixed_batch`` keeps its batch, with a warning). The memory it frees is room for more jobs or folds. The rule has a
+floor (``autotune.statistical_floor``: 8, fewer only for a fold of under 16 rows): a batch of 1 or 2 trains badly or
+not at all (BatchNorm), so when the rows at the floor still give too few steps the job's epochs go up instead, said
+in a warning. Decided here, once: the job applies the batch and epochs the dry run shows.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from scheduler.policy.estimate import LADDER
-from scheduler.policy.autotune import MIN_OPTIMIZER_STEPS, lr_factor, optimizer_steps, statistical_cap
+from scheduler.policy.autotune import (MIN_OPTIMIZER_STEPS, epochs_for_steps, lr_factor, optimizer_steps,
+                                       statistical_cap, statistical_floor)
 from scheduler.core.hardware import Node
 from scheduler.policy.packing import Demand, Placement, pack
 
@@ -86,6 +90,7 @@ class Fitted:
     estimated_mib: dict[str, int]  # at the final batch, for jobs that could be estimated
     changes: list[Change] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    epochs: dict[str, int] = field(default_factory=dict)  # jobs whose epochs the statistics rule raised: the new ones
 
 
 def _next_rung(batch: int) -> int | None:
@@ -151,7 +156,7 @@ def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float]
         elif j.name in estimable:
             old = batches[j.name]
             batches[j.name] = (_top_rung_that_fits(j.name, largest_limit, est, cap) if j.auto_batch
-                               else _rung_at_most(cap))
+                               else _rung_at_most(cap) if cap >= MIN_BATCH else cap)  # a fold of < 16 rows
             why[j.name] = _statistics_note(j, old, batches[j.name])
 
     def demands(mem: dict[str, int]) -> list[Demand]:
@@ -183,6 +188,7 @@ def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float]
         batches[j.name] = _next_rung(batches[j.name])
         current_waves = waves(memory())
 
+    epochs = _more_epochs(jobs, batches, warnings)
     final_mem = memory()
     current = pack(demands(final_mem), nodes, band)  # the final answer, with the full exact search
     changes = []
@@ -196,4 +202,26 @@ def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float]
         if j.fixed and current.of(j.name).wave > 0:
             warnings.append(f"{j.name}: fixed_batch keeps batch {batches[j.name]}, so it waits for wave "
                             f"{current.of(j.name).wave}")
-    return Fitted(current, batches, lrs, final_mem, {n: final_mem[n] for n in estimable}, changes, warnings)
+    return Fitted(current, batches, lrs, final_mem, {n: final_mem[n] for n in estimable}, changes, warnings, epochs)
+
+
+MAX_EPOCHS = 10_000  # the plan schema's own limit
+
+
+def _more_epochs(jobs: Sequence[FitJob], batches: dict[str, int | None], warnings: list[str]) -> dict[str, int]:
+    """The statistics rule's second half: a job whose batch is as low as the rule goes and whose fold still gets
+    too few optimizer steps trains more epochs (a fold that short is cheap: about 150 × batch samples in all)."""
+    out = {}
+    for j in jobs:
+        b = batches[j.name]
+        if j.fixed or b is None or not j.train_rows or not j.epochs or j.steps(b) >= MIN_OPTIMIZER_STEPS:
+            continue
+        more = min(MAX_EPOCHS, epochs_for_steps(j.train_rows, b, j.epochs, j.grad_accum))
+        if more > j.epochs:
+            out[j.name] = more
+            warnings.append(f"epochs raised for statistics: {j.name}: {j.epochs} → {more} epochs ({j.train_rows:,} "
+                            f"training rows per fold at batch {b} give {j.steps(b)} optimizer steps, "
+                            f"{optimizer_steps(j.train_rows, b, more, j.grad_accum)} over {more} epochs; at least "
+                            f"{MIN_OPTIMIZER_STEPS} wanted, and the batch goes no lower than "
+                            f"{statistical_floor(j.train_rows)})")
+    return out

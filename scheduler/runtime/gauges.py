@@ -1,5 +1,5 @@
 """gpupack's figures as Prometheus gauges through ``ray.util.metrics``, so they reach the Ray dashboard's metrics view
-(and Prometheus/Grafana through ``ray metrics launch-prometheus``). Tagged ``plan``, ``job``, ``device``."""
+(and Prometheus/Grafana through ``ray metrics launch-prometheus``). Tagged ``plan``, ``job``, ``task``, ``device``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ _SPECS = {
     "gpupack_device_memory_used_bytes": "Device memory in use",
     "gpupack_device_utilization_ratio": "Device utilisation",
 }
-TAGS = ("plan", "job", "device")
+TAGS = ("plan", "job", "task", "device")  # task: the job's task (``policy.tasks``: the job, or one lane of its folds)
 
 
 class Gauges:
@@ -28,10 +28,13 @@ class Gauges:
 
         self._g = {name: Gauge(name, description=desc, tag_keys=TAGS) for name, desc in _SPECS.items()}
 
-    def set(self, name: str, value: float | None, plan: str, job: str = "", device: str = "") -> None:
+    def set(self, name: str, value: float | None, plan: str, task: str = "", device: str = "") -> None:
+        """``task``: the task's name; its job's name is the ``job`` tag."""
         if value is None:
             return
-        self._g[name].set(float(value), tags={"plan": plan, "job": job, "device": device})
+        from scheduler.policy.tasks import job_of
+
+        self._g[name].set(float(value), tags={"plan": plan, "job": job_of(task), "task": task, "device": device})
 
 
 class SlotGauges:

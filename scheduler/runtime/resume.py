@@ -105,9 +105,51 @@ def _alive(d: dict | None) -> bool | None:
         return False
 
 
+def note_ray_processes(record: RunRecord) -> int:
+    """Record the processes of the local Ray this driver has just started (its descendants now: the GCS, the raylet,
+    the dashboard, its agents and the runtime-env agent, idle workers), each by pid, host and start time. When the
+    driver is SIGKILLed the GCS and raylet follow it, but the dashboard and the agents may not; whoever finds the
+    driver lost (``stop_leftovers``: ``submit --resume``, ``cancel``) stops the ones still alive. Returns how many."""
+    import psutil
+
+    here = socket.gethostname()
+    procs = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            procs.append({"pid": p.pid, "host": here, "started": p.create_time(), "name": p.name()})
+        except psutil.Error:
+            pass
+    record.set_run(ray_processes=procs)
+    return len(procs)
+
+
+def _stop_processes(recorded: list[dict], grace_s: float) -> None:
+    """The recorded processes that still live (the same pid *and* start time: never a later process that reuses a
+    pid), stopped: SIGTERM, then SIGKILL to those still there after ``grace_s``."""
+    import psutil
+
+    alive = []
+    for d in recorded:
+        try:
+            if _alive(d):
+                alive.append(psutil.Process(d["pid"]))
+        except psutil.Error:
+            pass
+    for sig in ("terminate", "kill"):
+        for p in alive:
+            try:
+                getattr(p, sig)()
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(alive, timeout=grace_s)
+        if not alive:
+            return
+
+
 def stop_leftovers(record: RunRecord, grace_s: float = 5.0) -> list[str]:
-    """Stop the scripts of ``command`` jobs that outlived their driver (they run in their own process group, so
-    they survive a job process killed by force): SIGTERM to the group, SIGKILL after ``grace_s``. Returns the jobs."""
+    """Stop what a lost driver left running: the scripts of ``command`` jobs (they run in their own process group, so
+    they survive a job process killed by force): SIGTERM to the group, SIGKILL after ``grace_s``; and the local Ray
+    processes it started that outlived it (``note_ray_processes``). Returns the jobs whose scripts were stopped."""
     import json
     import signal
 
@@ -115,6 +157,12 @@ def stop_leftovers(record: RunRecord, grace_s: float = 5.0) -> list[str]:
 
     from jobs.command_job import PID_FILE
 
+    left = [d for d in record.run_info().get("ray_processes") or [] if _alive(d)]  # the lost driver's Ray
+    if left:
+        _stop_processes(left, grace_s)
+        record.event("note", note=f"stopped {len(left)} process(es) of the local Ray that a lost driver had started "
+                                  f"({', '.join(sorted({str(d.get('name')) for d in left}))})")
+        record.set_run(ray_processes=[])
     stopped = []
     for path in sorted((record.dir / "jobs").glob(f"*/{PID_FILE}")):
         d = json.loads(path.read_text())

@@ -159,7 +159,7 @@ class Runner:
 
     def _memory_scale(self, name: str) -> float:
         """The job's packed MiB over its computed estimate, when a measurement packed it (else 1)."""
-        fig = self.dry.figures.get(name)
+        fig = self.dry.figures.get(self.dry.tasks[name].job)
         if fig is None or fig.measured_mib is None or not fig.computed_mib:
             return 1.0
         return self.where[name].gpu_memory_mib / fig.computed_mib

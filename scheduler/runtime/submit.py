@@ -17,18 +17,30 @@ from scheduler.core.errors import UserError
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime.driver import Driver, RunOptions, new_run_dir, prepare_folder
 from scheduler.core.states import JobState
-from scheduler.store.record import RunRecord
+from scheduler.store.record import FolderLock, RunRecord, check_unused
 
 
 def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None],
            driver: type = Driver) -> dict:
     """Run ``dry``'s placement to a submission. Always writes one, even after Ctrl-C (then re-raises), and always
     leaves the run with an end status (finished, failed, interrupted, crashed), never "running". ``driver``: Ray's,
-    or ``inprocess.InProcessDriver`` (the same decisions, the jobs run in this process)."""
+    or ``inprocess.InProcessDriver`` (the same decisions, the jobs run in this process).
+
+    A run folder belongs to one run: this process holds its lock (``run.lock``) from before the folder is touched
+    until the submission is written, and a new run goes only into a folder that holds none (``--resume`` continues
+    one). Two submits into one folder, at once or one after the other, never mix."""
     if opts.data_dir is not None:
         from jobs.data import load_competition
 
         load_competition(opts.data_dir)  # a bad folder is the user's error: found before any run folder exists
+    if not opts.resume:
+        check_unused(opts.run_dir)  # before the lock creates the folder: no empty folder left behind a refusal
+    with FolderLock(opts.run_dir):
+        return _submit(dry, opts, on_update, on_start, driver)
+
+
+def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None],
+            driver: type) -> dict:
     if opts.resume:
         record = RunRecord.open_existing(opts.run_dir)
         info = resume.check_resumable(record)
@@ -37,10 +49,17 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
             opts = dataclasses.replace(opts, training_s=resume.training_left_s(info, window_s))
         resume.reopen(record, dry, opts.training_s)
     else:
+        check_unused(opts.run_dir)  # again under the lock: another submit may have started a run here meanwhile
         record = prepare_folder(dry, opts.run_dir, opts.plan_file, opts.asked)
     interrupted, crash = False, None
+
+    def started(d: Driver) -> None:
+        if getattr(d, "cluster", None) is not None and d.cluster.started_here:  # a local Ray of this driver's own
+            resume.note_ray_processes(record)  # stopped by whoever finds this driver lost
+        on_start(d)
+
     try:
-        driver(dry, opts, record, on_update, on_start).run()
+        driver(dry, opts, record, on_update, started).run()
     except KeyboardInterrupt:
         interrupted = True
     except UserError:  # e.g. a cluster without the resources the placement needs: nothing ran
@@ -54,8 +73,8 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
         raise crash  # it failed before there was anything to blend
     try:
         summary = write_submission(record, dry.plan.ensemble.method, dry.plan.metric)
-    except BaseException:
-        record.set_run(status="crashed", finished=time.time())
+    except BaseException as e:
+        record.set_run(status="error" if isinstance(e, UserError) else "crashed", finished=time.time())
         raise
     record.set_run(status=status, finished=time.time())
     record.event("run_end", status=status, ensemble_cv=summary["ensemble_cv"],
@@ -109,10 +128,12 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
         blend = ensemble.blend(preds, truth, test_ids, metric, method)
         test_pred, classes, notes = blend.test_pred, blend.classes, list(blend.notes)
         ens_cv, weights, job_scores = blend.oof_score, blend.weights, blend.job_scores
+        ens_rows, job_rows = blend.rows, blend.job_rows
     elif partials := [p for p in (outputs.load_partial(d) for d in _with_tasks(folders)) if p]:
         from scheduler.core.scoring import get as get_metric
 
         source = "partial"
+        ens_rows, job_rows = None, {}
         m = get_metric(metric)
         score, best = partials[0]
         for s, p in partials[1:]:
@@ -124,18 +145,25 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
                      f"by the budget, {metric} {score:.4f} on its validation rows), not from a cross-validated job")
     else:
         source = "prior"
+        ens_rows, job_rows = None, {}
         test_pred = comp.prior(len(test_ids))
         classes, ens_cv, weights, job_scores = comp.classes, None, {}, {}
         what = "class frequencies" if comp.task == "classification" else "target means"
         notes.append(f"NO JOB FINISHED A FOLD: this submission is the {what} of train.csv, not a model")
     frame = ensemble.submission_frame(comp.sample_submission, test_ids, test_pred, classes, comp.form)
     path = record.dir / "submission.csv"
-    frame.to_csv(path, index=False)
+    try:
+        frame.to_csv(path, index=False)
+    except OSError as e:  # the folder made read-only, a full disk: the person's to fix, and nothing is lost
+        raise UserError(f"{path}: cannot be written ({e.strerror or e}); the jobs' predictions are kept in "
+                        f"{record.dir / 'jobs'}: make the folder writable, then `ensemble {record.dir}` writes "
+                        "the submission") from None
     held_out = comp.held_out(frame, metric)
     for note in notes:
         record.event("note", note=note)
     record.event("ensemble", method=method, metric=metric, weights=weights, ensemble_cv=ens_cv, job_scores=job_scores,
-                 held_out_score=held_out, submission_source=source, form=comp.form.kind)
+                 ensemble_rows=ens_rows, job_rows=job_rows, held_out_score=held_out, submission_source=source,
+                 form=comp.form.kind)
     jobs = []
     for name, rows in _by_job(record.jobs()).items():
         res_path = record.dir / "jobs" / name / "result.json"
@@ -143,12 +171,15 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
         first = min(rows, key=lambda r: (r["wave"], r["name"]))
         jobs.append({"name": name, "kind": first["kind"], "state": _job_state([r["state"] for r in rows]),
                      "wave": first["wave"], "device": first["device"], "cv_score": res.get("cv_score"),
-                     "folds": len(res.get("folds", [])), "weight": weights.get(name, 0.0),
+                     "folds": len(res.get("folds", [])), "rows": job_rows.get(name), "weight": weights.get(name, 0.0),
                      "notes": res.get("notes", []),
                      "tasks": [{"task": r["name"], "state": r["state"], "wave": r["wave"], "device": r["device"],
-                                "cv_score": r.get("cv_score")} for r in rows]})
+                                "cv_score": r.get("cv_score")} for r in rows],
+                     "cut": [f"{r['name']}: {r['progress']['cut']} ({r['progress'].get('cut_reason', '')})"
+                             for r in rows if (r.get("progress") or {}).get("cut")]})
     return {"run_dir": str(record.dir), "submission": str(path), "jobs": jobs, "ensemble_cv": ens_cv,
-            "ensemble_method": method, "metric": metric, "held_out_score": held_out, "notes": notes,
+            "ensemble_rows": ens_rows, "ensemble_method": method, "metric": metric, "held_out_score": held_out,
+            "notes": notes,
             "submission_source": source, "submission_source_text": SOURCES[source]}
 
 
@@ -200,9 +231,20 @@ def blend_outputs(folders: list[Path], data: str, metric: str, method: str, out:
     out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out, index=False)
     return {"submission": str(out), "ensemble_method": method, "metric": metric, "ensemble_cv": b.oof_score,
-            "weights": b.weights, "job_scores": b.job_scores, "held_out_score": comp.held_out(frame, metric),
+            "ensemble_rows": b.rows, "weights": b.weights, "job_scores": b.job_scores, "job_rows": b.job_rows,
+            "held_out_score": comp.held_out(frame, metric),
             "notes": notes + list(b.notes)}
 
 
 def default_run_dir(plan_name: str, run_dir: str | None) -> Path:
-    return Path(run_dir) if run_dir else new_run_dir(Path("runs"), plan_name)
+    """``--run-dir``, else a fresh ``runs/<plan>-<time>``, made here so that two submits in the same second never
+    pick the same one (``mkdir`` without ``exist_ok`` is the atomic claim)."""
+    if run_dir:
+        return Path(run_dir)
+    while True:
+        path = new_run_dir(Path("runs"), plan_name)
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue

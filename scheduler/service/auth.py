@@ -4,6 +4,7 @@ token lives in the state folder's ``token`` file (0600); agent tokens are minted
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import secrets
 import sqlite3
@@ -14,6 +15,9 @@ from pathlib import Path
 
 from scheduler.service.store import open_db
 from scheduler.service.validate import Conflict, Forbidden, ServiceError, Unauthorized
+
+
+log = logging.getLogger("gpupack.service")
 
 
 @dataclass(frozen=True)
@@ -29,12 +33,20 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+MIN_TOKEN_CHARS = 16
+
+
 def admin_token(state_dir: Path, db: sqlite3.Connection) -> str:
-    """The admin's token, made (0600) on first start, and its hash stored."""
+    """The admin's token, made (0600) on first start, and its hash stored. A token file that holds no usable token
+    (empty, or shorter than ``MIN_TOKEN_CHARS``: a truncated copy, an ``echo > token``) gets a new one, with a warning
+    in the service's log: keeping it would make the admin token the empty string, which no client can send."""
     path = state_dir / "token"
-    if path.is_file():
-        token = path.read_text().strip()
-    else:
+    token = path.read_text(errors="replace").strip() if path.is_file() else None
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        log.warning("%s held no usable admin token (%d characters); a new one is written there", path, len(token))
+        path.unlink()
+        token = None
+    if token is None:
         token = secrets.token_urlsafe(32)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:

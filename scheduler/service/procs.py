@@ -24,8 +24,14 @@ def private_dir(path: Path) -> Path:
 
 
 def private_file(path: Path) -> None:
-    """``path`` made (empty) or tightened to 0600."""
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    """``path`` made (empty) or tightened to 0600. A file that exists is never opened: closing any descriptor of a
+    file drops every POSIX lock this process holds on it, SQLite's among them. (Opening and closing the database's
+    ``-shm`` once dropped the service's lock on it; an outside reader then took itself for the only user, truncated
+    the file and rebuilt it, and the service died of SIGBUS at its next commit.)"""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
     os.chmod(path, 0o600)
 
 

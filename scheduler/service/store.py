@@ -20,6 +20,8 @@ from scheduler.service.validate import MAX_NAME
 log = logging.getLogger("gpupack.service")
 CHECKPOINT_S = 0.5  # how often the checkpointer copies committed pages from the WAL into the database
 MAX_WAL_FRAMES = 16_384  # past this many pages (64 MiB) in the WAL, the checkpointer makes it start over
+RESTART_WAIT_S = 0.25  # the longest a RESTART checkpoint waits for the writer's lock, then (holding it) for readers
+DEFERRED_WARNING = 10  # restarts put off this many times in a row are logged
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS slots (slot_id TEXT PRIMARY KEY, owner TEXT, state TEXT, device TEXT, gpu_memory_mib INT,
@@ -124,17 +126,26 @@ class Checkpointer:
     next one begins), so under a sustained stream of decisions the WAL would grow without end: 546 MB in 10 s of
     the benchmark's 100 clients. Past ``max_wal_frames`` frames the checkpointer therefore takes a RESTART
     checkpoint, which holds writers back while it finishes (the passive ones have already copied most pages, so
-    the wait is about its fsyncs), and the WAL starts over; ``journal_size_limit`` then truncates the file."""
+    the wait is about its fsyncs), and the WAL starts over; ``journal_size_limit`` then truncates the file.
+
+    A RESTART waits for every reader of the WAL to finish, with the writer's lock held. So it is tried only when
+    the passive checkpoint just before it copied every frame (no reader holds an older snapshot), and it waits at
+    most ``RESTART_WAIT_S`` (then gives up until the next interval). While an outside reader keeps a read
+    transaction open (a dashboard, a backup), the WAL grows, as with SQLite's own checkpoints, and no commit waits
+    for that reader: a RESTART that waited for it once held every commit back until the service's connection gave
+    up, and each request in flight failed with "database is locked"."""
 
     def __init__(self, path: Path, interval: float = CHECKPOINT_S, max_wal_frames: int = MAX_WAL_FRAMES):
         self.path, self.interval, self.max_wal_frames = path, interval, max_wal_frames
         self.restarts = 0
+        self.deferred = 0  # checkpoints since the last restart that found the WAL past its limit and a reader on an
+        # older snapshot
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="gpupack-checkpointer", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=RESTART_WAIT_S)
         try:
             db.execute("PRAGMA synchronous=NORMAL")
             while not self._stop.wait(self.interval):
@@ -145,10 +156,19 @@ class Checkpointer:
 
     def checkpoint(self, db: sqlite3.Connection) -> None:
         try:
-            _, frames, _ = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            if frames > self.max_wal_frames:
-                db.execute("PRAGMA wal_checkpoint(RESTART)")
+            _, frames, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if frames <= self.max_wal_frames:
+                return
+            if copied < frames:  # a reader on an older snapshot: a RESTART would hold commits back until it ends
+                self.deferred += 1
+                if self.deferred == DEFERRED_WARNING:  # not a moment's poll: a long read transaction
+                    log.warning("the WAL is past %d pages, and a reader has held an older snapshot through %d "
+                                "checkpoints: the WAL grows until that reader ends", self.max_wal_frames, self.deferred)
+                return
+            busy, _, _ = db.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+            if not busy:
                 self.restarts += 1
+                self.deferred = 0
         except sqlite3.Error:  # busy or I/O: the commits are safe in the WAL; the next interval tries again
             log.warning("WAL checkpoint failed; will retry", exc_info=True)
 

@@ -40,11 +40,18 @@ def choose(cli_data: str | None, plan: Plan, plan_file: Path | None) -> DataChoi
         path = (plan_file.parent if plan_file else Path(".")) / plan.data
     else:
         return DataChoice(None, DIGITS)
-    if path.is_dir():
-        return DataChoice(path, None)
+    where = "--data" if cli_data else f"{plan_file or 'the plan'}: data"
+    try:
+        if path.is_dir():
+            return DataChoice(path, None)
+        exists = path.exists()
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte
+        raise UserError(f"{where}: '{given[:200]}' cannot be a folder ({e})") from None
     if given in shelf.SHELF:
         return DataChoice(None, given)
-    where = "--data" if cli_data else f"{plan_file or 'the plan'}: data"
+    if exists:
+        raise UserError(f"{where}: {path} is a file, not a competition folder (a folder of train.csv, test.csv and "
+                        f"sample_submission.csv), and no built-in competition; built-ins: {', '.join(shelf.NAMES)}")
     raise UserError(f"{where}: '{given}' is no competition folder ({path} does not exist) and no built-in "
                     f"competition; built-ins: {', '.join(shelf.NAMES)}")
 
@@ -73,11 +80,13 @@ def inspect(choice: DataChoice, plan: Plan) -> dict:
 
     Raises a UserError (exit status 2) for every fault, before anything trains.
     """
-    from jobs.data import load_competition
+    from jobs.data import check_images, load_competition
 
     comp = load_competition(materialised(choice.builtin) if choice.builtin else choice.dir, plan.metric)
     for job in plan.jobs:
         check_job(job, comp)
+    if comp.has_images and not choice.builtin:  # every image's header, before any fold depends on it
+        check_images(comp)
     return {
         "source": choice.label(),
         "dir": None if choice.builtin else str(choice.dir),

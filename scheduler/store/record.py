@@ -154,6 +154,92 @@ class RunRecord:
         self.db.close()
 
 
+# --- one run per folder ----------------------------------------------------------------------------------------
+
+LOCK_FILE = "run.lock"
+RUN_MARKERS = ("state.sqlite", "events.jsonl", "plan.yaml", "placement.json", "submission.csv", "jobs")
+
+
+class FolderLock:
+    """The run folder's lock, held by its driver for the run's life: ``flock`` on ``run.lock``.
+
+    An OS lock rather than a pid in a file because the kernel drops it when the process ends, however it ends (a
+    SIGKILLed driver leaves no stale lock), and a second driver that tries it learns at once, without guessing whether
+    a recorded pid is still that driver. The file keeps the holder's pid and host only to name it in the refusal."""
+
+    def __init__(self, run_dir: str | Path):
+        self.dir = Path(run_dir)
+        self.path = self.dir / LOCK_FILE
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise a UserError naming the run that holds it."""
+        import fcntl
+        import os
+        import socket
+
+        from scheduler.core.errors import UserError
+
+        if self.dir.exists() and not self.dir.is_dir():
+            raise UserError(f"run folder {self.dir}: exists and is not a folder")
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise UserError(f"run folder {self.dir}: cannot be written ({e.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise UserError(f"run folder {self.dir} is in use by a running driver ({holder}); give another "
+                            "--run-dir, or wait for that run to end") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        import os
+
+        if self.fd is not None:
+            os.close(self.fd)  # closing the last descriptor drops the flock
+            self.fd = None
+
+    def __enter__(self) -> "FolderLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def check_unused(run_dir: str | Path) -> None:
+    """A new run goes only into a folder that holds no run: refuse (UserError) one that holds a run's files, whose
+    jobs, plan and state would otherwise blend with the new run's. ``submit --resume`` is the way to continue one."""
+    from scheduler.core.errors import UserError
+
+    path = Path(run_dir)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"run folder {path}: exists and is not a folder")
+    found = [m for m in RUN_MARKERS if (path / m).exists()]
+    if not found:
+        return
+    plan = status = None
+    if (path / "state.sqlite").is_file():
+        try:
+            db = sqlite3.connect(f"file:{path / 'state.sqlite'}?mode=ro", uri=True, timeout=2)
+            try:
+                info = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM run")}
+            finally:
+                db.close()
+            plan, status = info.get("plan"), info.get("status")
+        except (sqlite3.Error, ValueError):
+            pass
+    what = f"plan '{plan}', {status}" if plan else f"{', '.join(found)}"
+    raise UserError(f"run folder {path} already holds a run ({what}); give a new --run-dir (or none, for a fresh "
+                    f"runs/<plan>-<time>), or continue that run with `submit --resume {path}`")
+
+
 def jsonable(value: Any) -> Any:
     """numpy scalars and arrays, paths and enums as plain JSON values (``json.dumps(default=…)``)."""
     if hasattr(value, "item"):

@@ -180,7 +180,9 @@ def build(run_dir: str | Path) -> Path:
         if e["event"] == "batch":
             batch[e["job"]].append(f"fold {e.get('fold', 0) + 1}: {e['reason']}")
         elif e["event"] == "budget_cut":
-            cuts[e["job"]].append(f"{e['what']} {e['old']} → {e['new']}")
+            cuts[e["job"]].append(f"cut {e['what']} {e['old']} → {e['new']}: {e.get('reason', '')}")
+        elif e["event"] == "budget_restore":
+            cuts[e["job"]].append(f"undone {e['what']} {e['old']} → {e['new']}: {e.get('reason', '')}")
         elif e["event"] == "telemetry" and e.get("advice"):
             advice[e["job"]] = e["advice"]
     ensemble = next((e for e in reversed(events) if e["event"] == "ensemble"), {})
@@ -203,8 +205,10 @@ def build(run_dir: str | Path) -> Path:
             "budget cuts", "advice", "notes"]
     ens_cv = ensemble.get("ensemble_cv")
     held = ensemble.get("held_out_score")
+    ens_rows = ensemble.get("ensemble_rows")
     summary = (f"ensemble ({html.escape(str(ensemble.get('method', '—')))}) CV "
                f"{'—' if ens_cv is None else f'{ens_cv:.4f}'}"
+               + ("" if not ens_rows else f" on {ens_rows:,} out-of-fold rows (every row some job predicts)")
                + ("" if held is None else f" · held-out {held:.4f}"))
     mode = "CPU rehearsal (memory simulated)" if info.get("rehearsal") else "GPU"
     gains = _expected_gains(record.dir)
