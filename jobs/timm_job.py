@@ -303,7 +303,10 @@ def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) 
     bn_loader = None
     if planned_steps < PRECISE_BN_UNDER_STEPS:  # few steps: running BN statistics lag the weights (precise BN)
         subset = tr[:PRECISE_BN_MAX_SAMPLES]
-        bn_loader = job.batches(subset, ResizableBatchSampler(len(subset), batch, shuffle=True, seed=ctx.seed + k))
+        # forward only, no gradients kept: at the evaluation batch, as validation (profiled on the CPU rehearsal, precise
+        # BN at the training batch took 3x the validation pass beside it)
+        bn_loader = job.batches(subset, ResizableBatchSampler(len(subset), job.eval_batch, shuffle=True,
+                                                              seed=ctx.seed + k))
         if k == 0:
             job.notes.append(f"precise BN: {planned_steps} optimizer steps per fold (< {PRECISE_BN_UNDER_STEPS}), so "
                              f"BatchNorm statistics are recomputed on up to {len(subset):,} training images before "
