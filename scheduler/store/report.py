@@ -399,6 +399,7 @@ def _throughput_section(run: _Run) -> str:
     if not jobs:
         return "<h2 id=\"throughput\">Throughput</h2><p class=\"dim\">No throughput was recorded.</p>"
     plt = _pyplot()
+    means = {}
     fig, axes = plt.subplots(len(jobs), 1, figsize=(10, 2.1 * len(jobs)), sharex=True, squeeze=False)
     palette = plt.get_cmap("tab10")
     for ax, job in zip(axes[:, 0], jobs):
@@ -412,7 +413,7 @@ def _throughput_section(run: _Run) -> str:
         ax.set_ylim(0, top * 1.15 if top > 0 else 1)
         ax.set_xlim(0, run.t_end - run.t0)
         ax.set_ylabel(unit)
-        mean = sum(rates) / len(rates)
+        mean = means[job] = sum(rates) / len(rates)
         ax.set_title(f"{job} ({run.kinds.get(job, '')}): mean {mean:,.0f} {unit}", loc="left", fontsize=10)
         ax.grid(alpha=0.3)
         if len(series[job]) > 1:
@@ -423,7 +424,9 @@ def _throughput_section(run: _Run) -> str:
     plt.close(fig)
     return ("<h2 id=\"throughput\">Throughput by job</h2><p class=\"hint\">Each job on its own scale and in its own "
             "unit, measured inside training steps (a line per task).</p>"
-            f"<img alt=\"throughput by job\" src=\"data:image/png;base64,{picture}\" style=\"max-width:100%\">")
+            f"<img alt=\"throughput by job\" src=\"data:image/png;base64,{picture}\" style=\"max-width:100%\">"
+            "<p class=\"hint\">Mean over the run: " + "; ".join(
+                f"{_t(j)} {_rate(means[j], _unit(run.kinds.get(j, '')))}" for j in jobs) + ".</p>")
 
 
 # --- tasks, cuts, notes -------------------------------------------------------------------------------------------
