@@ -393,11 +393,23 @@ def throughput_series(run: _Run) -> dict[str, dict[str, list[tuple[float, float]
     return out
 
 
+def _result_rate(result: dict) -> float | None:
+    """A job's rate inside training steps from its result: its own, else the mean of its tasks'."""
+    own = (result.get("throughput") or {}).get("train_samples_per_s")
+    lanes = [t.get("train_samples_per_s") for t in (result.get("tasks") or {}).values() if t]
+    lanes = [r for r in lanes if r is not None]
+    return own if own is not None else (sum(lanes) / len(lanes) if lanes else None)
+
+
 def _throughput_section(run: _Run) -> str:
     series = throughput_series(run)
     jobs = [j for j in run.jobs() if series.get(j)]
+    alone = {j: r for j in run.jobs() if j not in jobs for r in [_result_rate(run.results.get(j, {}))] if r}
+    words = "".join(f"; {_t(j)} {_rate(r, _unit(run.kinds.get(j, '')))} (its result: no figures over time)"
+                    for j, r in alone.items())
     if not jobs:
-        return "<h2 id=\"throughput\">Throughput</h2><p class=\"dim\">No throughput was recorded.</p>"
+        return ("<h2 id=\"throughput\">Throughput by job</h2><p class=\"dim\">No throughput was recorded over time"
+                + (f": {words[2:]}." if words else ".") + "</p>")
     plt = _pyplot()
     means = {}
     fig, axes = plt.subplots(len(jobs), 1, figsize=(10, 2.1 * len(jobs)), sharex=True, squeeze=False)
@@ -426,7 +438,7 @@ def _throughput_section(run: _Run) -> str:
             "unit, measured inside training steps (a line per task).</p>"
             f"<img alt=\"throughput by job\" src=\"data:image/png;base64,{picture}\" style=\"max-width:100%\">"
             "<p class=\"hint\">Mean over the run: " + "; ".join(
-                f"{_t(j)} {_rate(means[j], _unit(run.kinds.get(j, '')))}" for j in jobs) + ".</p>")
+                f"{_t(j)} {_rate(means[j], _unit(run.kinds.get(j, '')))}" for j in jobs) + words + ".</p>")
 
 
 # --- tasks, cuts, notes -------------------------------------------------------------------------------------------
@@ -601,6 +613,11 @@ summary{cursor:pointer}details ul{margin:.2em 0 .6em}details h4{margin:.4em 0 0}
 height:auto}nav a{margin-right:1em}h2{margin-top:1.6em;border-bottom:1px solid #eee}"""
 
 
+# a link to a folded block (the tasks' "2 notes, …") unfolds it
+_OPEN_ON_LINK = ("<script>function unfold(){var e=document.getElementById(decodeURIComponent(location.hash.slice(1)));"
+                 "if(e&&e.tagName==='DETAILS')e.open=true}addEventListener('hashchange',unfold);unfold()</script>")
+
+
 def _summary(run: _Run) -> str:
     info = run.info
     ensemble = next((e for e in reversed(run.events) if e["event"] == "ensemble"), {})
@@ -634,7 +651,8 @@ def build(run_dir: str | Path) -> Path:
         _memory_section(run),
     ]
     page = (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>gpupack · {_t(run.info.get('plan'))}</title>"
-            f"<style>{_STYLE}</style></head><body>\n" + "\n".join(s for s in sections if s) + "\n</body></html>")
+            f"<style>{_STYLE}</style></head><body>\n" + "\n".join(s for s in sections if s) + _OPEN_ON_LINK
+            + "\n</body></html>")
     out = run.dir / "report.html"
     out.write_text(page)
     return out
