@@ -356,7 +356,8 @@ def _scores_section(run: _Run) -> str:
         for k in range(width):
             f = folds.get(k)
             if f and f.get("score") is not None:
-                extra = f" <span class=\"dim\">{f['epochs']} ep</span>" if f.get("epochs") is not None else ""
+                steps = "rounds" if run.kinds.get(job) == "lightgbm" else "ep"  # LightGBM's best boosting round
+                extra = f" <span class=\"dim\">{f['epochs']} {steps}</span>" if f.get("epochs") is not None else ""
                 cells.append(f"<td class=\"num\">{f['score']:.4f}{extra}</td>")
             else:
                 over = run.info.get("status") not in (None, "running")
