@@ -21,6 +21,7 @@ from typing import Any
 
 import ray
 
+from scheduler.core.actorline import ActorLine
 from scheduler.core.hardware import Device, Hardware, Node
 
 log = logging.getLogger("gpupack")
@@ -149,10 +150,12 @@ def _dashboard_url(ctx: Any = None) -> str | None:
 class _JobActor:
     """Runs one job in its own process and buffers what it reports, for the driver to poll.
 
-    Threaded (``max_concurrency``>1) so that ``poll`` and ``cancel`` answer while ``run`` trains.
+    Threaded (``max_concurrency``>1) so that ``poll`` and ``cancel`` answer while ``run`` trains. Its ``repr`` is
+    one line of its plan, task, fold, state and throughput (``core.actorline``), which the dashboard shows.
     """
 
-    def __init__(self, job: str, cuda_visible_devices: str | None, env: dict[str, str]):
+    def __init__(self, job: str, cuda_visible_devices: str | None, env: dict[str, str], plan: str = "",
+                 folds: int | None = None):
         if cuda_visible_devices is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
@@ -163,6 +166,15 @@ class _JobActor:
         self._stop = threading.Event()
         self._deadline: float | None = None
         self._limits: dict = {}
+        self._line = ActorLine(plan, job, folds)
+
+    def __repr__(self) -> str:
+        return str(self._line)
+
+    def _show(self, news: bool) -> None:
+        """The line into the actor's log (the dashboard's actor page shows it) when it has news."""
+        if news:
+            print(self._line, flush=True)
 
     def environment(self) -> dict:
         """What the job sees: its device, its process, its node (for checks and telemetry)."""
@@ -175,6 +187,8 @@ class _JobActor:
     def _report(self, kind: str, fields: dict) -> None:
         with self._lock:
             self._events.append({"time": round(time.time(), 3), "event": kind, **fields})
+            news = kind != "log" and self._line.note(kind, fields)
+        self._show(news)
 
     def poll(self, since: int) -> list[dict]:
         with self._lock:
@@ -182,10 +196,12 @@ class _JobActor:
 
     def cancel(self) -> None:
         self._stop.set()
+        self._show(self._line.set("STOPPING"))
 
     def set_limits(self, limits: dict) -> None:
         """The budget's cuts (``folds``, ``epochs``); the job reads them at its next fold or epoch."""
         self._limits = {**self._limits, **limits}
+        self._show(self._line.set(cut=limits.get("folds")))
 
     def _should_stop(self) -> bool:
         return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)
@@ -197,6 +213,8 @@ class _JobActor:
         from jobs.data import load_competition
 
         self._deadline = settings.get("deadline")
+        folds = settings.get("folds")
+        self._show(self._line.set("RUNNING", folds=len(folds) if folds else getattr(spec, "folds", None)))
         threads = int(settings["threads"])
         os.environ["OMP_NUM_THREADS"] = str(threads)
         cuda = False
@@ -225,9 +243,12 @@ class _JobActor:
             Path(workdir).mkdir(parents=True, exist_ok=True)
             self._report("log", {"line": f"{self.job}: {'CUDA' if cuda else 'CPU rehearsal'}, {threads} thread(s), "
                                          f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}"})
-            return run_job(spec, load_competition(Path(data_dir), settings["metric"]), ctx)
+            out = run_job(spec, load_competition(Path(data_dir), settings["metric"]), ctx)
+            self._show(self._line.set("STOPPED" if self._should_stop() else "SUCCEEDED"))
+            return out
         except BaseException:
             self._report("log", {"line": traceback.format_exc()})
+            self._show(self._line.set("FAILED"))
             raise
         finally:
             logger.removeHandler(handler)
@@ -270,8 +291,10 @@ JobActor = ray.remote(_JobActor)
 
 
 def launch(job: str, actor_name: str, cpus: int, node: str, device: int | None, gpu_memory_mib: int, *,
-           env: dict[str, str] | None = None, devices: list[tuple[int, int]] | None = None):
-    """Create the actor for ``job``: its cores, its MiB of its device's memory resource, its device visible."""
+           env: dict[str, str] | None = None, devices: list[tuple[int, int]] | None = None, plan: str = "",
+           folds: int | None = None):
+    """Create the actor for ``job``: its cores, its MiB of its device's memory resource, its device visible.
+    ``plan`` and ``folds`` (the task's) go into the actor's ``repr``."""
     if devices:  # whole devices (a multi-GPU job): all of each one's memory resource
         resources = {memory_resource(node, d): float(whole_mib) for d, whole_mib in devices}
         visible = ",".join(str(d) for d, _ in devices)
@@ -286,4 +309,4 @@ def launch(job: str, actor_name: str, cpus: int, node: str, device: int | None, 
         resources=resources,
         max_concurrency=4,
         max_restarts=0,
-    ).remote(job, visible, env or {})
+    ).remote(job, visible, env or {}, plan, folds)

@@ -64,8 +64,10 @@ class Driver(Runner):
             node, indices = self.dry.whole[name]
             whole = [(i, int(d.memory_mib * self.plan.band[1])) for i in indices for d in self.devices
                      if d.node == node and d.index == i]
+        folds = len(self.dry.tasks[name].folds or ()) or getattr(self.spec(name), "folds", None)
         live.actor = runtime.launch(name, f"{self.plan.name}.{name}{suffix}.{os.getpid()}.{time.time_ns() % 10**6}",
-                                    a.cpus, a.node, a.device, a.gpu_memory_mib, devices=whole)
+                                    a.cpus, a.node, a.device, a.gpu_memory_mib, devices=whole, plan=self.plan.name,
+                                    folds=folds)
         live.result = live.actor.run.remote(self.spec(name), str(self.data_dir), str(self.task_dir(name)),
                                             self.settings(name))
         live.poll = live.actor.poll.remote(0)
