@@ -3,8 +3,9 @@
 
     gpupack option1 resnet50/f1 fold 2/3 RUNNING 412 samples/s
 
-Ray reads ``__repr__`` once, when the actor has been created, so its ``Repr`` column keeps the first form
-(``gpupack option1 resnet50/f1 3 folds STARTING``); the live form is in the actor's log and in ``repr(actor)``."""
+Ray reads ``__repr__`` once, when the actor has been created (Ray 2.60; later calls do not change the column), so
+``Repr`` keeps the first form, which claims nothing that goes stale: ``gpupack option1 resnet50/f1 3 folds STARTED
+(live: log)``. The live form is in the actor's log (the dashboard's actor page, ``Log``) and in its errors."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ PRINT_EVERY_S = 30.0  # a line with only a new rate is printed at most this ofte
 class ActorLine:
     def __init__(self, plan: str, task: str, folds: int | None = None, clock=time.monotonic):
         self.plan, self.task, self.folds = plan, task, folds
-        self.state = "STARTING"
+        self.state = "STARTED"  # created: Ray's Repr column keeps this form
         self.done = 0  # folds finished (or kept from before) by this attempt
         self.fold: int | None = None  # the fold being trained
         self.rate: float | None = None  # the latest samples per second inside training steps
@@ -53,8 +54,9 @@ class ActorLine:
     def __str__(self) -> str:
         words = ["gpupack", self.plan, self.task]
         total = self.cut if self.cut is not None and self.folds is not None and self.cut < self.folds else self.folds
-        if self.state == "STARTING":
-            words.append(f"{self.folds} folds" if self.folds else "")
+        if self.state == "STARTED":
+            words += [f"{self.folds} folds" if self.folds else "", "STARTED (live: log)"]
+            return " ".join(w for w in words if w)
         elif self.state == "RUNNING" and total:
             words.append(f"fold {min(self.done + 1, total)}/{total}")
         elif total:

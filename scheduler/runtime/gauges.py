@@ -4,8 +4,9 @@ ratios 0-1, counters that end in ``_total``. A job's series carry ``plan``, ``jo
 carry ``plan`` and ``device`` only (no empty ``job``).
 
 A task that ends has its gauges set to 0: Ray's ``Gauge`` cannot remove a series (``set(None)`` does nothing), and a
-zero says "nothing running" where a last value would say "still training". They go when the driver exits (Ray's
-metrics agent drops gauges no longer reported)."""
+zero says "nothing running" where a last value would say "still training". Ray 2.60's metrics agent then drops a
+gauge that is not set again within two export intervals, so the series ends at 0 and goes (seen in Prometheus: ~20 s
+of zeros, then no sample)."""
 
 from __future__ import annotations
 
