@@ -3,7 +3,8 @@ jobs run one after the other in this process with ``jobs.run_job``. For fast tes
 in a debugger; what it writes to the run folder (states, events, outputs) is what the Ray driver writes.
 
 A job running here cannot be killed: asking it to stop (a cancel, the deadline, a kill past the grace) sets its
-``should_stop``, which it reads at its next step.
+``should_stop``, which it reads at its next step. Reading it also takes the run's cancel requests (at most every
+``poll_s``), so that ``cancel`` reaches a job that reports nothing for a while, such as a command job's script.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class InProcessDriver(Runner):
         self.queue: list[str] = []
         self.stopping: dict[str, bool] = {}
         self.limits: dict[str, dict] = {}
+        self.polled = 0.0
 
     # --- instructions ---------------------------------------------------------------------------------------
 
@@ -63,6 +65,13 @@ class InProcessDriver(Runner):
                  for r in self.record.take_cancel_requests()]
         self.handle(*asked, rl.Tick(time.time()))
 
+    def _should_stop(self, name: str) -> bool:
+        now = time.time()
+        if now - self.polled >= self.opts.poll_s:
+            self.polled = now
+            self._tick()
+        return self.stopping[name] or now >= self.deadline
+
     def _report(self, name: str, kind: str, fields: dict) -> None:
         self.take_events(name, [{"time": round(time.time(), 3), "event": kind, **fields}])
         self._tick()
@@ -79,7 +88,7 @@ class InProcessDriver(Runner):
             deadline=s["deadline"], gpu_memory_mib=s["gpu_memory_mib"], memory_fraction=s["memory_fraction"],
             memory_scale=s.get("memory_scale") or 1.0,
             report=lambda kind, fields: self._report(name, kind, fields),
-            should_stop=lambda: self.stopping[name] or time.time() >= self.deadline,
+            should_stop=lambda: self._should_stop(name),
             limits=lambda: dict(self.limits[name]), kept_folds=s["kept_folds"] or {})
         handler = _ToLog(lambda line: self.log(name, line))
         logger = logging.getLogger("gpupack.job")
