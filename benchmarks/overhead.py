@@ -29,7 +29,7 @@ import ray  # noqa: E402
 from scheduler.policy import dryrun
 from scheduler.core import hardware
 from scheduler.core import plan as planmod
-from scheduler.runtime import cluster as runtime  # noqa: E402
+from scheduler.runtime import cluster as runtime  # noqa: E402 -- the cluster's resources
 from scheduler.runtime.driver import RunOptions  # noqa: E402
 from scheduler.runtime.submit import submit  # noqa: E402
 
@@ -56,7 +56,14 @@ def bare_launch() -> float:
 
 
 def gpupack_launch(i: int) -> float:
-    return timed_actors(lambda _i: runtime.launch("bench", f"bench-{i}-{time.time_ns()}", 1, "local", 0, 4096),
+    """The executor's submit (the actor's resources, its device) until its first poll and its environment answer."""
+    from scheduler.execute.launch import LaunchRecord
+    from scheduler.execute.ray_actor import RayExecutor
+
+    spec = planmod.job_from_dict({"kind": "command", "name": "bench", "command": ["true"]})
+    record = LaunchRecord(task=f"bench-{i}", job="bench", spec=spec, data_dir=".", workdir=".", metric="accuracy",
+                          seed=0, cpus=1, node="local", device=0, gpu_memory_mib=4096)
+    return timed_actors(lambda _i: RayExecutor("bench").submit(record).actor,
                         lambda a: [a.poll.remote(0), a.environment.remote()])
 
 

@@ -15,7 +15,15 @@ process group, with the parent's environment plus ``spec.env`` plus:
 ``GPUPACK_SEED``           the plan's seed
 ``GPUPACK_METRIC``         the plan's metric (accuracy, log_loss, auc, f1_macro, qwk, rmse, mae)
 ``GPUPACK_REHEARSAL``      ``1`` when there is no CUDA and the script should run at a reduced scale, else ``0``
+``GPUPACK_FOLD_INDICES``   the fold indices this task runs, comma-separated; empty: all ``GPUPACK_FOLDS``
 =========================  ============================================================================
+
+**Progress while it runs.** A line the script prints in the form ``GPUPACK {"event": "epoch", "epoch": 3,
+"loss": 0.41, "samples_per_s": 812}`` (the word ``GPUPACK``, a space, one JSON object with an ``event`` key) is
+reported at once as that event, through the same channel every job kind uses (``scheduler.core.progress``):
+``epoch``, ``fold`` (``{"fold": k, "score": …}``, reported as ``fold_score``: the fold itself joins from the CSV files),
+``throughput``, ``log`` (``{"line": …}``). Other lines only go to the log. So a command shows its epochs and its
+throughput in ``status`` and ``events.jsonl`` while it trains, not only its exit.
 
 ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` is set; ``CUDA_VISIBLE_DEVICES`` is inherited as the runtime set it.
 Output goes to ``<workdir>/command.log``, kept to at most ``LOG_LIMIT_BYTES`` (32 MiB) a file: past it, the file is
@@ -50,6 +58,7 @@ import pandas as pd
 
 from jobs.contract import FoldOutput, JobContext, JobOutput
 from jobs.data import Competition
+from scheduler.core.progress import PREFIX, parse
 from scheduler.core.scoring import get as get_metric
 from scheduler.core.plan import CommandJob
 
@@ -81,6 +90,7 @@ def environment(spec: CommandJob, comp: Competition, ctx: JobContext, output_dir
         "GPUPACK_SEED": str(ctx.seed),
         "GPUPACK_METRIC": ctx.metric,
         "GPUPACK_REHEARSAL": "1" if ctx.rehearsal else "0",
+        "GPUPACK_FOLD_INDICES": "" if ctx.folds is None else ",".join(map(str, ctx.folds)),
         "OMP_NUM_THREADS": cpus,
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
     }
@@ -118,6 +128,36 @@ def _note_process(workdir: Path, pid: int) -> Path:
         started = None
     path.write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "started": started}))
     return path
+
+
+class _Progress:
+    """The script's ``GPUPACK {…}`` lines, read from its log as it grows, reported as events."""
+
+    def __init__(self, path: Path, report):
+        self.path, self.report = path, report
+        self.offset, self.partial = path.stat().st_size if path.is_file() else 0, b""
+
+    def rotated(self) -> None:
+        """The log was emptied (``rotate_log``): its next line is at its start."""
+        self.offset, self.partial = 0, b""
+
+    def read(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for raw in lines:
+            text = raw.decode(errors="replace")
+            if text.startswith(PREFIX):
+                ev = parse(text)
+                if ev["event"] != "log" or "line" in ev:
+                    kind = ev.pop("event")
+                    ev.pop("time", None)
+                    self.report("fold_score" if kind == "fold" else kind, ev)
 
 
 def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
@@ -164,14 +204,18 @@ def run(spec: CommandJob, comp: Competition, ctx: JobContext) -> JobOutput:
             raise RuntimeError(f"job '{spec.name}': cannot start {spec.command[0]!r}: {e}") from None
         ctx.report("log", {"message": f"started pid {proc.pid}: {' '.join(spec.command)}"})
         pid_file = _note_process(ctx.workdir, proc.pid)
+        progress = _Progress(log_path, ctx.report)
         try:
             while proc.poll() is None:
-                rotate_log(log_path)
+                progress.read()  # before a rotation empties the log
+                if rotate_log(log_path):
+                    progress.rotated()
                 if ctx.stop_requested():
                     stopped = True
                     _terminate(proc)
                     break
                 time.sleep(POLL_S)
+            progress.read()
         except BaseException:
             _terminate(proc)
             pid_file.unlink(missing_ok=True)

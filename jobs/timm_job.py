@@ -201,23 +201,12 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext) -> _Job:
         notes.append(cap.describe())
         ctx.report("log", {"line": f"{ctx.name}: {cap.describe()}"})
     memory = job_memory(spec, ctx, cuda, device, None if cap is None else cap.allocator_mib)
-    fold_rows = len(split_folds(comp.y, spec.folds, ctx.seed)[0][0])
-    start_batch = starting_batch(spec, memory)
-    # statistics as well as memory: never a batch that leaves a fold too few optimizer steps (autotune's rule)
-    stat_cap = statistical_cap(fold_rows, spec.epochs, spec.grad_accum)
-    if start_batch > stat_cap and not spec.fixed_batch:
-        capped = max(1, min(stat_cap, start_batch))
-        why = (f"batch {start_batch} → {capped} for statistics: {fold_rows:,} training rows per fold × {spec.epochs} "
-               f"epochs give {optimizer_steps(fold_rows, start_batch, spec.epochs, spec.grad_accum)} optimizer steps "
-               f"at {start_batch}, {optimizer_steps(fold_rows, capped, spec.epochs, spec.grad_accum)} at {capped}")
-        notes.append(why)
-        ctx.report("batch", {"action": "cap", "batch_size": capped, "previous_batch_size": start_batch,
-                             "lr_scale": lr_factor(start_batch, capped, spec.optimizer), "reason": why})
-        spec = spec.model_copy(update={"batch_size": capped, "lr": spec.lr * lr_factor(start_batch, capped,
-                                                                                         spec.optimizer)})
-        start_batch = capped
+    start_batch = starting_batch(spec)  # the planner's: the statistics rule and the fit already chose it
     scale, scale_notes = _scale(spec, ctx, start_batch)
     notes += scale_notes
+    # the tuner may grow the batch into idle memory, never past the statistics rule's cap (autotune's)
+    fold_rows = len(split_folds(comp.y, spec.folds, ctx.seed)[0][0])
+    stat_cap = statistical_cap(fold_rows, spec.epochs, spec.grad_accum)
     ceiling = max(1, min(len(comp.train_ids), stat_cap)) if not spec.fixed_batch else start_batch
     tuner = BatchTuner(start_batch, max_batch=max(ceiling, start_batch), grown=not spec.fixed_batch)
     cpus = max(1, ctx.cpus)

@@ -37,18 +37,13 @@ def job_memory(spec: TimmJob, ctx: JobContext, cuda: bool, device: torch.device,
     return SimulatedDevice(peak, ctx.gpu_memory_mib)
 
 
-def starting_batch(spec: TimmJob, memory) -> int:
-    """The plan's batch, or for ``auto`` the largest on the ladder that fits the share (not a timid default)."""
-    if isinstance(spec.batch_size, int):
-        return spec.batch_size
-    if memory is not None and memory.share_mib:
-        from scheduler.policy.estimate import largest_batch
-
-        found = largest_batch(spec.model, spec.image_size, memory.share_mib, amp=spec.amp, optimizer=spec.optimizer,
-                              channels_last=spec.channels_last)
-        if found:
-            return found
-    return 64
+def starting_batch(spec: TimmJob) -> int:
+    """The fitted spec's batch. The planner (``policy.fit``) turns ``auto`` into a number before a job runs; a job
+    that still says ``auto`` here would pick a second batch the plan never packed, so it is refused."""
+    if not isinstance(spec.batch_size, int):
+        raise ValueError(f"job '{spec.name}': batch_size {spec.batch_size!r} reached the job; the planner fits "
+                         f"every batch to a number before it runs (a planner bug: run it through the dry run)")
+    return spec.batch_size
 
 
 def compute_batch(batch: int, ctx: JobContext) -> int:

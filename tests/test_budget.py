@@ -1,6 +1,7 @@
 """Budget decisions on made-up observation sequences: a 100 s training window starting at t=0."""
 
-from scheduler.policy.budget import JobProgress, decide_cuts, deadline_actions, grace_s, plan_finish, remaining_s
+from scheduler.policy.budget import (DEFAULT_MARGIN, JobProgress, decide_cuts, decide_restores, deadline_actions,
+                                     grace_s, margin, plan_finish, remaining_s)
 
 START, DEADLINE = 0.0, 100.0
 
@@ -18,7 +19,7 @@ def test_slower_than_planned_cuts_folds_first_then_epochs():
     # 5 × 10 × 4 s = 200 s: folds 5 → 3 (116 s more) → 1 (36 s): finish 40 s, inside 80 s
     cuts = decide_cuts([job("slow", spe=4.0)], 4.0, START, DEADLINE)
     assert [(c.what, c.old, c.new) for c in cuts] == [("folds", 5, 3), ("folds", 3, 1)]
-    assert "80 %" in cuts[0].reason and "folds 5 → 3" in cuts[0].reason
+    assert "measured error" in cuts[0].reason and "folds 5 → 3" in cuts[0].reason
     # even 1 fold is too long at 12 s an epoch (108 s more): epochs are cut next, by 40 %
     cuts = decide_cuts([job("slower", spe=12.0)], 12.0, START, DEADLINE)
     assert [(c.what, c.new) for c in cuts][:2] == [("folds", 3), ("folds", 1)]
@@ -79,10 +80,40 @@ def test_the_first_epoch_pays_for_the_start_and_is_left_out_once_a_second_is_mea
 
 def test_a_provisional_estimate_cuts_only_past_the_deadline():
     """EfficientNet-B4 on an H100: its first epoch took 60 s (CUDA, cuDNN autotuning), the later ones 4 s. From the
-    first alone its 3 folds × 8 epochs look like 1,385 s in a 1,530 s window: past 80 %, not past the window."""
+    first alone its 3 folds × 8 epochs look like 1,385 s in a 1,530 s window: inside the window, if not with a margin."""
     job = JobProgress("b4", folds=3, epochs=8, epoch_in_fold=1, seconds_per_epoch=60.0, provisional=True)
     assert decide_cuts([job], now=70, window_start=0, deadline=1530) == []
     sure = JobProgress("b4", folds=3, epochs=8, epoch_in_fold=1, seconds_per_epoch=60.0)
     assert decide_cuts([sure], now=70, window_start=0, deadline=1530)  # the same figure, measured twice: cut
     late = JobProgress("b4", folds=3, epochs=8, epoch_in_fold=1, seconds_per_epoch=90.0, provisional=True)
     assert decide_cuts([late], now=70, window_start=0, deadline=1530)  # 2,048 s: past the window, cut at once
+
+
+def test_the_margin_follows_the_estimates_measured_error():
+    assert margin([]) == margin([0.5, 0.5]) == DEFAULT_MARGIN  # too few epochs compared yet
+    assert margin([0.01, -0.02, 0.01, 0.0]) == 0.05  # an estimate this good still keeps 5 %
+    assert margin([0.1] * 9 + [0.4]) == 0.4 and margin([0.3, -0.3, 0.1]) == 0.3
+    # the same job, the same window: a 10 % error cuts nothing, a 40 % error cuts
+    p = job("a", folds=1, epochs=10, epoch=1, spe=8.0)  # 9 epochs × 8 s = 72 s more at t=8: ends at 80 s
+    assert decide_cuts([p], 8.0, START, DEADLINE, error_margin=0.1) == []
+    assert decide_cuts([p], 8.0, START, DEADLINE, error_margin=0.4)
+
+
+def test_a_cut_is_undone_when_time_comes_back_and_not_before():
+    # cut to 1 fold when epochs took 4 s; now they take 1 s: 5 folds × 10 epochs fit again
+    fast = job("a", folds=1, epochs=10, epoch=2, spe=1.0)
+    back = decide_restores([fast], {"a": (5, 10)}, 10.0, START, DEADLINE)
+    assert [(r.what, r.old, r.new) for r in back] == [("folds", 1, 3), ("folds", 3, 5)]
+    assert "time came back" in back[0].reason
+    # still slow: nothing restored; at a pace that fits with one margin but not two, nothing either (hysteresis)
+    assert decide_restores([job("a", folds=1, epochs=10, epoch=2, spe=4.0)], {"a": (5, 10)}, 10.0, START,
+                           DEADLINE) == []
+    edge = job("a", folds=1, epochs=10, epoch=2, spe=2.4)  # 3 folds: 28 epochs × 2.4 = 67 s; ×1.25 fits, ×1.5 not
+    assert decide_cuts([job("a", folds=3, epochs=10, epoch=2, spe=2.4)], 10.0, START, DEADLINE) == []
+    assert decide_restores([edge], {"a": (5, 10)}, 10.0, START, DEADLINE) == []
+
+
+def test_a_job_that_ended_short_is_restored_fold_by_fold_then_epochs():
+    ended = JobProgress("a", folds=1, epochs=6, folds_done=1, seconds_per_epoch=1.0)  # finished its one fold
+    back = decide_restores([ended], {"a": (3, 10)}, 20.0, START, DEADLINE)
+    assert [(r.what, r.new) for r in back] == [("folds", 3), ("epochs", 10)]

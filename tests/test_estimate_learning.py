@@ -286,11 +286,11 @@ def test_a_rehearsal_of_a_measured_job_simulates_the_measured_figure(tmp_path):
     ms.record(_config(64), nvml_mib=computed - 200, path=db)
     dry = dryrun.prepare(plan, from_profile("A10-24GB"), measured=ms.memory_source(path=db))
     runner = Runner(dry, RunOptions(run_dir=tmp_path / "run"), prepare_folder(dry, tmp_path / "run", None))
-    scale = runner.settings("r0")["memory_scale"]
+    scale = runner.launch_record("r0").memory_scale
     assert scale == pytest.approx((computed - 200) / computed)
     ctx = JobContext("r0", tmp_path, gpu_memory_mib=computed - 200, memory_scale=scale)
     device = job_memory(dry.plan.job("r0"), ctx, False, None, None)
     device.before_step(64)  # would raise at the computed figure: it is 200 MiB over the share
     assert device.peak_mib() == pytest.approx(computed - 200, abs=1)
     assert Runner(dryrun.prepare(plan, from_profile("A10-24GB")), RunOptions(run_dir=tmp_path / "r2"),
-                  prepare_folder(dry, tmp_path / "r2", None)).settings("r0")["memory_scale"] == 1.0
+                  prepare_folder(dry, tmp_path / "r2", None)).launch_record("r0").memory_scale == 1.0

@@ -28,8 +28,8 @@ def test_a_killed_fold_task_loses_only_its_fold_and_resume_reruns_only_it(ray_cl
     killed = []
 
     def kill_lane_one(driver):  # as soon as fold 1's actor runs: an event, not a clock
-        live = driver.live["net/f1"]
-        if not killed and driver.state["net/f1"].value == "RUNNING" and live.actor is not None:
+        live = driver.live.get("net/f1")  # the task's executor handle, once launched (a Ray actor's)
+        if not killed and driver.state["net/f1"].value == "RUNNING" and live is not None:
             ray_cluster.kill(live.actor, no_restart=True)
             killed.append(True)
 

@@ -104,15 +104,15 @@ def test_the_physical_card_is_read_through_nvml_and_a_missing_nvml_is_a_value():
 
 def test_the_actor_recomputes_the_fraction_in_its_own_process(monkeypatch):
     from scheduler.core import hardware
-    from scheduler.runtime import cluster as runtime
+    from scheduler.execute.apply import job_memory_fraction
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     seen = []
     monkeypatch.setattr(hardware, "physical_memory_mib", lambda dev: seen.append(dev) or H100_MIB)
-    planned = {"gpu_memory_mib": 18_432, "memory_fraction": 0.45}  # 18 GiB of an A100-40GB
-    assert runtime.job_memory_fraction(planned, cuda=True) == 0.2259 and seen == [1]
-    assert runtime.job_memory_fraction(planned, cuda=False) == 0.45  # a rehearsal: the plan's card
-    assert runtime.job_memory_fraction({"gpu_memory_mib": None, "memory_fraction": None}, cuda=True) is None
+    # 18 GiB of an A100-40GB (the launch record carries the MiB and the plan's card; the job's process the rest)
+    assert job_memory_fraction(18_432, A100_40_MIB, cuda=True) == 0.2259 and seen == [1]
+    assert job_memory_fraction(18_432, A100_40_MIB, cuda=False) == 0.45  # a rehearsal: the plan's card
+    assert job_memory_fraction(None, A100_40_MIB, cuda=True) is None
 
 
 # --- out-of-memory anywhere in a step ------------------------------------------------------------------------------
@@ -196,16 +196,20 @@ def test_an_out_of_memory_error_anywhere_halves_and_the_fold_goes_on(comp, tmp_p
 def test_a_full_scale_run_of_a_seed_batch_on_small_data_is_capped_and_learns(comp, tmp_path):
     """The seeds' batch 256 on a 958-row fold leaves 32 optimizer steps over 8 epochs: on the H100 ResNet-50 stayed at
     chance (0.0985). Run at full scale (no rehearsal reductions: every row, every epoch, the real batch) on the CPU at
-    32 px, the job caps the batch for statistics, recomputes BatchNorm statistics, and validates far above chance.
+    32 px, the planner's side caps the batch for statistics (``policy.settle``), recomputes BatchNorm statistics, and validates far above chance.
     (ResNet-10-T at 32 px here scored 0.99; 1-8 minutes on this shared 2-core machine, hence ``slow``.)"""
+    from scheduler.policy.dryrun import fold_train_rows
+    from scheduler.policy.settle import settle
+
     events = []
     ctx = JobContext("r18", tmp_path, cpus=2, device="cpu", rehearsal=False, seed=0,
                      report=lambda kind, data: events.append((kind, data)), limits=lambda: {"folds": 1})
     spec = TimmJob(name="r18", kind="timm", model="resnet10t", image_size=32, batch_size=256, epochs=8, folds=3,
                    channels_last=False, patience=8)
+    spec, notes = settle(spec, None, fold_train_rows(len(comp.train_ids), spec.folds))  # the planner's side
+    assert spec.batch_size == 53 and "batch 256 → 53 for statistics" in notes[0]
     out = run_job(spec, comp, ctx)
-    cap = next(d for k, d in events if k == "batch" and d["action"] == "cap")
-    assert cap["previous_batch_size"] == 256 and cap["batch_size"] == 53
+    assert not [d for k, d in events if k == "batch" and d["action"] == "cap"]  # the job decides it no more
     epochs = [d for k, d in events if k == "epoch"]
     assert len(epochs) == 8 and epochs[-1]["optimizer_steps"] == 8 * 19  # every step of every epoch ran
     assert any("precise BN" in n for n in out.notes)

@@ -55,20 +55,30 @@ def test_timm_rehearsal_returns_folds_keyed_by_id(comp, tmp_path, few_steps, mon
     assert out.throughput["samples_per_s"] > 0 and out.throughput["step_time_s_median"] > 0
 
 
-def test_a_batch_too_large_for_the_data_is_capped_by_the_job_itself(comp, tmp_path, few_steps, monkeypatch):
-    """Without the dry run's fitter (``--trust-plan-memory``, a slot's job spec) the job applies the same rule."""
+def test_a_batch_too_large_for_the_data_is_capped_once_before_the_job(comp, tmp_path, few_steps, monkeypatch):
+    """Without the dry run's fitter (``--trust-plan-memory``, a slot's job spec) the record's maker applies the same
+    rule (``policy.settle``); the job runs the batch it is given and caps nothing again."""
+    from scheduler.policy.dryrun import fold_train_rows
+    from scheduler.policy.settle import settle
+
     monkeypatch.setattr(timm_job, "REHEARSAL_EPOCHS", 1)
     events = []
     ctx = JobContext("tiny", tmp_path, cpus=1, device="cpu", rehearsal=True,
                      report=lambda kind, data: events.append((kind, data)))
-    out = run_job(_spec(epochs=8, batch_size=256), comp, ctx)
-    caps = [d for k, d in events if k == "batch" and d["action"] == "cap"]
-    assert len(caps) == 1 and caps[0]["previous_batch_size"] == 256 and caps[0]["batch_size"] == 39
-    assert "718 training rows per fold × 8 epochs give 24 optimizer steps at 256, 152 at 39" in caps[0]["reason"]
-    assert caps[0]["lr_scale"] == 1.0  # AdamW keeps its rate
-    assert out.throughput["batch_size"] == 39 and any("for statistics" in n for n in out.notes)
-    fixed = run_job(_spec(epochs=8, batch_size=256, fixed_batch=True), comp, ctx)
-    assert fixed.throughput["batch_size"] == 256  # fixed_batch: the user's word (the dry run warns)
+    spec, notes = settle(_spec(epochs=8, batch_size=256), None, fold_train_rows(len(comp.train_ids), 2))
+    assert spec.batch_size == 39 and spec.lr == _spec().lr  # AdamW keeps its rate
+    assert "718 training rows per fold × 8 epochs give 24 optimizer steps at 256, 152 at 39" in notes[0]
+    out = run_job(spec, comp, ctx)
+    assert not [d for k, d in events if k == "batch" and d["action"] == "cap"]
+    assert out.throughput["batch_size"] == 39
+    fixed, _ = settle(_spec(epochs=8, batch_size=256, fixed_batch=True), None, 718)
+    assert run_job(fixed, comp, ctx).throughput["batch_size"] == 256  # fixed_batch: the user's word (the dry run warns)
+
+
+def test_a_spec_that_still_says_auto_is_refused_by_the_job(comp, tmp_path):
+    ctx = JobContext("tiny", tmp_path, cpus=1, device="cpu", rehearsal=True)
+    with pytest.raises(ValueError, match="planner bug"):
+        run_job(_spec(batch_size="auto"), comp, ctx)
 
 
 def test_timm_stop_mid_fold_keeps_only_finished_folds(comp, tmp_path, few_steps):

@@ -1,10 +1,11 @@
 """The folders are the architecture: each layer imports only the layers below it, parsed from the source.
 
-    core  <-  policy  <-  jobs  <-  store  <-  runtime  <-  service, cli
+    core  <-  policy  <-  jobs  <-  store  <-  execute  <-  runtime  <-  service, cli
 
 ``core`` (plan, units, errors, hardware, scoring) imports nothing of gpupack's above it; ``policy`` (pure decisions)
 never touches Ray, a run folder or a job; ``jobs`` (the job kinds) use only core and policy; ``store`` (the run
-folder) never starts anything; ``runtime`` (Ray) never serves; nothing but ``scheduler.__main__`` imports the CLI.
+folder) never starts anything; ``execute`` (the launch record, the executor and its backends) runs one job and
+knows no run loop; ``runtime`` (Ray) never serves; nothing but ``scheduler.__main__`` imports the CLI.
 """
 
 import ast
@@ -19,11 +20,12 @@ ALLOWED = {
     "policy": {"core", "policy"},
     "jobs": {"core", "policy", "jobs"},
     "store": {"core", "policy", "jobs", "store"},
-    "runtime": {"core", "policy", "jobs", "store", "runtime"},
-    "service": {"core", "policy", "jobs", "store", "runtime", "service"},
-    "cli": {"core", "policy", "jobs", "store", "runtime", "service", "cli"},
+    "execute": {"core", "policy", "jobs", "store", "execute"},
+    "runtime": {"core", "policy", "jobs", "store", "execute", "runtime"},
+    "service": {"core", "policy", "jobs", "store", "execute", "runtime", "service"},
+    "cli": {"core", "policy", "jobs", "store", "execute", "runtime", "service", "cli"},
 }
-LAYERS = ("core", "policy", "runtime", "store", "service", "cli")
+LAYERS = ("core", "policy", "runtime", "store", "execute", "service", "cli")
 
 
 def layer_of(module: str) -> str | None:

@@ -111,7 +111,7 @@ def test_reported_epochs_make_a_budget_cut_folds_first():
     out = s.handle(rl.Tick(T0 + 11))
     cuts = [i for i in out if isinstance(i, rl.Record)]
     assert kinds(out)[:2] == ["SetLimits", "Record"] and cuts[0].fields["what"] == "folds"
-    assert out[0] == rl.SetLimits("r18", {"folds": 3}) and "80 %" in cuts[0].fields["reason"]
+    assert out[0] == rl.SetLimits("r18", {"folds": 3}) and "measured error" in cuts[0].fields["reason"]
     assert s.jobs["r18"].limits["folds"] < 5 and s.jobs["r18"].progress["eta_s"] > 0
 
 
@@ -180,3 +180,65 @@ def test_a_resumed_run_past_its_window_cancels_what_is_unfinished():
     s = rl.RunState(plan, [Where("a"), Where("b")], rl.Window(T0, T0 + 10), done=frozenset({"a"}))
     assert s.handle(rl.Start(T0 + 20)) == [
         rl.Transition("b", JobState.CANCELLED, {"reason": "no training time left in the budget"})]
+
+
+def _records(out, event):
+    return [i for i in out if isinstance(i, rl.Record) and i.kind == event]
+
+
+def test_a_budget_cut_is_shown_then_undone_when_time_comes_back():
+    s = machine(timm("r18"), budget="100s")  # a 90 s window
+    started(s, "r18")  # at T0 + 1
+    s.handle(rl.JobReported("r18", "epoch", {"epoch": 1, "epochs": 10}, T0 + 11))  # a slow first epoch: 10 s
+    out = s.handle(rl.Tick(T0 + 11))
+    cuts = _records(out, "budget_cut")
+    shown = [i for i in out if isinstance(i, rl.Progress)][-1].progress
+    folds = [c.fields["new"] for c in cuts if c.fields["what"] == "folds"]
+    assert folds and shown["folds"] == folds[-1] < 5  # the live table shows 0/1, not 0/5
+    assert shown["cut"].startswith(f"folds 5 → {folds[-1]}") and "measured error" in shown["cut_reason"]
+    for k, at in ((2, 12), (3, 13), (4, 14)):  # later epochs take 1 s: five folds fit again
+        s.handle(rl.JobReported("r18", "epoch", {"epoch": k, "epochs": 10}, T0 + at))
+    out = s.handle(rl.Tick(T0 + 14))
+    restored = [(r.fields["what"], r.fields["new"]) for r in _records(out, "budget_restore")]
+    assert ("folds", 5) in restored and rl.SetLimits("r18", {"folds": 5}) in out
+    assert "cut" not in s.jobs["r18"].progress and s.jobs["r18"].progress["folds"] == 5
+    assert not s.jobs["r18"].limits.get("folds") and not s.jobs["r18"].limits.get("epochs")
+    assert not _records(s.handle(rl.Tick(T0 + 15)), "budget_cut")  # the restore holds: no cut at the next look
+
+
+def test_a_task_that_ended_short_is_started_again_for_its_skipped_folds():
+    s = machine(timm("r18"), budget="1000s")
+    started(s, "r18")
+    s.jobs["r18"].limits.update({"folds": 1, "planned_folds": 5})  # cut earlier, when time was short
+    s.handle(rl.JobReported("r18", "epoch", {"epoch": 1, "epochs": 10}, T0 + 3),
+             rl.JobReported("r18", "epoch", {"epoch": 2, "epochs": 10}, T0 + 5),
+             rl.JobReported("r18", "epoch", {"epoch": 3, "epochs": 10}, T0 + 7),
+             rl.JobReported("r18", "fold", {"fold": 0, "epochs": 3}, T0 + 7))
+    s.handle(rl.JobFinished("r18", 1, 0.9, T0 + 8))
+    assert s.jobs["r18"].state == JobState.SUCCEEDED
+    out = s.handle(rl.Tick(T0 + 9))  # 4 folds × 3 epochs × 2 s: plenty of time left
+    assert rl.Transition("r18", JobState.PENDING, {"reason": _records(out, "budget_restore")[0].fields["reason"]
+                                                   .join(["restarted: ", ""])}) in out
+    launch = next(i for i in out if isinstance(i, rl.Launch))
+    assert launch.job == "r18" and launch.attempt == 2 and not s.done()
+    assert s.jobs["r18"].progress["folds_done"] == 0  # the new attempt reports its kept fold again
+
+
+def test_the_live_table_and_the_final_table_show_a_cut_with_its_reason():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from scheduler.cli.views import run_table, show_summary
+
+    row = {"name": "r18", "kind": "timm", "state": "RUNNING", "wave": 0, "node": "n0", "device": 0,
+           "gpu_memory_mib": 4000, "progress": {"folds": 1, "folds_done": 0, "cut": "folds 5 → 1"}}
+    console = Console(file=StringIO(), width=200)
+    console.print(run_table([row], "run"))
+    assert "0/1 ✂ folds 5 → 1" in console.file.getvalue()
+    console = Console(file=StringIO(), width=200)
+    show_summary({"jobs": [{"name": "r18", "state": "SUCCEEDED", "folds": 1, "cv_score": 0.9, "weight": 1.0,
+                            "cut": ["r18: folds 5 → 1 (estimated finish 120s passes the 90s window)"]}],
+                  "ensemble_cv": 0.9, "ensemble_method": "hill_climb", "notes": [], "submission": "s.csv"}, console)
+    text = console.file.getvalue()
+    assert "1 ✂" in text and "cut by the budget: r18: folds 5 → 1 (estimated finish" in text

@@ -70,6 +70,10 @@ def _describe(ev: dict) -> str | None:
                 f"configuration use the measured figure")
     if kind == "estimate_replaced":
         return f"{job}: memory {ev['old_mib']:,} → {ev['new_mib']:,} MiB, {ev.get('source', 'measured')}"
+    if kind == "budget_cut":
+        return f"[yellow]budget:[/] {job}: {ev['what']} {ev['old']} → {ev['new']} ({ev.get('reason', '')})"
+    if kind == "budget_restore":
+        return f"[green]budget:[/] {job}: {ev['what']} {ev['old']} → {ev['new']} again ({ev.get('reason', '')})"
     if kind == "launch" and ev.get("attempt", 1) > 1:
         return f"{job}: retry, attempt {ev['attempt']}"
     return None

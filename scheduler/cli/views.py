@@ -134,6 +134,8 @@ def run_table(jobs: list[dict], title: str) -> Table:
         folds_total = p.get("folds") or 0
         folds_done = p.get("folds_done", 0)
         fold_cell = f"{_bar(folds_done, folds_total, 4)} {folds_done}/{folds_total}" if folds_total else "—"
+        if p.get("cut"):  # the budget's cut, where it shows: "0/1 ✂ folds 3 → 1"
+            fold_cell += f" [yellow]✂ {p['cut']}[/]"
         epoch_cell = (f"{_bar(p['epoch'], p['epochs'], 4)} {p['epoch']}/{p['epochs']}"
                       if p.get("epochs") and "epoch" in p else "—")
         device = "CPU" if j["device"] is None else (str(j["device"]) if j["node"] == "local" else f"{j['node']}:{j['device']}")
@@ -170,13 +172,18 @@ def show_summary(summary: dict, console: Console) -> None:
     def count(n):
         return "—" if n is None else f"{n:,}"
 
+    cuts = []
     for j in summary["jobs"]:
         cv = "—" if j["cv_score"] is None else f"{j['cv_score']:.4f}"
-        t.add_row(j["name"], j["state"], str(j["folds"]), count(j.get("rows")), cv, f"{j['weight']:.2f}")
+        folds = str(j["folds"]) + (" ✂" if j.get("cut") else "")
+        t.add_row(j["name"], j["state"], folds, count(j.get("rows")), cv, f"{j['weight']:.2f}")
+        cuts += list(j.get("cut") or [])  # each names its task
     ens = summary["ensemble_cv"]
     t.add_row(f"[bold]ensemble ({summary['ensemble_method']})[/]", "", "", count(summary.get("ensemble_rows")),
               "—" if ens is None else f"[bold]{ens:.4f}[/]", "")
     console.print(t)
+    for cut in cuts:
+        console.print(f"[yellow]✂ cut by the budget:[/] {cut}")
     for note in summary["notes"]:
         console.print(f"[yellow]note:[/] {note}")
     if summary.get("held_out_score") is not None:

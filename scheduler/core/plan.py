@@ -447,6 +447,15 @@ def _explain(e: ValidationError, raw: dict, source: str) -> str:
     return f"{source}: {where}: {msg}" if where else f"{source}: {msg}"
 
 
+def job_from_json(dumped: dict) -> JobSpec:
+    """A job read back from its own ``model_dump(mode="json")`` (a service's stored spec), where ``gpu_memory`` is
+    already MiB: a plan's sizes need a unit, a dumped job's figure is the unit's result."""
+    resources = dict(dumped.get("resources") or {})
+    if isinstance(resources.get("gpu_memory"), int):
+        resources["gpu_memory"] = f"{resources['gpu_memory']}MiB"
+    return job_from_dict({**dumped, "resources": resources} if dumped.get("resources") else dumped)
+
+
 def job_from_dict(raw: Any, source: str = "job") -> JobSpec:
     """One job in the plan's schema (``kind`` timm, lightgbm or command), checked as a plan's job is: the same
     errors, as one :class:`UserError` line. A job without a name is named after its kind."""

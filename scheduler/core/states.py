@@ -20,7 +20,7 @@ class JobState(str, enum.Enum):
 _LEGAL = {
     JobState.PENDING: {JobState.RUNNING, JobState.CANCELLED, JobState.FAILED},
     JobState.RUNNING: {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PENDING},  # PENDING = retry
-    JobState.SUCCEEDED: set(),
+    JobState.SUCCEEDED: {JobState.PENDING},  # a task whose folds the budget cut, restarted when time came back
     JobState.FAILED: set(),
     JobState.CANCELLED: set(),
 }

@@ -4,18 +4,28 @@ A plan's ``budget`` minus its ``reserve_for_inference`` is the training window. 
 its finish is the time model's (``policy/timemodel.py``: seconds per epoch from timm's benchmark, the card and this
 machine's measurements, slowed by its neighbours on the card) — tentative, like a first epoch alone, so it cuts only
 when it passes the deadline itself. After a job's first epoch its finish is estimated (folds × epochs × measured time per epoch, fewer epochs when early stopping has been cutting folds
-short). When the plan's estimated finish passes 80 % of the window, cuts are made where they cost least: folds first
-(5 → 3 → 1), then epochs (by 40 %), the most expensive job first, until the estimate is back inside 80 % or nothing
-is left to cut. At the training deadline every job is asked to stop (it keeps its finished folds); a job that has not
-answered ``grace_s`` later is stopped by force, so ensembling and writing always keep their reserve.
+short). The estimate is only as good as its record: every measured epoch is compared with what the estimate said
+it would take, and the **margin** is the 90th percentile of those relative errors (at least 5 %; 25 % until three
+epochs have been compared). When the plan's estimated finish, its remaining time stretched by the margin, passes the
+window's end, cuts are made where they cost least: folds first (5 → 3 → 1), then epochs (by 40 %), the most
+expensive job first, until it fits or nothing is left to cut. A cut is **undone** when time comes back — the estimate
+with the cut restored (fold by fold, then the epochs) fits with twice the margin (so a restore is not cut again at the
+next look): a running job gets its limit back, and a job that already ended short is started again for the folds it
+skipped (its finished folds are kept). At the training deadline every job is asked to stop (it keeps its finished
+folds); a job that has not answered ``grace_s`` later is stopped by force, so ensembling and writing always keep
+their reserve.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-TARGET_SHARE = 0.80
 FOLD_STEPS = (5, 3, 1)
+DEFAULT_MARGIN = 0.25  # until MIN_ERRORS epochs have been compared with their estimate
+MIN_MARGIN = 0.05
+MAX_MARGIN = 1.0
+MIN_ERRORS = 3
+RESTORE_FACTOR = 2.0  # a restore must fit with this many margins: the hysteresis between a cut and its undoing
 EPOCH_CUT = 0.40  # an epoch cut removes this share of the remaining epochs per fold (the issue's 30–50 %)
 
 
@@ -113,15 +123,31 @@ def _cheapest_cut(p: JobProgress) -> tuple[str, int] | None:
     return ("epochs", epochs) if epochs is not None else None
 
 
-def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadline: float) -> list[Cut]:
-    """The cuts that bring the plan's estimated finish back inside 80 % of the training window (maybe none)."""
-    target = window_start + TARGET_SHARE * (deadline - window_start)
+def margin(errors: list[float]) -> float:
+    """The estimate's measured error: the 90th percentile of |actual − estimated| ÷ estimated over the epochs
+    compared so far, within [MIN_MARGIN, MAX_MARGIN]; DEFAULT_MARGIN before MIN_ERRORS of them."""
+    if len(errors) < MIN_ERRORS:
+        return DEFAULT_MARGIN
+    ranked = sorted(abs(e) for e in errors)
+    p90 = ranked[min(len(ranked) - 1, int(0.9 * len(ranked)))]
+    return min(MAX_MARGIN, max(MIN_MARGIN, p90))
+
+
+def _fits(finish: float | None, now: float, deadline: float, m: float) -> bool:
+    """Whether work estimated to end at ``finish`` ends before ``deadline`` with its remaining time stretched by m."""
+    return finish is None or now + (finish - now) * (1 + m) <= deadline
+
+
+def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadline: float,
+                error_margin: float = DEFAULT_MARGIN) -> list[Cut]:
+    """The cuts that bring the plan's estimated finish, stretched by the estimate's measured error, back inside the
+    window (maybe none)."""
     finish = plan_finish(jobs, now, deadline)
-    if finish is None or finish <= target:
+    if _fits(finish, now, deadline, error_margin):
         return []
     state = {p.name: p for p in jobs}
     cuts: list[Cut] = []
-    while finish is not None and finish > target:
+    while not _fits(finish, now, deadline, error_margin):
         costly = sorted((p for p in state.values() if p.cuttable and not p.finished and remaining_s(p)),
                         key=lambda p: -(remaining_s(p) or 0))
         made = False
@@ -134,15 +160,48 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
             state[p.name] = replace(p, **{what: new})
             already = "" if what == "folds" else f" with its folds already at {p.folds}"
             cuts.append(Cut(p.name, what, getattr(p, what), new,
-                            f"estimated finish {finish - window_start:.0f}s into a {deadline - window_start:.0f}s "
-                            f"window (80 %: {target - window_start:.0f}s); {p.name} needs {before:.0f}s more{already}: "
-                            f"{what} {getattr(p, what)} → {new}"))
+                            f"estimated finish {finish - window_start:.0f}s (+{error_margin:.0%}, the estimate's "
+                            f"measured error) passes the {deadline - window_start:.0f}s window; {p.name} needs "
+                            f"{before:.0f}s more{already}: {what} {getattr(p, what)} → {new}"))
             made = True
             break
         if not made:
             break
         finish = plan_finish(list(state.values()), now, deadline)
     return cuts
+
+
+def decide_restores(jobs: list[JobProgress], planned: dict[str, tuple[int, int]], now: float, window_start: float,
+                    deadline: float, error_margin: float = DEFAULT_MARGIN) -> list[Cut]:
+    """Cuts undone while time allows: ``planned`` gives each cut job's (folds, epochs) before its cuts; a restore
+    (folds a step back up, then epochs back) is kept when the plan still fits with RESTORE_FACTOR margins. Returned
+    as Cuts whose ``new`` is the raised limit."""
+    state = {p.name: p for p in jobs}
+    out: list[Cut] = []
+    m = error_margin * RESTORE_FACTOR
+    changed = True
+    while changed:
+        changed = False
+        for name in sorted(planned, key=lambda n: remaining_s(state[n]) or 0 if n in state else 0):
+            p = state.get(name)
+            if p is None or not p.cuttable:
+                continue
+            folds, epochs = planned[name]
+            up = next((f for f in sorted(FOLD_STEPS) if p.folds < f <= folds), folds if p.folds < folds else None)
+            what, new = ("folds", up) if up is not None else ("epochs", epochs) if p.epochs < epochs else (None, None)
+            if what is None:
+                continue
+            trial = replace(p, **{what: new}, finished=False)
+            finish = plan_finish([trial if q.name == name else q for q in state.values()], now)
+            if not _fits(finish, now, deadline, m):
+                continue
+            out.append(Cut(name, what, getattr(p, what), new,
+                           f"time came back: estimated finish {finish - window_start:.0f}s (+{m:.0%}) inside the "
+                           f"{deadline - window_start:.0f}s window with {what} {getattr(p, what)} → {new}"))
+            state[name] = trial
+            changed = True
+            break
+    return out
 
 
 @dataclass(frozen=True)

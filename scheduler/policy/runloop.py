@@ -54,6 +54,7 @@ class RunState:
         self.best_fit = best_fit or (lambda mib, room: None)
         self.interrupted = False
         self.modelled: dict[str, float] = {}  # seconds per epoch from the time model, until an epoch is measured
+        self.errors: list[float] = []  # each measured epoch against what the estimate said: the budget's margin
         self._known: set | None = None
         self._last_rebalance = 0.0
 
@@ -134,13 +135,17 @@ class RunState:
             j.progress["folds_done"] = j.progress.get("folds_done", 0) + 1
         return [Progress(ev.job, dict(j.progress))]
 
-    @staticmethod
-    def _time(j: JobRun, ev: JobReported) -> None:
-        """Seconds per epoch and epochs per fold, for the budget, from the job's own clock."""
+    def _time(self, j: JobRun, ev: JobReported) -> None:
+        """Seconds per epoch and epochs per fold, for the budget, from the job's own clock; each epoch measured after
+        two others is also compared with what they predicted (the budget's margin)."""
         t, at = j.timing, ev.now
         if ev.kind == "epoch":
             since = t.get("mark", j.started or at)
-            t.setdefault("epoch_s", []).append(max(0.0, at - since))
+            took = max(0.0, at - since)
+            predicted, provisional = budget.epoch_seconds(t.get("epoch_s", []))
+            if predicted and not provisional:
+                self.errors.append((took - predicted) / predicted)
+            t.setdefault("epoch_s", []).append(took)
             t["epoch_in_fold"], t["epochs"] = ev.fields.get("epoch", 0), ev.fields.get("epochs")
         else:
             t["folds_done"] = t.get("folds_done", 0) + 1
@@ -314,31 +319,85 @@ class RunState:
                         self._set(name, JobState.CANCELLED, reason="cancelled before it started")]
         return out
 
+    def _progress(self, name: str, j: JobRun, finished: bool = False) -> budget.JobProgress:
+        spec, t, folds = self.spec(name), j.timing, self.folds(name)
+        planned_epochs = t.get("epochs") or getattr(spec, "epochs", 1)
+        per_epoch, provisional = budget.epoch_seconds(t.get("epoch_s", []))
+        return budget.JobProgress(
+            name=name, folds=min(folds, j.limits.get("folds", folds)),
+            epochs=min(planned_epochs, j.limits.get("epochs", planned_epochs)),
+            folds_done=t.get("folds_done", 0), epoch_in_fold=0 if finished else t.get("epoch_in_fold", 0),
+            seconds_per_epoch=per_epoch, provisional=provisional,
+            modelled_seconds_per_epoch=self.modelled.get(name) if spec.kind == "timm" else None,
+            epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
+            cuttable=spec.kind == "timm")
+
+    def _cut_short(self, j: JobRun) -> bool:
+        """A task that ended with folds the budget cut still to run."""
+        return (j.state == JobState.SUCCEEDED and j.limits.get("folds") is not None
+                and j.timing.get("folds_done", 0) < j.limits.get("planned_folds", 0))
+
     def _budget(self, now: float) -> list:
-        """Estimate the plan's finish from measured epochs; cut folds, then epochs, when it passes 80 %."""
-        progress = []
-        for name, j in self.jobs.items():
-            if j.state != JobState.RUNNING or j.cancelling_since is not None:
-                continue
-            spec, t, folds = self.spec(name), j.timing, self.folds(name)
-            planned_epochs = t.get("epochs") or getattr(spec, "epochs", 1)
-            per_epoch, provisional = budget.epoch_seconds(t.get("epoch_s", []))
-            progress.append(budget.JobProgress(
-                name=name, folds=min(folds, j.limits.get("folds", folds)),
-                epochs=min(planned_epochs, j.limits.get("epochs", planned_epochs)),
-                folds_done=t.get("folds_done", 0), epoch_in_fold=t.get("epoch_in_fold", 0),
-                seconds_per_epoch=per_epoch, provisional=provisional,
-                modelled_seconds_per_epoch=self.modelled.get(name) if spec.kind == "timm" else None,
-                epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
-                cuttable=spec.kind == "timm"))
+        """Estimate the plan's finish from measured epochs; cut folds, then epochs, when it passes the window by
+        the estimate's measured error; undo cuts when time comes back (``policy.budget``)."""
+        progress = [self._progress(name, j) for name, j in self.jobs.items()
+                    if j.state == JobState.RUNNING and j.cancelling_since is None]
         for p in progress:
             eta = budget.remaining_s(p)
             if eta is not None:
                 self.jobs[p.name].progress["eta_s"] = round(eta, 1)
+        margin = budget.margin(self.errors)
         out: list = []
-        for cut in budget.decide_cuts(progress, now, self.window.started_at, self.window.deadline):
-            self.jobs[cut.job].limits[cut.what] = cut.new
+        for cut in budget.decide_cuts(progress, now, self.window.started_at, self.window.deadline, margin):
+            j = self.jobs[cut.job]
+            j.limits.setdefault(f"planned_{cut.what}", cut.old)
+            j.limits[cut.what] = cut.new
+            j.progress.update({"folds" if cut.what == "folds" else "epochs_limit": cut.new,
+                               "cut": self._cut_text(j), "cut_reason": cut.reason})
             out += [SetLimits(cut.job, {cut.what: cut.new}),
                     Record("budget_cut", cut.job, {"what": cut.what, "old": cut.old, "new": cut.new,
-                                                   "reason": cut.reason})]
+                                                   "reason": cut.reason, "margin": round(margin, 3)}),
+                    Progress(cut.job, dict(j.progress))]
+        if out:
+            return out
+        short = [self._progress(n, j, finished=True) for n, j in self.jobs.items() if self._cut_short(j)
+                 and not self._past_deadline(now) and not self.interrupted]
+        cut = {p.name: (self.jobs[p.name].limits.get("planned_folds", p.folds),
+                        self.jobs[p.name].limits.get("planned_epochs", p.epochs))
+               for p in progress + short if self.jobs[p.name].limits}
+        for r in budget.decide_restores(progress + short, cut, now, self.window.started_at, self.window.deadline,
+                                        margin):
+            out += self._restore(r, margin)
         return out
+
+    @staticmethod
+    def _cut_text(j: JobRun) -> str:
+        """What the budget has cut of a task, all told: "folds 5 → 1, epochs 10 → 6"."""
+        return ", ".join(f"{w} {j.limits[f'planned_{w}']} → {j.limits[w]}" for w in ("folds", "epochs")
+                         if w in j.limits and f"planned_{w}" in j.limits)
+
+    def _restore(self, r: budget.Cut, margin: float) -> list:
+        j = self.jobs[r.job]
+        j.limits[r.what] = r.new
+        planned = j.limits.get(f"planned_{r.what}")
+        if planned is not None and r.new >= planned:  # fully restored: nothing of it is cut any more
+            j.limits.pop(r.what, None)
+            j.limits.pop(f"planned_{r.what}", None)
+        j.progress.update({"folds" if r.what == "folds" else "epochs_limit": r.new, "restored": r.reason})
+        if not any(k in j.limits for k in ("folds", "epochs")):
+            j.progress.pop("cut", None)
+            j.progress.pop("cut_reason", None)
+            j.progress.pop("epochs_limit", None)
+        else:
+            j.progress["cut"] = self._cut_text(j)
+        out: list = [Record("budget_restore", r.job, {"what": r.what, "old": r.old, "new": r.new, "reason": r.reason,
+                                                       "margin": round(margin, 3)})]
+        if j.state == JobState.SUCCEEDED:  # it ended short: started again for the folds it skipped
+            # its kept folds are reported again by the new attempt (and skipped): counted afresh
+            j.timing = {"epoch_s": j.timing.get("epoch_s", [])}
+            j.progress["folds_done"] = 0
+            out += [self._set(r.job, JobState.PENDING, reason=f"restarted: {r.reason}"), self._launch(r.job)]
+            out.append(SetLimits(r.job, {r.what: r.new}))
+        else:
+            out.append(SetLimits(r.job, {r.what: r.new}))
+        return out + [Progress(r.job, dict(j.progress))]

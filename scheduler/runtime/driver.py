@@ -1,7 +1,8 @@
-"""The Ray driver of one plan run: launch every job as an actor, watch them, and write what they report to the run
+"""The Ray driver of one plan run: submit every task's launch record to an executor (Ray actors by default,
+``scheduler.execute.ray_actor``), watch them, and write what they report to the run
 folder (``store.record.RunRecord``). Every decision (retry, move, rebalance, cancel, deadline, budget) is
-``policy.runloop.RunState``'s: this module only turns ``ray.wait`` results and polls into its events, and its
-instructions into actor calls.
+``policy.runloop.RunState``'s: this module only turns what the executor reports into its events, and its
+instructions into executor calls.
 
 Backfill is Ray's: every job's actor is created at once, asking for its cores and its MiB of its device's memory
 resource; those of later waves stay pending inside Ray until what they need is free, and then start.
@@ -9,43 +10,32 @@ resource; those of later waves stay pending inside Ray until what they need is f
 
 from __future__ import annotations
 
-import os
 import signal
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import ray
 
 from scheduler.core.hardware import Device
+from scheduler.execute.api import Executor, FailedJob, Handle
+from scheduler.execute.ray_actor import RayExecutor
 from scheduler.policy import runloop as rl
 from scheduler.policy.dryrun import DryRun
+from scheduler.execute.apply import nvml_sees_gpu
 from scheduler.runtime import cluster as runtime
 from scheduler.runtime import elastic, resume
 from scheduler.runtime.runner import (RunOptions, Runner, ensure_data, new_run_dir, prepare_folder,  # noqa: F401
-                                      rehearsal_threads, short)
+                                      rehearsal_threads)
 from scheduler.store.record import RunRecord
-
-RAY_ERRORS = (ray.exceptions.RayTaskError, ray.exceptions.RayActorError, ray.exceptions.ActorDiedError)
-
-
-@dataclass
-class _Live:
-    """The driver's handle on one job's current attempt."""
-
-    name: str
-    actor: Any = None
-    result: Any = None  # ObjectRef of run()
-    poll: Any = None  # ObjectRef of the outstanding poll()
-    seen: int = 0
-
 
 class Driver(Runner):
     def __init__(self, dry: DryRun, opts: RunOptions, record: RunRecord, on_update: Callable[["Driver"], None],
-                 on_start: Callable[["Driver"], None] = lambda d: None):
+                 on_start: Callable[["Driver"], None] = lambda d: None, executor: Executor | None = None):
         super().__init__(dry, opts, record, best_fit=elastic.best_fit)
         self.on_update, self.on_start = on_update, on_start
-        self.live: dict[str, _Live] = {name: _Live(name) for name in self.dry.tasks}
+        self.executor = executor or RayExecutor(self.plan.name)
+        self.live: dict[str, Handle] = {}  # each task's current attempt
+        self.seen: dict[str, int] = {}  # events taken from it
         self.cluster: runtime.Cluster | None = None
         self.watcher = None
         self._last_beat = 0.0
@@ -54,101 +44,77 @@ class Driver(Runner):
     def interrupted(self) -> bool:
         return self.run_state.interrupted
 
-    # --- instructions into actor calls ----------------------------------------------------------------------
+    # --- instructions into executor calls -------------------------------------------------------------------
 
     def launch(self, ins: rl.Launch) -> None:
-        name, a, live = ins.job, ins.where, self.live[ins.job]
-        suffix = "" if ins.attempt == 1 else f"-retry{ins.attempt - 1}"
-        whole = None
-        if name in self.dry.whole:
-            node, indices = self.dry.whole[name]
-            whole = [(i, int(d.memory_mib * self.plan.band[1])) for i in indices for d in self.devices
-                     if d.node == node and d.index == i]
-        live.actor = runtime.launch(name, f"{self.plan.name}.{name}{suffix}.{os.getpid()}.{time.time_ns() % 10**6}",
-                                    a.cpus, a.node, a.device, a.gpu_memory_mib, devices=whole)
-        live.result = live.actor.run.remote(self.spec(name), str(self.data_dir), str(self.task_dir(name)),
-                                            self.settings(name))
-        live.poll = live.actor.poll.remote(0)
-        live.seen = 0
+        self.live[ins.job] = self.executor.submit(self.launch_record(ins.job, ins.attempt))
+        self.seen[ins.job] = 0
 
     def ask_stop(self, name: str) -> None:
-        self.live[name].actor.cancel.remote()
+        self.live[name].cancel()
 
     def set_limits(self, name: str, limits: dict) -> None:
-        self.live[name].actor.set_limits.remote(limits)
+        self.live[name].set_limits(limits)
 
     def kill(self, name: str, drain: bool) -> None:
-        live = self.live[name]
-        if live.actor is None:
+        handle = self.live.pop(name, None)
+        if handle is None:
             return
         if drain:
-            self._drain(live)
-        ray.kill(live.actor, no_restart=True)
-        live.actor = live.result = live.poll = None
+            self._take(name, handle)
+        handle.kill()
 
     def moved(self, ins: rl.Move) -> None:
         if ins.device is not None and not any(d.node == ins.node and d.index == ins.device for d in self.devices):
             total = ray.cluster_resources().get(f"{runtime.TOTAL_PREFIX}{ins.node}_{ins.device}")
             self.devices.append(Device(ins.node, ins.device, int(total or self.where[ins.job].gpu_memory_mib), "cluster"))
 
-    # --- what Ray says into events --------------------------------------------------------------------------
+    # --- what the executor reports into events ---------------------------------------------------------------
 
     def observed(self, name: str, kind: str, ev: dict) -> None:
         if self.watcher is not None:
             self.watcher.observe(name, kind, ev)
 
+    def _take(self, name: str, handle: Handle) -> None:
+        events = handle.events(self.seen[name])
+        self.seen[name] += len(events)
+        if events:
+            self.take_events(name, events)
+
     def _poll_events(self) -> None:
-        pending = {l.poll: l for l in self.live.values() if l.poll is not None}
-        if not pending:
-            return
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
-        for ref in ready:
-            live = pending[ref]
-            live.poll = None
-            try:
-                events = ray.get(ref)
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
-                continue  # the result future tells what happened
-            started = self.run_state.handle(rl.JobStarted(live.name, time.time()))
+        for name, handle in list(self.live.items()):
+            if not handle.started:
+                continue
+            started = self.run_state.handle(rl.JobStarted(name, time.time()))
             for ins in started:
                 self.apply(ins)
-            if started and self.watcher is not None:
-                self.watcher.started(live.name, live.actor)
-            live.seen += len(events)
-            self.take_events(live.name, events)
-            if not self.state[live.name].terminal and live.actor is not None:
-                live.poll = live.actor.poll.remote(live.seen)
+            if started and self.watcher is not None and hasattr(handle, "actor"):
+                self.watcher.started(name, handle.actor)
+            if self.live.get(name) is handle:
+                self._take(name, handle)
 
-    def _drain(self, live: _Live) -> None:
-        """The events a finished actor still holds, before it is killed."""
+    def _finish(self, name: str, handle: Handle) -> None:
+        self.live.pop(name, None)
         try:
-            events = ray.get(live.actor.poll.remote(live.seen), timeout=5)
-            live.seen += len(events)
-            self.take_events(live.name, events)
-        except Exception:
-            pass
-
-    def _finish(self, live: _Live) -> None:
-        try:
-            out, error = ray.get(live.result), None
-        except RAY_ERRORS as e:
+            out, error = handle.result(), None
+        except FailedJob as e:
             out, error = None, e
-        self._drain(live)
-        ray.kill(live.actor, no_restart=True)
-        live.actor = live.result = live.poll = None
+        self._take(name, handle)
         if error is None:
-            self.finished(live.name, out)
+            self.finished(name, out)
             return
         cluster = rl.Cluster(frozenset(elastic.alive_nodes()), elastic.free(), elastic.capacity())
-        self.handle(rl.JobFailed(live.name, short(error), time.time(), cluster, detail=str(error)))
+        self.handle(rl.JobFailed(name, error.reason, time.time(), cluster, detail=error.detail))
 
     def _wait_results(self, timeout: float) -> bool:
-        results = {l.result: l for l in self.live.values() if l.result is not None}
-        if not results:
+        """Sleep until a task has news (an event, a start, an end) or ``timeout``; take the ends."""
+        if not self.live:
             return False
-        done, _ = ray.wait(list(results), num_returns=len(results), timeout=timeout)
-        for ref in done:
-            self._finish(results[ref])
+        self.executor.wait(list(self.live.values()), timeout)
+        self._poll_events()  # a start and its events before an end that came as quickly
+        for name, handle in list(self.live.items()):
+            if self.live.get(name) is handle and handle.done():
+                self._finish(name, handle)
         return True
 
     def _cancel_requests(self) -> list:
@@ -175,7 +141,7 @@ class Driver(Runner):
             self.record.set_run(heartbeat=now)
 
     def run(self) -> None:
-        self.cuda = runtime.nvml_sees_gpu()
+        self.cuda = nvml_sees_gpu()
         self.begin()
         if self.run_state.done() or time.time() >= self.deadline:
             self.handle(rl.Start(time.time()))  # nothing to start, or no window left: what was saved is blended

@@ -1,5 +1,6 @@
-"""What every driver of a plan run shares, Ray's or the in-process one: the run folder, the jobs' settings, and the
-writes that carry out ``RunState``'s instructions. A driver adds only how a job is started, asked, limited and killed.
+"""What every driver of a plan run shares, Ray's or the in-process one: the run folder, the tasks' launch records,
+and the writes that carry out ``RunState``'s instructions. A driver adds only its executor: how a task is submitted,
+asked, limited and killed.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scheduler.core.hardware import card_name, memory_fraction
+from scheduler.core.hardware import card_name
 from scheduler.core.states import JobState
 from scheduler.policy import runloop as rl
-from scheduler.policy.dryrun import DryRun
+from scheduler.execute.launch import LaunchRecord
+from scheduler.policy.dryrun import DryRun, fold_train_rows
+from scheduler.policy.settle import settle
 from scheduler.runtime import resume
 from scheduler.store import measurements, outputs
 from scheduler.store.record import RunRecord
@@ -71,11 +74,6 @@ def modelled_epochs(dry: DryRun) -> dict[str, float]:
         return {}
 
 
-def short(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[-1][:300] if text else type(error).__name__
-
-
 class Runner:
     """Holds the run's ``RunState`` and carries out its instructions that touch only the run folder."""
 
@@ -127,25 +125,32 @@ class Runner:
                 self.record.event("note", note="seconds per epoch from the time model, until measured: "
                                   + ", ".join(f"{k} {v:.1f}s" for k, v in self.run_state.modelled.items()))
 
-    def settings(self, name: str) -> dict:
+    def launch_record(self, name: str, attempt: int = 1) -> LaunchRecord:
+        """The task's launch record, made once here: the fitted spec (settled if the fitter did not see it), its
+        share, cores, node and device, the window's deadline. The job applies it and decides none of it again."""
         a = self.where[name]
         wave_cpus = sum(x.cpus for x in self.dry.placement.assignments if x.wave == a.wave)
         device = next((d for d in self.devices if d.node == a.node and d.index == a.device), None)
-        if name in self.dry.whole:
-            device = None  # whole devices: no fraction to cap
-        return {
-            "metric": self.plan.metric,
-            "seed": self.plan.seed,
-            "deadline": self.deadline,
-            "threads": a.cpus if self.cuda else rehearsal_threads(a.cpus, wave_cpus),
-            "gpu_memory_mib": a.gpu_memory_mib or None,
-            # of the plan's card; the job's process recomputes it against the card really there
-            "memory_fraction": memory_fraction(a.gpu_memory_mib, device.memory_mib) if device else None,
-            "builtin": self.builtin,
-            "memory_scale": self._memory_scale(name),
-            "folds": self.dry.tasks[name].folds,  # None: every fold of the job
-            "kept_folds": self._kept(name),  # an earlier attempt's, or run's
-        }
+        whole = self.dry.whole.get(name)
+        whole_mib = None
+        if whole:
+            whole_mib = min((int(d.memory_mib * self.plan.band[1]) for d in self.devices
+                             if d.node == whole[0] and d.index in whole[1]), default=None)
+        spec = self.spec(name)
+        spec, notes = settle(spec, a.gpu_memory_mib or None,
+                             fold_train_rows((self.dry.data or {}).get("train_rows"), spec.folds))
+        for note in notes:
+            self.record.event("note", name, note=note)
+        return LaunchRecord(
+            task=name, job=self.dry.tasks[name].job, spec=spec, data_dir=str(self.data_dir),
+            workdir=str(self.task_dir(name)), folds=self.dry.tasks[name].folds,
+            metric=self.plan.metric, seed=self.plan.seed, deadline=self.deadline, cpus=a.cpus,
+            threads=a.cpus if self.cuda else rehearsal_threads(a.cpus, wave_cpus),
+            node=whole[0] if whole else a.node, device=None if whole else a.device,
+            devices=tuple(whole[1]) if whole else (), gpu_memory_mib=None if whole else (a.gpu_memory_mib or None),
+            whole_device_mib=whole_mib, card_mib=device.memory_mib if device else None, builtin=self.builtin,
+            memory_scale=self._memory_scale(name), attempt=attempt,
+            kept_folds=self._kept(name))  # an earlier attempt's, or run's
 
     def _kept(self, name: str) -> dict:
         kept = resume.kept_folds(self.job_dir(name))

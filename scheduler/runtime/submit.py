@@ -177,7 +177,9 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
                      "folds": len(res.get("folds", [])), "rows": job_rows.get(name), "weight": weights.get(name, 0.0),
                      "notes": res.get("notes", []),
                      "tasks": [{"task": r["name"], "state": r["state"], "wave": r["wave"], "device": r["device"],
-                                "cv_score": r.get("cv_score")} for r in rows]})
+                                "cv_score": r.get("cv_score")} for r in rows],
+                     "cut": [f"{r['name']}: {r['progress']['cut']} ({r['progress'].get('cut_reason', '')})"
+                             for r in rows if (r.get("progress") or {}).get("cut")]})
     return {"run_dir": str(record.dir), "submission": str(path), "jobs": jobs, "ensemble_cv": ens_cv,
             "ensemble_rows": ens_rows, "ensemble_method": method, "metric": metric, "held_out_score": held_out,
             "notes": notes,

@@ -1,6 +1,5 @@
-"""A service job's processes and files: the tiny wrapper that records its exit code (so that a restarted service can
-tell how a job it did not see end has ended), the job's process group (its children end with it, even when the
-wrapper was killed while the service was down), measurements from outside (a missing figure is None, never an
+"""A service job's processes and files: the process group a job runs in (started, signalled and found again by
+``scheduler.execute.local``, the one local process backend), what is left of one after a restart, measurements from outside (a missing figure is None, never an
 error), and the state folder's modes (0700 folders, 0600 files)."""
 
 from __future__ import annotations
@@ -11,38 +10,8 @@ import time
 from pathlib import Path
 
 from scheduler.core.hardware import Hardware
+from scheduler.execute.local import WRAPPER as _WRAPPER, group_members, signal_group  # noqa: F401 -- one of each
 
-
-_WRAPPER = r"""
-import os, signal, subprocess, sys
-signal.signal(signal.SIGTERM, lambda *a: None)  # the group kill reaches the child too; wait for it to end
-grace = os.environ.get("GPUPACK_END_WITH_PARENT")
-if grace:  # a Ray actor's job: if the actor's process dies (its node is lost), the job's group ends too
-    import ctypes, threading
-    def orphaned(*a):
-        os.killpg(0, signal.SIGTERM)
-        threading.Timer(float(grace), os.killpg, (0, signal.SIGKILL)).start()
-    signal.signal(signal.SIGUSR1, orphaned)
-    ctypes.CDLL(None).prctl(1, int(signal.SIGUSR1))  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:
-        orphaned()
-try:
-    p = subprocess.Popen(sys.argv[2:])
-except OSError as e:
-    print(f"gpupack: cannot start {sys.argv[2]!r}: {e}", flush=True)
-    rc = 127
-else:
-    while True:
-        try:
-            rc = p.wait()
-            break
-        except InterruptedError:
-            pass
-with open(os.open(sys.argv[1] + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-    f.write(str(rc))
-os.replace(sys.argv[1] + ".tmp", sys.argv[1])
-sys.exit(rc if rc >= 0 else 128 - rc)
-"""
 
 _nvml_cache: tuple[float, dict] = (0.0, {})
 
@@ -64,37 +33,6 @@ def private_file(path: Path) -> None:
     except FileExistsError:
         pass
     os.chmod(path, 0o600)
-
-
-def group_members(pgid: int, job_id: str) -> list:
-    """The live processes of a job's process group: in the group, and carrying the job's ``GPUPACK_JOB`` in their
-    environment (once a group has emptied, its id may be reused by someone else's)."""
-    import psutil
-
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError, OSError):
-        return []
-    members = []
-    for p in psutil.process_iter():
-        try:
-            if (os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE
-                    and p.environ().get("GPUPACK_JOB") == job_id):
-                members.append(p)
-        except (psutil.Error, OSError):
-            continue
-    return members
-
-
-def signal_group(pgid: int, job_id: str, sig: int) -> bool:
-    """Send ``sig`` to a job's process group if it still holds processes of that job; True when it did."""
-    if not group_members(pgid, job_id):
-        return False
-    try:
-        os.killpg(pgid, sig)  # the group cannot have been reused while one of the job's processes is in it
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 class Orphans:

@@ -1,6 +1,7 @@
 """The actor that runs one slot job on its slot's node (:mod:`scheduler.service.remote` makes it, inside the slot's
 placement group): it starts the job's process there as the service's own machine does
-(:func:`scheduler.service.supervisor.spawn`: the exit-status wrapper, its own process group), and answers for it: its
+(:func:`scheduler.service.supervisor.start_process`: a spec through the local process backend, the exit-status
+wrapper, its own process group), and answers for it: its
 log from an offset, its figures, its exit status, signals, and at the end its outputs, which travel back through Ray
 (no shared file system is assumed)."""
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from scheduler.service.procs import _last_metrics, private_dir, signal_group
 from scheduler.service.store import Job
-from scheduler.service.supervisor import TERM_GRACE_S, command_of, measure, spawn
+from scheduler.service.supervisor import TERM_GRACE_S, measure, start_process
 
 MAX_OUTPUTS = 256 << 20  # what one job's outputs may bring back through Ray
 LOG_CHUNK = 1 << 20
@@ -33,9 +34,8 @@ class SlotJob:
         import ray
 
         node_id = ray.get_runtime_context().get_node_id()
-        env = {**os.environ, **j.env, **env, "GPUPACK_JOB": j.job_id, "GPUPACK_NODE_ID": node_id,
-               "GPUPACK_OUTPUT_DIR": str(self.dir / "output"), "GPUPACK_END_WITH_PARENT": str(TERM_GRACE_S)}
-        self.proc, started = spawn(command_of(j), j.cwd or (str(self.dir) if j.spec else None), env, self.dir)
+        env = {**env, "GPUPACK_NODE_ID": node_id, "GPUPACK_END_WITH_PARENT": str(TERM_GRACE_S)}
+        self.proc, started = start_process(j, env, self.dir)
         return {"pid": self.proc.pid, "pid_start": started, "node_id": node_id}
 
     def poll(self, offset: int) -> dict:

@@ -1,66 +1,55 @@
-"""Runs one job spec inside its slot: ``python -m scheduler.service.spec_job``, started by the service's supervisor
-(on the service's machine, or by the job's Ray actor on the slot's node) with the spec in ``GPUPACK_JOB_SPEC`` and
-the slot's share in the environment (``GPUPACK_GPU_MEMORY_MIB``, ``GPUPACK_MEMORY_FRACTION``, ``GPUPACK_CPUS``,
-``GPUPACK_DEADLINE``). It trains as a plan's job does (``jobs.run_job``) and leaves its outputs, in the layout
-``ensemble`` reads (``oof.csv``, ``test.csv``, ``result.json``), in ``GPUPACK_OUTPUT_DIR``, and its throughput in
-``metrics.jsonl`` beside them. SIGTERM asks it to stop: the folds it finished are kept."""
+"""A slot's job spec as a launch record: the job in the plan's schema (stored as its JSON dump), the slot's share
+and cores and deadline (the slot's environment), the data (a folder, or a built-in competition written into the
+job's folder where it runs), and the job's output folder, which ``ensemble`` reads (``oof.csv``, ``test.csv``,
+``result.json``, and ``metrics.jsonl`` for its throughput). It runs through the local process backend
+(``scheduler.execute.local``), on the service's machine or inside the slot's Ray actor on the slot's node, as
+``python -m scheduler.execute.child``; SIGTERM asks it to stop and the folds it finished are kept.
+
+The slot is the planner here: a spec's batch is a number (``auto`` is refused at submission), and the statistics
+rule is applied once, to the record (``policy.settle``), never again by the job.
+"""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import sys
-import threading
-import time
 from pathlib import Path
 
+from scheduler.execute.launch import LaunchRecord
 
-def _number(name: str, kind=float):
-    value = os.environ.get(name)
+
+def _number(env: dict, name: str, kind=float):
+    value = env.get(name)
     try:
         return kind(value) if value not in (None, "", "None") else None
     except ValueError:
         return None
 
 
-def main() -> int:
-    from jobs import run_job, shelf
-    from jobs.contract import JobContext
-    from jobs.data import load_competition
-    from scheduler.core.plan import job_from_dict
-    from scheduler.store import outputs
+def _fold_rows(data: Path, folds: int) -> int | None:
+    try:
+        with open(data / "train.csv", "rb") as f:
+            rows = sum(1 for _ in f) - 1
+    except OSError:
+        return None
+    from scheduler.policy.dryrun import fold_train_rows
 
-    spec = json.loads(os.environ["GPUPACK_JOB_SPEC"])
-    out_dir = Path(os.environ["GPUPACK_OUTPUT_DIR"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    job = job_from_dict(spec["job"])
-    data = shelf.folder(spec["data"], out_dir.parent / "data")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    metrics = out_dir / "metrics.jsonl"
-
-    def report(kind: str, fields: dict) -> None:
-        shown = {k: v for k, v in fields.items() if isinstance(v, (int, float, str, bool)) or v is None}
-        print(json.dumps({"event": kind, **shown}), flush=True)
-        speed = fields.get("samples_per_s") or fields.get("train_samples_per_s")
-        if speed:
-            with open(metrics, "a") as f:
-                f.write(json.dumps({"time": round(time.time(), 3), "samples_per_s": speed,
-                                    "step_time_s": fields.get("step_time_s")}) + "\n")
-
-    cpus = _number("GPUPACK_CPUS", int) or 1
-    ctx = JobContext.local(job.name, out_dir.parent / "work", cpus=cpus, metric=spec["metric"], seed=spec["seed"],
-                           deadline=_number("GPUPACK_DEADLINE"), gpu_memory_mib=_number("GPUPACK_GPU_MEMORY_MIB", int),
-                           memory_fraction=_number("GPUPACK_MEMORY_FRACTION"), report=report,
-                           should_stop=stop.is_set)
-    print(f"gpupack: {job.kind} job {job.name!r} on {data} ({spec['metric']}), "
-          f"{'CUDA' if ctx.device == 'cuda' else 'CPU rehearsal'}, {cpus} thread(s)", flush=True)
-    out = run_job(job, load_competition(data, spec["metric"]), ctx)
-    outputs.save(out, out_dir, extra={"kind": job.kind, "data": spec["data"], "node_id": os.environ.get("GPUPACK_NODE_ID")})
-    print(f"gpupack: {len(out.folds)} fold(s) finished, cv {out.metric} {out.cv_score()}", flush=True)
-    return 0 if out.folds else 3
+    return fold_train_rows(rows, folds)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def spec_record(job_id: str, spec: dict, env: dict, folder: Path) -> LaunchRecord:
+    """The record of the spec job ``job_id`` whose files go to ``folder`` (``log``, ``exit_code``, ``output/``)."""
+    from jobs import shelf
+    from scheduler.core.plan import job_from_json
+    from scheduler.policy.settle import settle
+
+    job = job_from_json(spec["job"])
+    data = shelf.folder(spec["data"], folder / "data")
+    share = _number(env, "GPUPACK_GPU_MEMORY_MIB", int)
+    fraction = _number(env, "GPUPACK_MEMORY_FRACTION")
+    job, _notes = settle(job, share, _fold_rows(Path(data), job.folds))
+    cpus = _number(env, "GPUPACK_CPUS", int) or 1
+    return LaunchRecord(
+        task=job_id, job=job.name, spec=job, data_dir=str(Path(data).resolve()), workdir=str(folder / "work"),
+        metric=spec["metric"], seed=spec["seed"], deadline=_number(env, "GPUPACK_DEADLINE"), cpus=cpus,
+        threads=cpus, gpu_memory_mib=share or None, card_mib=int(share / fraction) if share and fraction else None,
+        builtin=spec["data"] if shelf.is_builtin(spec["data"]) else None, env=env,
+        output_dir=str(folder / "output"))

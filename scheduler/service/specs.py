@@ -2,7 +2,7 @@
 plan's job is, their GPU memory estimated and held to the slot's, and what they leave (out-of-fold and test
 predictions, ``result.json``) described for ``job_status``, so that an agent can blend the slots it ran.
 
-A spec runs as ``python -m scheduler.service.spec_job`` (:mod:`scheduler.service.spec_job`) with the spec in its
+A spec runs as a launch record (:mod:`scheduler.service.spec_job`) through ``scheduler.execute``, with the spec in its
 environment, on whatever node its slot names: the data is a folder there, or the name of a built-in competition
 (``jobs.shelf``), written into the job's folder where it runs."""
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.states import JobState
-from scheduler.service.procs import _WRAPPER, Orphans, _gpu_mib_of, _last_metrics, group_members, signal_group
+from scheduler.execute.local import failure_reason, spawn
+from scheduler.service.procs import Orphans, _gpu_mib_of, _last_metrics, group_members, signal_group
 from scheduler.service.store import Job, Store
 
 TERM_GRACE_S = 10.0
@@ -53,9 +54,8 @@ class Supervisor:
 
     def start(self, j: Job, env: dict[str, str], now: float) -> None:
         d = Path(j.dir)
-        env = {**os.environ, **j.env, **env, "GPUPACK_JOB": j.job_id, "GPUPACK_OUTPUT_DIR": str(d / "output")}
         try:
-            proc, j.pid_start = spawn(command_of(j), j.cwd or (str(d) if j.spec else None), env, d)
+            proc, j.pid_start = start_process(j, env, d)
         except OSError as e:
             j.state, j.ended, j.reason = JobState.FAILED, now, f"cannot start: {e}"
             self.store.save_job(j)
@@ -111,6 +111,8 @@ class Supervisor:
             j.state = JobState.FAILED
             if code is None:
                 j.reason = j.reason or "lost: the process ended while the service was down, exit status unknown"
+            else:
+                j.reason = j.reason or failure_reason(Path(j.dir), code)
         self.jobs.pop(j.job_id, None)
         self.procs.pop(j.job_id, None)
         self.kill_at.pop(j.job_id, None)
@@ -172,25 +174,18 @@ class Supervisor:
         pass
 
 
-def command_of(j: Job) -> list[str]:
-    """What a job runs: its argv, or for a job spec the spec runner in this process's Python (the spec travels in the
-    environment, ``GPUPACK_JOB_SPEC``)."""
-    return [sys.executable, "-m", "scheduler.service.spec_job"] if j.spec else list(j.argv)
+def start_process(j: Job, env: dict[str, str], d: Path) -> tuple:
+    """Start a job's process group with its files in ``d``: a job spec as a launch record through the local process
+    backend (``scheduler.execute``, as a plan's jobs are submitted), a raw argv through the same wrapper."""
+    env = {**j.env, **env, "GPUPACK_JOB": j.job_id, "GPUPACK_OUTPUT_DIR": str(d / "output")}
+    if j.spec:
+        from scheduler.execute.local import LocalExecutor
+        from scheduler.service.spec_job import spec_record
 
-
-def spawn(argv: list[str], cwd: str | None, env: dict[str, str], d: Path) -> tuple[subprocess.Popen, float]:
-    """Start ``argv`` through the wrapper that records its exit status in ``d/exit_code``, in its own process group,
-    its output appended to ``d/log``; returns the process and its start time (to know it again after a restart)."""
-    import psutil
-
-    with open(os.open(d / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as logf:
-        proc = subprocess.Popen([sys.executable, "-c", _WRAPPER, str(d / "exit_code"), *argv],
-                                cwd=cwd and str(Path(cwd).expanduser()), env=env, stdout=logf,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        return proc, psutil.Process(proc.pid).create_time()
-    except psutil.Error:
-        return proc, time.time()
+        handle = LocalExecutor(folder=lambda r: d, cwd=lambda r: j.cwd or str(d)).submit(
+            spec_record(j.job_id, j.spec, env, d))
+        return handle.proc, handle.started_at
+    return spawn(list(j.argv), j.cwd, {**os.environ, **env}, d)
 
 
 def measure(pid: int, seen: dict) -> dict:

@@ -180,7 +180,9 @@ def build(run_dir: str | Path) -> Path:
         if e["event"] == "batch":
             batch[e["job"]].append(f"fold {e.get('fold', 0) + 1}: {e['reason']}")
         elif e["event"] == "budget_cut":
-            cuts[e["job"]].append(f"{e['what']} {e['old']} → {e['new']}")
+            cuts[e["job"]].append(f"cut {e['what']} {e['old']} → {e['new']}: {e.get('reason', '')}")
+        elif e["event"] == "budget_restore":
+            cuts[e["job"]].append(f"undone {e['what']} {e['old']} → {e['new']}: {e.get('reason', '')}")
         elif e["event"] == "telemetry" and e.get("advice"):
             advice[e["job"]] = e["advice"]
     ensemble = next((e for e in reversed(events) if e["event"] == "ensemble"), {})

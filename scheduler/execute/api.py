@@ -1,0 +1,87 @@
+"""The executor interface (submitit's ``Executor``/``Job`` is the model): ``submit(record)`` returns a handle, and a
+handle is all a caller knows of a running job, whichever backend runs it.
+
+A handle's ``events(since)`` is the progress channel (:mod:`scheduler.execute.channel`): the same event dicts for
+every job kind and backend. ``cancel()`` asks the job to stop (it hands back the folds it finished); ``kill()`` ends
+it by force; ``set_limits`` passes the budget's cuts, read at the job's next fold or epoch. ``result()`` is its
+:class:`jobs.JobOutput`, or raises :class:`FailedJob` with the reason, never a bare ``None``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Sequence
+
+from scheduler.execute.launch import LaunchRecord
+
+
+def short(error: BaseException, last: bool = True) -> str:
+    """One line of an error, for a state's reason: the last (a Ray error ends with the job's own exception), or the
+    first (a job's own exception starts with what went wrong; a log's tail may follow)."""
+    text = str(error).strip().splitlines()
+    return (text[-1] if last else text[0])[:300] if text else type(error).__name__
+
+
+class ExecuteError(Exception):
+    """A job that did not hand back its output."""
+
+
+class FailedJob(ExecuteError):
+    """The job ended without an output: ``reason`` is one line a person can act on, ``detail`` the whole story
+    (a traceback, the log's last lines), ``exit_code`` the process's status where there was a process."""
+
+    def __init__(self, reason: str, detail: str = "", exit_code: int | None = None, lost: bool = False):
+        super().__init__(reason)
+        self.reason, self.detail, self.exit_code, self.lost = reason, detail or reason, exit_code, lost
+
+
+class Handle(ABC):
+    """One submitted job."""
+
+    record: LaunchRecord
+    exit_code: int | None = None  # the process's exit status, where there is one, once it ended
+
+    @abstractmethod
+    def events(self, since: int = 0) -> list[dict]:
+        """The events reported so far from index ``since`` on (never blocks)."""
+
+    @property
+    def started(self) -> bool:
+        """True once the job's process answered (a Ray actor's first poll, a child's first line)."""
+        return True
+
+    @abstractmethod
+    def cancel(self) -> None:
+        """Ask the job to stop at its next step; it returns what its finished folds made."""
+
+    @abstractmethod
+    def set_limits(self, limits: dict) -> None:
+        """The budget's cuts (``{"folds": n, "epochs": m}``), merged into the ones already given."""
+
+    @abstractmethod
+    def kill(self) -> None:
+        """End the job now, its process and its children."""
+
+    @abstractmethod
+    def done(self) -> bool:
+        """True once ``result()`` would answer without waiting."""
+
+    @abstractmethod
+    def result(self):
+        """The job's ``JobOutput``; raises :class:`FailedJob`."""
+
+
+class Executor(ABC):
+    """Runs launch records. ``wait`` lets a driver sleep until any of its handles has news."""
+
+    @abstractmethod
+    def submit(self, record: LaunchRecord) -> Handle:
+        ...
+
+    def wait(self, handles: Sequence[Handle], timeout: float) -> None:
+        """Return once one of ``handles`` has new events or is done, or after ``timeout`` seconds."""
+        import time
+
+        end = time.time() + timeout
+        while time.time() < end and not any(h.done() for h in handles):
+            time.sleep(min(0.05, max(0.0, end - time.time())))

@@ -1,0 +1,193 @@
+"""The Ray backend: one actor (one process) per launch record, asking Ray for exactly the record's share.
+
+The actor takes ``num_cpus`` = the record's cores, ``num_gpus=0`` (fractional GPUs stall across nodes), and its MiB
+of its device's memory resource (``gpupack_mem_<node>_<index>``), which both pins it to the node and device the
+planner chose and lets Ray refuse to over-commit the device, whoever else asks. It sees its device through
+``CUDA_VISIBLE_DEVICES``, set in its constructor before anything touches CUDA, and runs the record in its own process
+(:func:`scheduler.execute.apply.run`).
+
+Threaded (``max_concurrency`` > 1) so that ``poll`` and ``cancel`` answer while ``run`` trains. ``poll`` is a long
+poll: it answers at once when there are events past ``since`` (and the first one at once, to say the process is up),
+else after ``wait_s``; the executor waits on polls and results together, so a driver hears of a start or an event as
+soon as it happens, not at its next tick. Nothing heavy is imported before the first poll can answer: the actor's
+module is this one, which imports Ray and the record only.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from typing import Sequence
+
+import ray
+
+from scheduler.execute.api import Executor, FailedJob, Handle, short
+from scheduler.execute.channel import Buffer
+from scheduler.execute.launch import LaunchRecord
+from scheduler.execute.resources import memory_resource, node_resource
+
+LONG_POLL_S = 1.0
+FIRST_POLL_S = 2.0  # how long ``run`` waits for the first poll before it starts the job regardless
+RAY_ERRORS = (ray.exceptions.RayTaskError, ray.exceptions.RayActorError, ray.exceptions.ActorDiedError)
+
+
+class JobActor:
+    """Runs one record in its own process and buffers what it reports, for the handle to poll."""
+
+    def __init__(self, task: str, visible_devices: str | None, env: dict[str, str]):
+        from scheduler.execute.apply import enter_device
+
+        enter_device(visible_devices, env)
+        self.task = task
+        self._deadline: float | None = None
+        self._buffer = Buffer()
+        self._answered = threading.Event()  # the first poll has answered: the process is known to be up
+        self._stop = threading.Event()
+        self._limits: dict = {}
+
+    def environment(self) -> dict:
+        """What the job sees: its device, its process, its node (for checks and telemetry)."""
+        return {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid(),
+                "node_id": ray.get_runtime_context().get_node_id()}
+
+    def poll(self, since: int, wait_s: float = 0.0) -> list[dict]:
+        try:
+            return self._buffer.since(since, wait_s)
+        finally:
+            self._answered.set()
+
+    def cancel(self) -> None:
+        self._stop.set()
+
+    def set_limits(self, limits: dict) -> None:
+        self._limits = {**self._limits, **limits}
+
+    def _should_stop(self) -> bool:
+        return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)
+
+    def run(self, record: LaunchRecord):
+        """The record travels with ``run``, not the constructor: unpickling its spec loads the plan's schema, and
+        the first poll (the sign the process is up) should not wait for that."""
+        self._answered.wait(FIRST_POLL_S)  # the job's imports (torch, sklearn) hold the GIL: answer first
+        from scheduler.execute.apply import run
+
+        self._deadline = record.deadline
+        try:
+            return run(record, self._buffer.report, self._should_stop, lambda: dict(self._limits))
+        except BaseException:
+            self._buffer.report("log", {"line": traceback.format_exc()})
+            raise
+
+
+RemoteJobActor = ray.remote(JobActor)
+
+
+def actor_options(record: LaunchRecord) -> dict:
+    """Ray's request for a record: its cores, its MiB of its device's memory resource (all of each whole device's),
+    or its node's marker when it takes no GPU."""
+    if record.devices:
+        resources = {memory_resource(record.node, d): float(record.whole_device_mib or 0) for d in record.devices}
+    elif record.device is not None and record.gpu_memory_mib:
+        resources = {memory_resource(record.node, record.device): float(record.gpu_memory_mib)}
+    elif record.node is not None:
+        resources = {node_resource(record.node): 1.0}
+    else:
+        resources = {}
+    return {"num_cpus": record.cpus, "num_gpus": 0, "resources": resources, "max_concurrency": 4, "max_restarts": 0}
+
+
+class RayHandle(Handle):
+    def __init__(self, record: LaunchRecord, actor):
+        self.record, self.actor = record, actor
+        self.result_ref = actor.run.remote(record)
+        self.poll_ref = actor.poll.remote(0, 0.0)
+        self._events: list[dict] = []
+        self._answered = False
+        self._killed = False
+
+    @property
+    def started(self) -> bool:
+        return self._answered
+
+    def refresh(self, ready: set) -> None:
+        """Take a poll that has answered, and ask again (a long poll)."""
+        if self.poll_ref is None or self.poll_ref not in ready:
+            return
+        ref, self.poll_ref = self.poll_ref, None
+        try:
+            self._events += ray.get(ref)
+            self._answered = True
+        except RAY_ERRORS:
+            return  # the result tells what happened
+        if not self._killed:
+            self.poll_ref = self.actor.poll.remote(len(self._events), LONG_POLL_S)
+
+    def events(self, since: int = 0) -> list[dict]:
+        if self.poll_ref is not None:
+            ready, _ = ray.wait([self.poll_ref], timeout=0)
+            self.refresh(set(ready))
+        return self._events[since:]
+
+    def cancel(self) -> None:
+        self.actor.cancel.remote()
+
+    def set_limits(self, limits: dict) -> None:
+        self.actor.set_limits.remote(limits)
+
+    def drain(self) -> None:
+        """The events the actor still holds, before it goes."""
+        try:
+            self._events += ray.get(self.actor.poll.remote(len(self._events), 0.0), timeout=5)
+        except Exception:
+            pass
+
+    def kill(self) -> None:
+        if not self._killed:
+            self._killed = True
+            self.poll_ref = None
+            ray.kill(self.actor, no_restart=True)
+
+    def done(self) -> bool:
+        ready, _ = ray.wait([self.result_ref], timeout=0)
+        return bool(ready)
+
+    def result(self):
+        try:
+            out = ray.get(self.result_ref)
+        except RAY_ERRORS as e:
+            lost = isinstance(e, (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError))
+            self.drain()
+            self.kill()
+            raise FailedJob(short(e), str(e), lost=lost) from e
+        self.drain()
+        self.kill()
+        return out
+
+
+class RayExecutor(Executor):
+    """Submits records as actors on the connected cluster; ``prefix`` names them (the Ray dashboard lists them)."""
+
+    def __init__(self, prefix: str = "gpupack"):
+        self.prefix = prefix
+
+    def submit(self, record: LaunchRecord) -> RayHandle:
+        suffix = "" if record.attempt == 1 else f"-retry{record.attempt - 1}"
+        name = f"{self.prefix}.{record.task}{suffix}.{os.getpid()}.{time.time_ns() % 10**6}"
+        actor = RemoteJobActor.options(name=name, **actor_options(record)).remote(
+            record.task, record.visible_devices, dict(record.env))
+        return RayHandle(record, actor)
+
+    def wait(self, handles: Sequence[RayHandle], timeout: float) -> None:
+        """Until a poll or a result of ``handles`` answers, or ``timeout``; answered polls are taken."""
+        refs = [h.poll_ref for h in handles if h.poll_ref is not None] + [h.result_ref for h in handles]
+        if not refs:
+            time.sleep(timeout)
+            return
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        if ready:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        got = set(ready)
+        for h in handles:
+            h.refresh(got)

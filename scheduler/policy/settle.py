@@ -1,0 +1,47 @@
+"""A spec the fitter did not see, settled by the planner's rules before it becomes a launch record.
+
+The dry run's fitter (``policy.fit``) settles every batch it packs: ``auto`` becomes a rung of the ladder, and a
+batch that would leave a fold too few optimizer steps comes down (``autotune.statistical_cap``). Two paths reach a
+launch record without it: ``submit --trust-plan-memory`` (the plan's own figures are packed as written) and a slot's
+job spec. They are settled here, once, on the planner's side; a job then applies its record's batch and decides
+nothing again. For a spec the fitter already settled this changes nothing.
+"""
+
+from __future__ import annotations
+
+from scheduler.policy.autotune import lr_factor, optimizer_steps, statistical_cap
+
+AUTO_FALLBACK = 64  # ``auto`` with no share to fit (no estimate possible): a middling rung
+
+
+def settle(spec, share_mib: int | None, fold_rows: int | None) -> tuple[object, list[str]]:
+    """``spec`` with a numeric batch that respects the statistics rule, and the notes that say what changed."""
+    batch = getattr(spec, "batch_size", None)
+    if spec.kind != "timm" or batch is None:
+        return spec, []
+    notes: list[str] = []
+    if not isinstance(batch, int):
+        batch = _auto(spec, share_mib)
+        notes.append(f"{spec.name}: batch auto → {batch} (the largest rung that fits {share_mib or '—'} MiB)")
+        spec = spec.model_copy(update={"batch_size": batch})
+    if fold_rows and not spec.fixed_batch:
+        cap = statistical_cap(fold_rows, spec.epochs, spec.grad_accum)
+        if batch > cap:
+            factor = lr_factor(batch, cap, spec.optimizer)
+            notes.append(f"{spec.name}: batch {batch} → {cap} for statistics: {fold_rows:,} training rows per fold × "
+                         f"{spec.epochs} epochs give {optimizer_steps(fold_rows, batch, spec.epochs, spec.grad_accum)} "
+                         f"optimizer steps at {batch}, "
+                         f"{optimizer_steps(fold_rows, cap, spec.epochs, spec.grad_accum)} at {cap}")
+            spec = spec.model_copy(update={"batch_size": cap, "lr": spec.lr * factor})
+    return spec, notes
+
+
+def _auto(spec, share_mib: int | None) -> int:
+    if share_mib:
+        from scheduler.policy.estimate import largest_batch
+
+        found = largest_batch(spec.model, spec.image_size, share_mib, amp=spec.amp, optimizer=spec.optimizer,
+                              channels_last=spec.channels_last)
+        if found:
+            return found
+    return AUTO_FALLBACK

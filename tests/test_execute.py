@@ -1,0 +1,213 @@
+"""One way to run a job: the launch record, the executor interface and its backends (in-process, local process
+group), and the plan's driver and the slot service both submitting records through it."""
+
+import sys
+import textwrap
+import time
+
+import pytest
+
+from scheduler.core import hardware
+from scheduler.core.plan import job_from_dict
+from scheduler.execute.api import FailedJob
+from scheduler.execute.inprocess import InProcessExecutor
+from scheduler.execute.launch import LaunchRecord, dumps, loads
+from scheduler.execute.local import LocalExecutor
+
+SCRIPT = textwrap.dedent("""
+    import json, os, sys, time
+    out = os.environ["GPUPACK_OUTPUT_DIR"]
+    for epoch in range(int(os.environ.get("EPOCHS", "2"))):
+        print("GPUPACK " + json.dumps({"event": "epoch", "epoch": epoch, "loss": 1.0 / (epoch + 1)}), flush=True)
+        print("plain line", flush=True)
+        time.sleep(float(os.environ.get("PAUSE", "0")))
+    code = int(os.environ.get("EXIT", "0"))
+    if code == 0:
+        import pandas as pd
+        train, test = pd.read_csv(os.environ["GPUPACK_DATA_DIR"] + "/train.csv"), pd.read_csv(os.environ["GPUPACK_DATA_DIR"] + "/test.csv")
+        classes = sorted(train.label.unique())
+        oof = pd.DataFrame({"id": train.id, "fold": 0, **{str(c): 1.0 / len(classes) for c in classes}})
+        t = pd.DataFrame({"id": test.id, "fold": 0, **{str(c): 1.0 / len(classes) for c in classes}})
+        oof.to_csv(out + "/oof.csv", index=False); t.to_csv(out + "/test.csv", index=False)
+    sys.exit(code)
+""")
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    from jobs.data import write_digits
+
+    return write_digits(tmp_path_factory.mktemp("digits"))
+
+
+def _record(tmp_path, digits, script, **env) -> LaunchRecord:
+    spec = job_from_dict({"kind": "command", "name": "cmd", "command": [sys.executable, str(script)], "folds": 1,
+                          "env": {k: str(v) for k, v in env.items()}, "resources": {"gpu_memory": "2GB"}})
+    return LaunchRecord(task="cmd", job="cmd", spec=spec, data_dir=str(digits), workdir=str(tmp_path / "work"),
+                        metric="accuracy", seed=0, cpus=1, gpu_memory_mib=2048, card_mib=40960)
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def test_a_record_is_frozen_typed_and_crosses_a_process_as_it_is(tmp_path, digits, script):
+    r = _record(tmp_path, digits, script)
+    with pytest.raises(Exception):
+        r.seed = 1
+    back = loads(dumps(r))
+    assert back == r and back.spec.resources.gpu_memory == 2048  # never re-parsed from text: 2GB stays 2048 MiB
+    timm = job_from_dict({"kind": "timm", "model": "resnet18", "batch_size": "auto"})
+    with pytest.raises(ValueError, match="planner bug"):
+        LaunchRecord(task="t", job="t", spec=timm, data_dir=".", workdir=".", metric="accuracy", seed=0)
+
+
+def test_in_process_backend_runs_the_record_and_reports_command_progress_as_it_runs(tmp_path, digits, script):
+    seen = []
+    ex = InProcessExecutor(on_report=lambda h: seen.append([e["event"] for e in h.events()]), cuda=False)
+    h = ex.submit(_record(tmp_path, digits, script))
+    assert not h.done()
+    out = h.result()
+    assert h.done() and h.exit_code == 0 and len(out.folds) == 1
+    epochs = [e for e in h.events() if e["event"] == "epoch"]
+    assert [e["epoch"] for e in epochs] == [0, 1] and epochs[0]["loss"] == 1.0
+    # the epochs were reported before the job's end (its fold comes from the CSV files at the end)
+    first_epoch = next(i for i, evs in enumerate(seen) if "epoch" in evs)
+    assert first_epoch < next(i for i, evs in enumerate(seen) if "fold" in evs)
+
+
+def test_in_process_failure_is_a_failed_job_with_a_reason(tmp_path, digits, script):
+    h = InProcessExecutor(cuda=False).submit(_record(tmp_path, digits, script, EXIT=5))
+    with pytest.raises(FailedJob) as e:
+        h.result()
+    assert "exited with status 5" in e.value.reason and h.exit_code == 1
+
+
+def _wait(pred, timeout=60):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_local_backend_events_arrive_before_exit_and_the_output_comes_back(tmp_path, digits, script):
+    h = LocalExecutor().submit(_record(tmp_path, digits, script, PAUSE=3, EPOCHS=2))
+    assert _wait(lambda: any(e["event"] == "epoch" for e in h.events()))
+    assert not h.done()  # the first epoch is known while the command still runs
+    out = h.result()
+    assert h.exit_code == 0 and len(out.folds) == 1 and out.job == "cmd"
+    kinds = [e["event"] for e in h.events()]
+    assert kinds.count("epoch") == 2 and "fold" in kinds
+
+
+def test_local_backend_exit_codes_cancel_and_kill(tmp_path, digits, script):
+    h = LocalExecutor().submit(_record(tmp_path / "a", digits, script, EXIT=7, EPOCHS=0))
+    with pytest.raises(FailedJob) as e:
+        h.result()
+    assert "exited with status 7" in e.value.reason  # the child's error event, one line
+    assert h.exit_code == 1  # the child's own status: its job failed
+    h = LocalExecutor().submit(_record(tmp_path / "b", digits, script, PAUSE=30, EPOCHS=3))
+    assert _wait(lambda: any(e["event"] == "epoch" for e in h.events()))
+    h.cancel()  # SIGTERM: the job stops at its next check and hands back what it made
+    assert _wait(h.done, 30)
+    out = h.result()
+    assert out.folds == [] and any("stopped" in n for n in out.notes)
+    h = LocalExecutor().submit(_record(tmp_path / "c", digits, script, PAUSE=30, EPOCHS=3))
+    assert _wait(lambda: any(e["event"] == "epoch" for e in h.events()))
+    h.kill()
+    assert _wait(h.done, 30)
+    with pytest.raises(FailedJob) as e:
+        h.result()
+    assert h.exit_code == -9 and e.value.reason
+
+
+class _service:
+    """A service on this machine's logical A100s, served over HTTP, and its client."""
+
+    def __init__(self, tmp_path):
+        from scheduler.service.client import Client
+        from scheduler.service.service import FixedBackend, Service
+        from tests.server_thread import ServerThread
+
+        hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
+        self.svc = Service(hw, tmp_path / "state", backend=FixedBackend(), tick_s=0.2)
+        self.srv = ServerThread(self.svc).start()
+        self.client = Client(self.srv.url, token=self.svc.admin_token)
+
+    def __enter__(self):
+        return self.client
+
+    def __exit__(self, *exc):
+        self.srv.stop()
+        self.svc.close(stop_jobs=True)
+
+
+def _ended(c, job_id: str) -> dict:
+    assert _wait(lambda: c.job_status(job_id)["state"] not in ("PENDING", "RUNNING"), 120)
+    return c.job_status(job_id)
+
+
+class Recording:
+    """An executor that records what it was given and hands the work to a real one."""
+
+    def __init__(self, inner):
+        self.inner, self.records = inner, []
+
+    def submit(self, record):
+        self.records.append(record)
+        return self.inner.submit(record)
+
+    def wait(self, handles, timeout):
+        return self.inner.wait(handles, timeout)
+
+
+def test_a_plan_run_and_a_slot_job_go_through_the_same_executor_interface(tmp_path, digits, monkeypatch):
+    from scheduler.core.plan import from_dict
+    from scheduler.execute import local
+    from scheduler.policy import dryrun
+    from scheduler.runtime.inprocess import InProcessDriver
+    from scheduler.runtime.runner import RunOptions, prepare_folder
+
+    plan = from_dict({"name": "p", "hardware": {"profile": "A100-40GB"}, "budget": "5m",
+                      "jobs": [{"kind": "lightgbm", "name": "g", "folds": 2, "num_boost_round": 5}]})
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan))
+    run_dir = tmp_path / "run"
+    record = prepare_folder(dry, run_dir, None)
+    driver = InProcessDriver(dry, RunOptions(run_dir=run_dir, data_dir=digits), record)
+    driver.executor = Recording(InProcessExecutor(on_report=driver._reported, cuda=False))
+    driver.run()
+    assert [type(r) for r in driver.executor.records] == [LaunchRecord]
+    assert driver.state["g"].value == "SUCCEEDED"
+
+    submitted = []
+    real = local.LocalExecutor.submit
+    monkeypatch.setattr(local.LocalExecutor, "submit", lambda self, r: submitted.append(r) or real(self, r))
+    with _service(tmp_path) as c:
+        slot = c.request_slot(gpu_memory="4GB", minutes=10)
+        job = c.submit_job(slot["slot_id"], job={"kind": "command", "name": "c", "command": ["true"],
+                                                 "resources": {"gpu_memory": "2GB"}}, data="iris")
+        st = _ended(c, job["job_id"])
+        # the slot spec job that declared gpu_memory: 2GB runs (it used to fail re-validating 2048), as a record
+        assert [type(r) for r in submitted] == [LaunchRecord] and submitted[0].spec.resources.gpu_memory == 2048
+        assert submitted[0].gpu_memory_mib == 4096 and submitted[0].output_dir
+        assert st["exit_code"] == 3 and st["state"] == "FAILED"  # `true` leaves no predictions: no fold finished
+        assert st["reason"]  # a failed job says why
+
+
+def test_a_slot_spec_job_with_gpu_memory_succeeds(tmp_path):
+    script = tmp_path / "w.py"
+    script.write_text(SCRIPT)
+    with _service(tmp_path) as c:
+        slot = c.request_slot(gpu_memory="4GB", minutes=10)
+        job = c.submit_job(slot["slot_id"], job={"kind": "command", "name": "w", "folds": 1,
+                                                 "command": [sys.executable, str(script)],
+                                                 "resources": {"gpu_memory": "2GB"}}, data="digits")
+        st = _ended(c, job["job_id"])
+        assert st["state"] == "SUCCEEDED", c.job_logs(job["job_id"])["text"]
+        assert st["reason"] is None and st["outputs"]["oof"]
+        assert '"event": "epoch"' in c.job_logs(job["job_id"])["text"]  # its progress, in the one form
