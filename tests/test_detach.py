@@ -9,21 +9,11 @@ import time
 import psutil
 import pytest
 
-from conftest import FAKE_TRAIN, ROOT
+from conftest import ROOT, fake_train_plan
 from scheduler.core.errors import UserError
 from scheduler.store import runindex
 
-PLAN = f"""name: waits
-hardware: {{profile: A100-40GB, gpus_per_node: 1, cpus: 4}}
-budget: 10m
-jobs:
-  - name: sleeper
-    kind: command
-    command: [{sys.executable}, {FAKE_TRAIN}]
-    folds: 2
-    resources: {{cpus: 1, gpu_memory: 2GB}}
-    env: {{SLEEP: "600"}}
-"""
+PLAN = fake_train_plan("waits", {"SLEEP": "600"})
 
 
 def answer(result):
