@@ -74,6 +74,7 @@ def _ids(record) -> dict:
 
 
 def cmd_list(args: argparse.Namespace, console: Console) -> int:
+    import sqlite3
     from collections import Counter
 
     from rich.table import Table
@@ -84,12 +85,17 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
 
     runs = []
     for path in known_runs():
-        record = RunRecord.open_existing(path)
-        try:
-            info = settle(record)
-            states = Counter(j["state"] for j in record.jobs())
-        finally:
-            record.close()
+        try:  # one unreadable folder (its permissions, a broken state.sqlite) is said in its row, not a failure
+            record = RunRecord.open_existing(path)
+            try:
+                info = settle(record)
+                states = Counter(j["state"] for j in record.jobs())
+            finally:
+                record.close()
+        except (OSError, sqlite3.Error, ValueError) as e:
+            runs.append({"run_id": path.name, "run_dir": str(path), "plan": None, "status": None, "started": None,
+                         "finished": None, "pid": None, "jobs": {}, "error": f"unreadable: {e}"})
+            continue
         runs.append({**_ids(record), "plan": info.get("plan"), "status": info.get("status"),
                      "started": info.get("started"), "finished": info.get("finished"),
                      "pid": (info.get("driver") or {}).get("pid"), "jobs": dict(sorted(states.items()))})
@@ -100,7 +106,7 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
         t.add_column(col)
     for r in runs:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "—"
-        t.add_row(r["run_id"], r["status"] or "?", r["plan"] or "?", started,
+        t.add_row(r["run_id"], r["status"] or r.get("error", "?"), r["plan"] or "?", started,
                   ", ".join(f"{n} {s.lower()}" for s, n in r["jobs"].items()) or "—", r["run_dir"])
     console.print(t)
     return 0
