@@ -29,6 +29,7 @@ class ThroughputWindow:
     def __init__(self, report: Callable[[str, dict], None], every_s: float = SAMPLE_EVERY_S, clock=time.perf_counter):
         self.report, self.every_s, self.clock = report, every_s, clock
         self._reset(clock())
+        self.totals = {"train_samples": 0, "train_steps": 0, "train_step_s": 0.0}  # running totals, for counters
 
     def _reset(self, now: float) -> None:
         self.start, self.samples, self.steps, self.wait_s = now, 0, 0, 0.0
@@ -39,6 +40,9 @@ class ThroughputWindow:
         self.steps += 1
         self.step_s.append(step_s)
         self.wait_s += wait_s
+        self.totals["train_samples"] += samples
+        self.totals["train_steps"] += 1
+        self.totals["train_step_s"] += step_s
 
     def due(self) -> bool:
         return self.steps > 0 and self.clock() - self.start >= self.every_s
@@ -54,6 +58,7 @@ class ThroughputWindow:
             "train_samples_per_s": train,
             "wall_samples_per_s": self.samples / wall,
             "samples_per_s": train,
+            **self.totals,  # running totals, for counters
             "batches_per_min": self.steps * 60.0 / wall,
             "step_time_median_s": statistics.median(self.step_s),
             "step_time_p95_s": p95(self.step_s),
