@@ -33,6 +33,7 @@ class ThroughputWindow:
         self.report, self.every_s, self.clock, self.ledger = report, every_s, clock, ledger
         self.last: dict = {}  # the rates of the last window that had steps
         self._reset(clock())
+        self.totals = {"train_samples": 0, "train_steps": 0, "train_step_s": 0.0}  # running totals, for counters
 
     def _reset(self, now: float) -> None:
         self.start, self.samples, self.steps, self.wait_s = now, 0, 0, 0.0
@@ -43,6 +44,9 @@ class ThroughputWindow:
         self.steps += 1
         self.step_s.append(step_s)
         self.wait_s += wait_s
+        self.totals["train_samples"] += samples
+        self.totals["train_steps"] += 1
+        self.totals["train_step_s"] += step_s
 
     def due(self) -> bool:
         return self.steps > 0 and self.clock() - self.start >= self.every_s
@@ -58,6 +62,7 @@ class ThroughputWindow:
             "train_samples_per_s": train,
             "wall_samples_per_s": self.samples / wall,
             "samples_per_s": train,
+            **self.totals,  # running totals, for counters
             "batches_per_min": self.steps * 60.0 / wall,
             "step_time_median_s": statistics.median(self.step_s),
             "step_time_p95_s": p95(self.step_s),

@@ -65,3 +65,14 @@ def digits_dir(tmp_path_factory):
 
 
 FAKE_TRAIN = str(ROOT / "tests" / "scripts" / "fake_train.py")
+
+
+def fake_train_plan(name: str, env: dict | None = None) -> str:
+    """A plan of one command job, ``fake_train.py`` (2 folds, 2 GB, one core), as YAML: a run without Ray or GPU."""
+    import json
+    import sys
+
+    return (f"name: {name}\nhardware: {{profile: A100-40GB, gpus_per_node: 1, cpus: 4}}\nbudget: 10m\njobs:\n"
+            f"  - name: {'sleeper' if env else 'fake'}\n    kind: command\n"
+            f"    command: [{sys.executable}, {FAKE_TRAIN}]\n    folds: 2\n"
+            f"    resources: {{cpus: 1, gpu_memory: 2GB}}\n    env: {json.dumps(env or {})}\n")

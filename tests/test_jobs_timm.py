@@ -74,11 +74,11 @@ def test_a_batch_too_large_for_the_data_is_capped_once_before_the_job(comp, tmp_
     ctx = JobContext("tiny", tmp_path, cpus=1, device="cpu", rehearsal=True,
                      report=lambda kind, data: events.append((kind, data)))
     spec, notes = settle(_spec(epochs=8, batch_size=256), None, fold_train_rows(len(comp.train_ids), 2))
-    assert spec.batch_size == 39 and spec.lr == _spec().lr  # AdamW keeps its rate
-    assert "718 training rows per fold × 8 epochs give 24 optimizer steps at 256, 152 at 39" in notes[0]
+    assert spec.batch_size == 32 and spec.lr == _spec().lr  # the fitter's rung under the cap (39); AdamW keeps its rate
+    assert "718 training rows per fold × 8 epochs give 24 optimizer steps at 256, 184 at 32" in notes[0]
     out = run_job(spec, comp, ctx)
     assert not [d for k, d in events if k == "batch" and d["action"] == "cap"]
-    assert out.throughput["batch_size"] == 39
+    assert out.throughput["batch_size"] == 32
     fixed, _ = settle(_spec(epochs=8, batch_size=256, fixed_batch=True), None, 718)
     assert run_job(fixed, comp, ctx).throughput["batch_size"] == 256  # fixed_batch: the user's word (the dry run warns)
 

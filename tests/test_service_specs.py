@@ -147,12 +147,12 @@ def test_slot_gauges_show_queued_and_granted_slots_and_zero_the_ended(monkeypatc
     g.show([("s1", "a", "granted", "n1:0", 2048), ("s2", "a", "queued", "", 4096)])
     g.show([("s2", "a", "granted", "n2:1", 4096)])
 
-    def mib(slot, state, device):
-        return seen[("gpupack_slot_gpu_memory_mib",
+    def memory(slot, state, device):
+        return seen[("gpupack_slot_gpu_memory_bytes",
                      (("device", device), ("owner", "a"), ("slot", slot), ("state", state)))]
 
-    assert mib("s1", "granted", "n1:0") == 0.0  # ended
-    assert mib("s2", "queued", "") == 0.0 and mib("s2", "granted", "n2:1") == 4096.0
+    assert memory("s1", "granted", "n1:0") == 0.0  # ended
+    assert memory("s2", "queued", "") == 0.0 and memory("s2", "granted", "n2:1") == 4096 * 2**20  # bytes
     assert seen[("gpupack_slots", (("state", "granted"),))] == 1.0
     assert seen[("gpupack_slots", (("state", "queued"),))] == 0.0
 

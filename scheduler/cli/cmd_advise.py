@@ -21,7 +21,8 @@ def advice_flags(p: argparse.ArgumentParser, *, for_submit: bool = False) -> Non
         p.add_argument("--hardware", required=True, metavar="NAME", help="the card: A10-24GB, A100-40GB, H100-80GB, …")
         p.add_argument("--budget", required=True, metavar="DURATION", help="the whole run's time: 20m, 2h, 9h")
         p.add_argument("--data", metavar="DIR|NAME", help="the competition folder, or a built-in one (default digits)")
-        p.add_argument("--json", action="store_true", help="one JSON object: the plan, every figure and its source")
+        p.add_argument("--json", action="store_true", help="one JSON document: the plan, every figure and its source, "
+                                                            "and where it was written ('written')")
     p.add_argument("--metric", help="the metric (default: the built-in competition's, or accuracy / rmse)")
     p.add_argument("--models", metavar="A,B,C", help="timm models (and/or lightgbm) instead of the shortlist")
     p.add_argument("--cpus", type=int, metavar="N", help="CPU cores of the machine (default: the card's usual box)")
@@ -45,24 +46,30 @@ def make_advice(args: argparse.Namespace):
                   cpus=args.cpus)
 
 
-def write(advised, out: str | None) -> Path:
+def write(advised, out: str | None) -> tuple[Path, bool]:
+    """Write the plan; where, and whether a different file was there (said, never replaced silently)."""
     path = Path(out or DEFAULT_OUT)
     path.parent.mkdir(parents=True, exist_ok=True)
+    replaced = path.is_file() and path.read_text(errors="replace") != advised.yaml
     path.write_text(advised.yaml)
-    return path
+    return path, replaced
 
 
 def cmd_advise(args: argparse.Namespace, console: Console) -> int:
     advised = make_advice(args)
     if args.out == "-":
-        print(advised.yaml, end="")
+        if args.json:  # the YAML is the plan's; nothing written
+            print(json.dumps({**advised.to_json(), "written": None, "replaced": False}))
+        else:
+            print(advised.yaml, end="")
         return 0
-    path = write(advised, args.out)
+    path, replaced = write(advised, args.out)
     if args.json:
-        print(json.dumps({**advised.to_json(), "written": str(path)}))
+        print(json.dumps({**advised.to_json(), "written": str(path), "replaced": replaced}))
         return 0
     show(advised, console)
-    console.print(f"wrote {path}: run it with [bold]python -m scheduler submit {path}[/]")
+    console.print(f"wrote {path}{' (replacing the plan that was there)' if replaced else ''}: run it with "
+                  f"[bold]python -m scheduler submit {path}[/]")
     return 0
 
 

@@ -1,22 +1,29 @@
-"""The verbs on a run that exists: ``ensemble`` (re-blend), ``status``, ``report``, ``top``, ``logs``, ``cancel``."""
+"""The verbs on a run that exists: ``runs`` (list them), ``ensemble`` (re-blend), ``status``, ``report``, ``top``,
+``logs``, ``cancel``. Each takes a run's id or its folder (``store/runindex.py``); each answer under ``--json`` carries
+``run_id`` and ``run_dir``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 
 from rich.console import Console
 
-from scheduler.cli.common import run_dir
+from scheduler.cli.common import RUN_HELP, json_flag, print_json, run_dir
 from scheduler.core.errors import UserError
 from scheduler.core.states import JobState
 
 
 def add_verbs(verbs) -> None:
+    rs = json_flag(verbs.add_parser("runs", help="the runs gpupack knows (under runs/ and submitted from anywhere): "
+                                                 "id, state, plan, folder; newest first"))
+    rs.set_defaults(func=cmd_list)
+
     en = verbs.add_parser("ensemble", help="re-blend a finished run's predictions without retraining, or blend "
                                            "jobs' output folders (the service's slots: --data and the folders)")
-    en.add_argument("run", help="the run's folder; with --data, a job's output folder")
+    en.add_argument("run", help="the run's id or folder; with --data, a job's output folder")
     en.add_argument("more", nargs="*", metavar="FOLDER", help="with --data: more jobs' output folders to blend")
     en.add_argument("--data", help="blend job output folders (as job_status's outputs.dir gives them) on this "
                                    "competition: a folder, or a built-in one's name")
@@ -25,35 +32,84 @@ def add_verbs(verbs) -> None:
                     help="default: the plan's")
     en.add_argument("--metric", choices=["accuracy", "log_loss", "auc", "f1_macro", "qwk", "rmse", "mae"],
                     help="default: the plan's")
-    en.add_argument("--json", action="store_true")
+    json_flag(en)
     en.set_defaults(func=cmd_ensemble)
 
-    st = verbs.add_parser("status", help="a run's jobs: state, wave, device, progress, scores")
-    st.add_argument("run", nargs="?", help="the run's folder (default: the newest under runs/)")
-    st.add_argument("--json", action="store_true")
+    st = json_flag(verbs.add_parser("status", help="a run's jobs: state, wave, device, progress, scores"))
+    st.add_argument("run", nargs="?", help=RUN_HELP)
     st.set_defaults(func=cmd_status)
 
-    rp = verbs.add_parser("report", help="(re)build a run's report.html: memory timeline, throughput, scores")
-    rp.add_argument("run", nargs="?")
+    rp = json_flag(verbs.add_parser("report", help="(re)build a run's report.html: memory timeline, throughput, "
+                                                   "scores"))
+    rp.add_argument("run", nargs="?", help=RUN_HELP)
     rp.set_defaults(func=cmd_report)
 
     tp = verbs.add_parser("top", help="a live table of a run's jobs (one started elsewhere), until it ends")
-    tp.add_argument("run", nargs="?", help="the run's folder (default: the newest under runs/)")
+    tp.add_argument("run", nargs="?", help=RUN_HELP)
     tp.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     tp.add_argument("--once", action="store_true", help="print the table once and exit")
+    json_flag(tp, help="print the table once, as one JSON document (what status --json prints, with the time "
+                       "elapsed and left)")
     tp.set_defaults(func=cmd_top)
 
-    lg = verbs.add_parser("logs", help="a job's log in a run")
-    lg.add_argument("run")
-    lg.add_argument("job")
-    lg.add_argument("--follow", "-f", action="store_true", help="keep printing as the log grows, until the job ends")
+    lg = verbs.add_parser("logs", help="a job's log in a run (a job: each of its tasks' logs; a task: its own)")
+    lg.add_argument("run", help="the run's id or folder")
+    lg.add_argument("job", help="a job (resnet50) or one of its tasks (resnet50/f1)")
+    lg.add_argument("--follow", "-f", action="store_true", help="keep printing as the log grows, until the job ends "
+                                                                "(with --json: one document once it has ended)")
+    json_flag(lg, help="one JSON document: each task's log file and its text")
     lg.set_defaults(func=cmd_logs)
 
-    ca = verbs.add_parser("cancel", help="cancel a running run, or one of its jobs (finished folds are kept)")
-    ca.add_argument("run")
-    ca.add_argument("job", nargs="?")
-    ca.add_argument("--json", action="store_true")
+    ca = json_flag(verbs.add_parser("cancel", help="cancel a running run, or one of its jobs or tasks (finished "
+                                                   "folds are kept)"))
+    ca.add_argument("run", help="the run's id or folder")
+    ca.add_argument("job", nargs="?", help="a job or a task (default: the whole run)")
     ca.set_defaults(func=cmd_cancel)
+
+
+def _ids(record) -> dict:
+    from scheduler.store.runindex import run_id
+
+    return {"run_id": run_id(record.dir), "run_dir": str(record.dir)}
+
+
+def cmd_list(args: argparse.Namespace, console: Console) -> int:
+    import sqlite3
+    from collections import Counter
+
+    from rich.table import Table
+
+    from scheduler.runtime.resume import settle
+    from scheduler.store.record import RunRecord
+    from scheduler.store.runindex import known_runs
+
+    runs = []
+    for path in known_runs():
+        try:  # one unreadable folder (its permissions, a broken state.sqlite) is said in its row, not a failure
+            record = RunRecord.open_existing(path)
+            try:
+                info = settle(record)
+                states = Counter(j["state"] for j in record.jobs())
+            finally:
+                record.close()
+        except (OSError, sqlite3.Error, ValueError) as e:
+            runs.append({"run_id": path.name, "run_dir": str(path), "plan": None, "status": None, "started": None,
+                         "finished": None, "pid": None, "jobs": {}, "error": f"unreadable: {e}"})
+            continue
+        runs.append({**_ids(record), "plan": info.get("plan"), "status": info.get("status"),
+                     "started": info.get("started"), "finished": info.get("finished"),
+                     "pid": (info.get("driver") or {}).get("pid"), "jobs": dict(sorted(states.items()))})
+    if args.json:
+        return print_json({"runs": runs})
+    t = Table(title=f"{len(runs)} runs")
+    for col in ("id", "status", "plan", "started", "jobs", "folder"):
+        t.add_column(col)
+    for r in runs:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "—"
+        t.add_row(r["run_id"], r["status"] or r.get("error", "?"), r["plan"] or "?", started,
+                  ", ".join(f"{n} {s.lower()}" for s, n in r["jobs"].items()) or "—", r["run_dir"])
+    console.print(t)
+    return 0
 
 
 def cmd_status(args: argparse.Namespace, console: Console) -> int:
@@ -65,7 +121,7 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     info = settle(record)
     jobs = record.jobs()
     if args.json:
-        print(json.dumps({"run_dir": str(record.dir), **info, "jobs": jobs}))
+        return print_json({**_ids(record), **info, "jobs": jobs})
     else:
         console.print(run_table(jobs, f"{record.dir}  ({info.get('status', '?')})"))
         if info.get("driver_lost"):
@@ -88,7 +144,7 @@ def cmd_ensemble(args: argparse.Namespace, console: Console) -> int:
             raise UserError("several folders are jobs' outputs: give --data, the competition they were trained on")
         summary = blend_outputs([args.run, *args.more], args.data, args.metric or "accuracy",
                                 args.method or "hill_climb", Path(args.out))
-        print(json.dumps(summary) if args.json else json.dumps(summary, indent=2))
+        print(json.dumps(summary) if args.json else json.dumps(summary, indent=2))  # readable JSON is the table
         return 0
     record = RunRecord.open_existing(run_dir(args.run))
     info = settle(record)
@@ -98,7 +154,7 @@ def cmd_ensemble(args: argparse.Namespace, console: Console) -> int:
     metric = args.metric or info.get("metric", "accuracy")
     summary = write_submission(record, method, metric)
     if args.json:
-        print(json.dumps(summary))
+        return print_json({**_ids(record), **summary})
     else:
         show_summary(summary, console)
     return 0
@@ -107,13 +163,17 @@ def cmd_ensemble(args: argparse.Namespace, console: Console) -> int:
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
     from scheduler.store.report import build
 
-    console.print(f"report: {build(run_dir(args.run))}")
+    from scheduler.store.runindex import run_id
+
+    folder = run_dir(args.run)
+    path = build(folder)
+    if args.json:
+        return print_json({"run_id": run_id(folder), "run_dir": str(folder), "report": str(path)})
+    console.print(f"report: {path}")
     return 0
 
 
 def cmd_top(args: argparse.Namespace, console: Console) -> int:
-    import time
-
     from rich.live import Live
 
     from scheduler.runtime.resume import settle
@@ -122,6 +182,12 @@ def cmd_top(args: argparse.Namespace, console: Console) -> int:
     from scheduler.cli.views import run_table
 
     record = RunRecord.open_existing(run_dir(args.run))
+    if args.json:
+        info = settle(record)
+        now = info.get("finished") or time.time()
+        return print_json({**_ids(record), **info, "elapsed_s": round(now - info.get("started", now), 1),
+                           "training_left_s": round(max(0.0, info["deadline"] - now), 1) if info.get("deadline")
+                           else None, "jobs": record.jobs()})
 
     def table():
         info = settle(record)
@@ -147,8 +213,6 @@ def cmd_top(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_logs(args: argparse.Namespace, console: Console) -> int:
-    import time
-
     from scheduler.runtime.resume import settle
     from scheduler.store.record import RunRecord
 
@@ -157,21 +221,30 @@ def cmd_logs(args: argparse.Namespace, console: Console) -> int:
     # gpupack's log of each of the job's tasks, then (a command job) the script's own output
     paths = [record.dir / "jobs" / u / name for u in units for name in ("log", "command.log")]
     pos = {p: 0 for p in paths}
+    text = {p: [] for p in paths}
     while True:
         for path in paths:
             if path.is_file():
-                with path.open() as f:
+                with path.open(errors="replace") as f:
                     f.seek(pos[path])
                     chunk = f.read()
                     pos[path] = f.tell()
-                sys.stdout.write(chunk)
+                if args.json:
+                    text[path].append(chunk)
+                else:
+                    sys.stdout.write(chunk)
         sys.stdout.flush()
         if not args.follow:
-            return 0
+            break
         states = [j["state"] for j in record.jobs() if j["name"] in units]
         if all(JobState(s).terminal for s in states) or settle(record).get("status") != "running":
-            return 0
+            break
         time.sleep(0.5)
+    if args.json:
+        return print_json({**_ids(record), "job": args.job, "tasks": units,
+                           "logs": [{"task": p.parent.relative_to(record.dir / "jobs").as_posix(), "file": str(p),
+                                     "text": "".join(text[p])} for p in paths if p.is_file()]})
+    return 0
 
 
 def _units(record, name: str) -> list[str]:
@@ -196,7 +269,7 @@ def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
         left = stop_leftovers(record)
         record.set_run(status="cancelled")
         record.event("cancel", reason="cancel requested; the run's driver was already gone", stopped=left)
-        msg = {"run_dir": str(record.dir), "cancel": args.job or "*", "requested": False, "status": "cancelled",
+        msg = {**_ids(record), "cancel": args.job or "*", "requested": False, "status": "cancelled",
                "driver_lost": True, "reason": info["reason"], "stopped": left}
         done = f"stopped the scripts its jobs left running ({', '.join(left)})" if left else "nothing was running"
         print(json.dumps(msg) if args.json else f"{info['reason']}\n{done}: {record.dir} is marked cancelled")
@@ -205,6 +278,6 @@ def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
         raise UserError(f"run {record.dir} is not running (status {info.get('status')})")
     for unit in units or [None]:
         record.request_cancel(unit)
-    msg = {"run_dir": str(record.dir), "cancel": args.job or "*", "requested": True, "tasks": units}
+    msg = {**_ids(record), "cancel": args.job or "*", "requested": True, "tasks": units}
     print(json.dumps(msg) if args.json else f"cancel requested for {args.job or 'every job'} in {record.dir}")
     return 0

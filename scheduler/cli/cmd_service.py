@@ -1,6 +1,7 @@
-"""The service's verbs: ``serve`` runs it; ``slot`` and ``job`` talk to a running one. Every answer is printed as
-JSON (indented; one line with ``--json``) so that agents can read it. Whatever goes wrong between the CLI and the
-service (it is not running, it refused, a number cannot be sent) is one ``error:`` line and exit status 2."""
+"""The service's verbs: ``serve`` runs it; ``slot`` and ``job`` talk to a running one. Every answer is one JSON
+document, so that agents can read it: indented for people, one line with ``--json`` (the same document, and what
+``--json`` means on every verb). Whatever goes wrong between the CLI and the service (it is not running, it refused, a
+number cannot be sent) is one ``error:`` line and exit status 2; under ``--json``, the error object on stdout."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def add_verbs(subparsers) -> None:
                     help="where slot jobs run: 'ray' as actors on their slot's node, 'local' as processes here; "
                          "'auto' (default): on Ray when joining a cluster (--address), else here")
     sv.add_argument("--new-token", metavar="NAME", help="mint a token for agent NAME, print it, and exit")
-    sv.add_argument("--json", action="store_true")
+    sv.add_argument("--json", action="store_true", help="the service's address and folders as one JSON document, "
+                                                        "one line (before it serves)")
     sv.set_defaults(func=cmd_serve)
 
     slot = subparsers.add_parser("slot", help="ask the running service for GPU slots: request, list, renew, release")
@@ -74,7 +76,8 @@ def add_verbs(subparsers) -> None:
     lg = _client_flags(jv.add_parser("logs", help="the job's output"))
     lg.add_argument("job_id")
     lg.add_argument("--tail", type=int, default=100)
-    lg.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    lg.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends (with --json: "
+                                                                "one document once it has ended)")
     lg.set_defaults(func=cmd_job_logs)
     cn = _client_flags(jv.add_parser("cancel", help="stop the job (SIGTERM, SIGKILL 10 s later)"))
     cn.add_argument("job_id")
@@ -109,7 +112,8 @@ def _client_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--url", help="the service (default: env GPUPACK_URL or http://127.0.0.1:8780)")
     p.add_argument("--token", help="bearer token (default: env GPUPACK_TOKEN or the state folder's token file)")
     p.add_argument("--state", metavar="DIR", help="the service's state folder, to read its token")
-    p.add_argument("--json", action="store_true", help="one line of JSON (the default is indented JSON)")
+    p.add_argument("--json", action="store_true", help="one JSON document on one line, for programs (the default is "
+                                                       "the same document indented); errors as {\"error\", \"code\"}")
     return p
 
 
@@ -246,6 +250,9 @@ def cmd_job_logs(args, console) -> int:
             sys.stdout.write(text)
             sys.stdout.flush()
         return 0
+    if args.follow:  # the whole stream, then the document that job_logs gives
+        for _ in client.follow_logs(args.job_id, tail=0):
+            pass
     return _print(args, client.job_logs(args.job_id, tail=args.tail))
 
 

@@ -1,10 +1,11 @@
-"""``submit``: pack a plan and run it (``--dry-run``: only show where every job goes), or ``--resume`` a stopped
-run."""
+"""``submit``: pack a plan and run it (``--dry-run``: only show where every job goes; ``--detach``: in the background,
+printing the run's id), or ``--resume`` a stopped run."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -20,9 +21,13 @@ def add_verbs(verbs) -> None:
     s = common_flags(verbs.add_parser("submit", help="pack a plan onto the hardware and run it (or --dry-run to only show)"))
     s.add_argument("plan", nargs="?", help="the plan's YAML file, e.g. plans/option1.yaml ('-': read it from stdin, "
                                           "as in `advise ... --out - | submit -`)")
-    s.add_argument("--resume", metavar="RUN", help="go on with a stopped run (its driver killed, interrupted, "
-                                                   "cancelled): run only what had not finished, then blend everything")
+    s.add_argument("--resume", metavar="RUN", help="go on with a stopped run (its id or folder; its driver killed, "
+                                                   "interrupted, cancelled): run only what had not finished, then "
+                                                   "blend everything")
     s.add_argument("--dry-run", action="store_true", help="show where every job goes, and why; run nothing")
+    s.add_argument("--detach", action="store_true",
+                   help="run in the background: print the run's id (--json: {run_id, run_dir, pid, log}) once its "
+                        "driver holds the run, and return; `status ID`, `logs ID JOB`, `cancel ID` follow it")
     s.add_argument("--trust-plan-memory", action="store_true",
                    help="pack the plan's gpu_memory figures as written instead of the estimator's")
     s.add_argument("--data", metavar="DIR|NAME", help="the competition folder (Kaggle layout), or a built-in one "
@@ -32,9 +37,14 @@ def add_verbs(verbs) -> None:
     s.add_argument("--address", metavar="auto|HOST:PORT", help="join this Ray cluster instead of starting one")
     s.add_argument("--budget", metavar="DURATION", help="the run's time budget (90s, 30m, 1h30m); overrides the plan")
     s.add_argument("--no-dashboard", action="store_true", help="start Ray without its dashboard (faster start)")
-    s.add_argument("--advise", action="store_true", help="advise a plan for --hardware, --budget and --data (as "
-                                                         "`advise` does), write it, and run it")
-    advice_flags(s, for_submit=True)
+    s.add_argument("--in-process", action="store_true",
+                   help="run the jobs one after another in this process, without Ray: the same decisions and run "
+                        "folder (for tests and debugging)")
+    s.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # --detach's child tells its parent here
+    adv = s.add_argument_group("with --advise (advise a plan, write it, run it; these apply to --advise only)")
+    adv.add_argument("--advise", action="store_true", help="advise a plan for --hardware, --budget and --data (as "
+                                                           "`advise` does), write it (--out), and run it")
+    advice_flags(adv, for_submit=True)
     s.set_defaults(func=cmd_submit)
 
 
@@ -54,7 +64,10 @@ def _resume(args: argparse.Namespace, console: Console) -> int:
                                    ("--dry-run", args.dry_run)) if on]
     if given:
         raise UserError(f"--resume goes on with the run's own plan, data and hardware; {', '.join(given)} do not "
-                        "apply (--budget, --address, --json and --no-dashboard do)")
+                        "apply (--budget, --address, --json, --detach, --in-process and --no-dashboard do)")
+    from scheduler.cli.common import run_dir
+
+    args.resume = str(run_dir(args.resume))
     dry, data, args.training_s = resume_plan(Path(args.resume), _budget_arg(args))
     return run_with_progress(dry, args, data.dir, console, builtin=data.builtin)
 
@@ -62,7 +75,6 @@ def _resume(args: argparse.Namespace, console: Console) -> int:
 def _advised_or_stdin(args: argparse.Namespace, console: Console) -> None:
     """``--advise``: advise, write the plan, and submit that file; ``-``: the plan read from stdin (its ``data:``
     relative to the working folder). Sets ``args.plan`` and ``args.plan_dir``."""
-    import sys
     import tempfile
 
     from scheduler.cli.cmd_advise import make_advice, show, write
@@ -76,11 +88,14 @@ def _advised_or_stdin(args: argparse.Namespace, console: Console) -> None:
         if not args.hardware or not args.budget:
             raise UserError("--advise needs --hardware (e.g. A10-24GB) and --budget (e.g. 20m)")
         advised = make_advice(args)
-        path = write(advised, args.out)
+        path, replaced = write(advised, args.out)
+        said = f"wrote {path}{' (replacing the plan there)' if replaced else ''}; submitting it"
         if not args.json:
             show(advised, console)
-            console.print(f"wrote {path}; submitting it")
-        args.plan, args.plan_dir = str(path), str(path.parent)
+            console.print(said)
+        else:  # stdout is the run's JSON (its advised_plan says the same)
+            print(said, file=sys.stderr)
+        args.plan, args.plan_dir, args.advised_plan = str(path), str(path.parent), str(path)
     elif args.plan == "-":
         from scheduler.core.plan import MAX_PLAN_BYTES
 
@@ -97,6 +112,8 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     from scheduler.core import plan as planmod
     from scheduler.cli.views import show_dry_run
 
+    if args.detach and args.dry_run:
+        raise UserError("--dry-run runs nothing: there is nothing to --detach")
     if args.resume:
         return _resume(args, console)
     _advised_or_stdin(args, console)

@@ -1,6 +1,7 @@
 """What a person sees while ``submit`` runs: a refreshing table on a terminal, one line per change otherwise.
 
-With ``--json`` the progress lines go to stderr and stdout ends with one JSON line, for programs.
+With ``--json`` the progress lines go to stderr and stdout ends with one JSON line, for programs. ``--detach``: the
+run goes on in the background (``detach.py``) and this prints its id.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
     shown = err if args.json else console
     resuming = bool(getattr(args, "resume", None))
     run_dir = Path(args.resume) if resuming else default_run_dir(dry.plan.name, args.run_dir)
+    if args.detach:
+        return _detached(args, run_dir, data_dir, builtin, console)
     opts = RunOptions(run_dir=run_dir, data_dir=data_dir, address=args.address, dashboard=not args.no_dashboard,
                       plan_file=None if resuming else Path(args.plan), resume=resuming,
                       training_s=getattr(args, "training_s", None),
@@ -123,9 +126,23 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
         else:
             lines(driver)
 
+    def on_ready(record) -> None:
+        from scheduler.store.runindex import register
+
+        register(record.dir, dry.plan.name)  # `status ID` finds it from anywhere
+        if args.ready_fd is not None:  # a detached run's parent waits for this word
+            from scheduler.cli.detach import tell_parent
+
+            tell_parent(args.ready_fd, record)
+
+    driver = {}
+    if args.in_process:
+        from scheduler.runtime.inprocess import InProcessDriver
+
+        driver = {"driver": InProcessDriver}
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
-        summary = submit(dry, opts, on_update, on_start)
+        summary = submit(dry, opts, on_update, on_start, on_ready=on_ready, **driver)
         status = 1 if summary["status"] == "failed" else 0
     except KeyboardInterrupt as e:
         summary = e.args[0] if e.args and isinstance(e.args[0], dict) else None
@@ -136,6 +153,9 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
         signal.signal(signal.SIGTERM, previous)
         if live is not None:
             live.stop()
+    summary = {"run_id": Path(summary["run_dir"]).resolve().name, **summary}
+    if getattr(args, "advised_plan", None):
+        summary["advised_plan"] = args.advised_plan
     if args.json:
         print(json.dumps(summary))
     else:
@@ -147,3 +167,20 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
                           f"logs {summary['run_dir']} JOB` shows why each failed")
     sys.stdout.flush()
     return status
+
+
+def _detached(args, run_dir: Path, data_dir: Path | None, builtin: str | None, console: Console) -> int:
+    from scheduler.cli.detach import start
+
+    started = start(args, run_dir, data_dir, builtin)
+    if getattr(args, "advised_plan", None):
+        started["advised_plan"] = args.advised_plan
+    if args.json:
+        print(json.dumps(started))
+        return 0
+    rid = started["run_id"]
+    console.print(f"run [bold]{rid}[/] started in the background (driver pid {started['pid']}): {run_dir}\n"
+                  f"  python -m scheduler status {rid}     its jobs (--json for programs)\n"
+                  f"  python -m scheduler logs {rid} JOB   a job's log; the driver's own: {started['log']}\n"
+                  f"  python -m scheduler cancel {rid}     stop it; finished folds are kept and blended")
+    return 0

@@ -4,7 +4,8 @@ uses. For fast tests and for stepping through a job in a debugger.
 
 A job running here cannot be killed: ``cancel`` and ``kill`` set its ``should_stop``, which it reads at its next
 step (``kill`` before it started means it never starts). ``on_report(handle)`` is called after each event, so a
-driver can read the channel and act (a deadline, a cancel) while the job runs on its thread.
+driver can read the channel and act (a deadline, a cancel) while the job runs on its thread; ``on_poll()`` each time
+the job asks whether to stop, so a driver can act while a job reports nothing (a command's script at work).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from scheduler.execute.launch import LaunchRecord
 
 
 class InProcessHandle(Handle):
-    def __init__(self, record: LaunchRecord, on_report: Callable[["InProcessHandle"], None], cuda: bool | None):
-        self.record, self._on_report, self._cuda = record, on_report, cuda
+    def __init__(self, record: LaunchRecord, on_report: Callable[["InProcessHandle"], None], cuda: bool | None,
+                 on_poll: Callable[[], None] = lambda: None):
+        self.record, self._on_report, self._cuda, self._on_poll = record, on_report, cuda, on_poll
         self._buffer = Buffer()
         self._stop = False
         self._limits: dict = {}
@@ -51,6 +53,7 @@ class InProcessHandle(Handle):
         self._on_report(self)
 
     def _should_stop(self) -> bool:
+        self._on_poll()
         deadline = self.record.deadline
         return self._stop or (deadline is not None and time.time() >= deadline)
 
@@ -77,8 +80,9 @@ class InProcessHandle(Handle):
 class InProcessExecutor(Executor):
     """``cuda``: None to find out per job (as a job's own process would), False for a CPU rehearsal."""
 
-    def __init__(self, on_report: Callable[[InProcessHandle], None] = lambda h: None, cuda: bool | None = None):
-        self.on_report, self.cuda = on_report, cuda
+    def __init__(self, on_report: Callable[[InProcessHandle], None] = lambda h: None, cuda: bool | None = None,
+                 on_poll: Callable[[], None] = lambda: None):
+        self.on_report, self.cuda, self.on_poll = on_report, cuda, on_poll
 
     def submit(self, record: LaunchRecord) -> InProcessHandle:
-        return InProcessHandle(record, self.on_report, self.cuda)
+        return InProcessHandle(record, self.on_report, self.cuda, self.on_poll)

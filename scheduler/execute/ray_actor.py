@@ -23,6 +23,7 @@ from typing import Sequence
 
 import ray
 
+from scheduler.core.actorline import ActorLine
 from scheduler.execute.api import Executor, FailedJob, Handle, short
 from scheduler.execute.channel import Buffer
 from scheduler.execute.launch import LaunchRecord
@@ -34,9 +35,12 @@ RAY_ERRORS = (ray.exceptions.RayTaskError, ray.exceptions.RayActorError, ray.exc
 
 
 class JobActor:
-    """Runs one record in its own process and buffers what it reports, for the handle to poll."""
+    """Runs one record in its own process and buffers what it reports, for the handle to poll. Its ``repr`` is one
+    line of its plan, task, fold, state and throughput (``core.actorline``): the dashboard's Actors page shows it,
+    and the actor prints it to its log when it changes."""
 
-    def __init__(self, task: str, visible_devices: str | None, env: dict[str, str]):
+    def __init__(self, task: str, visible_devices: str | None, env: dict[str, str], label: str = "",
+                 folds: int | None = None):
         from scheduler.execute.apply import enter_device
 
         enter_device(visible_devices, env)
@@ -46,6 +50,24 @@ class JobActor:
         self._answered = threading.Event()  # the first poll has answered: the process is known to be up
         self._stop = threading.Event()
         self._limits: dict = {}
+        self._line = ActorLine(label, task, folds)
+        self._line_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return str(self._line)
+
+    def _show(self, kind: str | None = None, fields: dict | None = None, **change) -> None:
+        """A report (or a change of state) into the line; the line into the actor's log when it has news."""
+        with self._line_lock:
+            news = self._line.note(kind, fields or {}) if kind else self._line.set(**change)
+            text = str(self._line)
+        if news:
+            print(text, flush=True)
+
+    def _report(self, kind: str, fields: dict) -> None:
+        self._buffer.report(kind, fields)
+        if kind != "log":
+            self._show(kind, fields)
 
     def environment(self) -> dict:
         """What the job sees: its device, its process, its node (for checks and telemetry)."""
@@ -60,9 +82,11 @@ class JobActor:
 
     def cancel(self) -> None:
         self._stop.set()
+        self._show(state="STOPPING")
 
     def set_limits(self, limits: dict) -> None:
         self._limits = {**self._limits, **limits}
+        self._show(cut=limits.get("folds"))
 
     def _should_stop(self) -> bool:
         return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)
@@ -74,11 +98,15 @@ class JobActor:
         from scheduler.execute.apply import run
 
         self._deadline = record.deadline
+        self._show(state="RUNNING", folds=len(record.folds) if record.folds else getattr(record.spec, "folds", None))
         try:
-            return run(record, self._buffer.report, self._should_stop, lambda: dict(self._limits))
+            out = run(record, self._report, self._should_stop, lambda: dict(self._limits))
         except BaseException:
             self._buffer.report("log", {"line": traceback.format_exc()})
+            self._show(state="FAILED")
             raise
+        self._show(state="STOPPED" if self._should_stop() else "SUCCEEDED")
+        return out
 
 
 RemoteJobActor = ray.remote(JobActor)
@@ -175,8 +203,9 @@ class RayExecutor(Executor):
     def submit(self, record: LaunchRecord) -> RayHandle:
         suffix = "" if record.attempt == 1 else f"-retry{record.attempt - 1}"
         name = f"{self.prefix}.{record.task}{suffix}.{os.getpid()}.{time.time_ns() % 10**6}"
+        folds = len(record.folds) if record.folds else getattr(record.spec, "folds", None)
         actor = RemoteJobActor.options(name=name, **actor_options(record)).remote(
-            record.task, record.visible_devices, dict(record.env))
+            record.task, record.visible_devices, dict(record.env), self.prefix, folds)
         return RayHandle(record, actor)
 
     def wait(self, handles: Sequence[RayHandle], timeout: float) -> None:

@@ -102,14 +102,14 @@ def occupancy(card: str) -> Part:
     if own:
         return Part("occupancy", round(statistics.median(own), 3),
                     f"median over {len(own)} sets measured on {card} (this machine's doctor or benchmarks/pack_gain.py "
-                    "runs, or shared/gpu/README.md)")
+                    "runs, or the sets measured on an H100 80GB HBM3, 2026-11-22, synthetic data)")
     large = card in LARGE_CARDS
     cal = calibration(large)
     if not cal:
         return Part("occupancy", 1.0, "no co-location measurements at hand: taken as 1")
     value = round(statistics.median(c[2] for c in cal), 3)
-    what = "the H100 sets of shared/gpu/README.md" if large else \
-        "Gavel's V100 ResNet-50 pairs (shared/data/colocation-profiles)"
+    what = "the sets measured on an H100 80GB HBM3 (2026-11-22, synthetic data)" if large else \
+        "Gavel's V100 ResNet-50 pairs (ImageNet, batch 16-128; Gavel's published co-location profiles)"
     return Part("occupancy", value, f"median over {len(cal)} measured sets: {what}")
 
 

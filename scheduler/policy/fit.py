@@ -109,6 +109,23 @@ def _rung_at_most(batch: int) -> int:
     return next((b for b in RUNGS if b <= batch), MIN_BATCH)
 
 
+def statistics_batch(batch: int, rows: int, epochs: int, grad_accum: int = 1) -> int:
+    """The statistics rule's batch for a fold of ``rows`` over ``epochs``: ``batch`` when it gives enough optimizer
+    steps, else the largest rung under the cap (never below the floor; a fold of < 16 rows takes the cap as is).
+    The fitter applies it to what it packs; ``settle`` to specs the fitter never saw — one rule."""
+    cap = statistical_cap(rows, epochs, grad_accum)
+    if batch <= cap:
+        return batch
+    return _rung_at_most(cap) if cap >= MIN_BATCH else cap
+
+
+def statistics_epochs(batch: int, rows: int, epochs: int, grad_accum: int = 1) -> int:
+    """The rule's second half: the epochs that give a fold enough optimizer steps at ``batch`` (at most MAX_EPOCHS)."""
+    if optimizer_steps(rows, batch, epochs, grad_accum) >= MIN_OPTIMIZER_STEPS:
+        return epochs
+    return min(MAX_EPOCHS, epochs_for_steps(rows, batch, epochs, grad_accum))
+
+
 def _statistics_note(j: FitJob, old: int, new: int) -> str:
     return (f"statistics: {j.train_rows:,} training rows per fold × {j.epochs} epochs give {j.steps(old)} optimizer "
             f"steps at batch {old}, {j.steps(new)} at {new} (at least {MIN_OPTIMIZER_STEPS} wanted)")
@@ -156,7 +173,7 @@ def fit(jobs: Sequence[FitJob], nodes: Sequence[Node], band: tuple[float, float]
         elif j.name in estimable:
             old = batches[j.name]
             batches[j.name] = (_top_rung_that_fits(j.name, largest_limit, est, cap) if j.auto_batch
-                               else _rung_at_most(cap) if cap >= MIN_BATCH else cap)  # a fold of < 16 rows
+                               else statistics_batch(old, j.train_rows, j.epochs, j.grad_accum))
             why[j.name] = _statistics_note(j, old, batches[j.name])
 
     def demands(mem: dict[str, int]) -> list[Demand]:
@@ -216,7 +233,7 @@ def _more_epochs(jobs: Sequence[FitJob], batches: dict[str, int | None], warning
         b = batches[j.name]
         if j.fixed or b is None or not j.train_rows or not j.epochs or j.steps(b) >= MIN_OPTIMIZER_STEPS:
             continue
-        more = min(MAX_EPOCHS, epochs_for_steps(j.train_rows, b, j.epochs, j.grad_accum))
+        more = statistics_epochs(b, j.train_rows, j.epochs, j.grad_accum)
         if more > j.epochs:
             out[j.name] = more
             warnings.append(f"epochs raised for statistics: {j.name}: {j.epochs} → {more} epochs ({j.train_rows:,} "

@@ -31,7 +31,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-SOURCE_H100 = ("H100 80GB HBM3, torch 2.11.0+cu130, expandable segments (shared/gpu/README.md, issue 14): context "
+SOURCE_H100 = ("measured on an H100 80GB HBM3, 2026-11-22 (torch 2.11.0+cu130, expandable segments): context "
                "612 MiB, NVML 760 MiB above reserved, reserved 50-250 MiB above allocated")
 SOURCE_3090 = ("fitted on the fit half of timm's RTX 3090 training benchmark (torch 1.11/1.12, CUDA 11.3: eager "
                "module loading, no expandable segments; benchmarks/estimator.py)")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from scheduler.core.paths import cache_dir
 
-SOURCE_H100 = "H100 80GB, synthetic data, bf16, channels_last, 2026-11-22 (shared/gpu/README.md)"
+SOURCE_H100 = "measured on an H100 80GB HBM3, 2026-11-22: synthetic data, bf16, channels_last, each job alone then all together"
 
 
 @dataclass(frozen=True)

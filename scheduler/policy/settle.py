@@ -3,13 +3,15 @@
 The dry run's fitter (``policy.fit``) settles every batch it packs: ``auto`` becomes a rung of the ladder, and a
 batch that would leave a fold too few optimizer steps comes down (``autotune.statistical_cap``). Two paths reach a
 launch record without it: ``submit --trust-plan-memory`` (the plan's own figures are packed as written) and a slot's
-job spec. They are settled here, once, on the planner's side; a job then applies its record's batch and decides
-nothing again. For a spec the fitter already settled this changes nothing.
+job spec. They are settled here, once, on the planner's side, by the fitter's own rule (``fit.statistics_batch`` and
+``statistics_epochs``); a job then applies its record's batch and decides nothing again. For a spec the fitter
+already settled this changes nothing.
 """
 
 from __future__ import annotations
 
-from scheduler.policy.autotune import lr_factor, optimizer_steps, statistical_cap
+from scheduler.policy.autotune import lr_factor, optimizer_steps
+from scheduler.policy.fit import statistics_batch, statistics_epochs
 
 AUTO_FALLBACK = 64  # ``auto`` with no share to fit (no estimate possible): a middling rung
 
@@ -24,15 +26,20 @@ def settle(spec, share_mib: int | None, fold_rows: int | None) -> tuple[object, 
         batch = _auto(spec, share_mib)
         notes.append(f"{spec.name}: batch auto → {batch} (the largest rung that fits {share_mib or '—'} MiB)")
         spec = spec.model_copy(update={"batch_size": batch})
-    if fold_rows and not spec.fixed_batch:
-        cap = statistical_cap(fold_rows, spec.epochs, spec.grad_accum)
-        if batch > cap:
-            factor = lr_factor(batch, cap, spec.optimizer)
-            notes.append(f"{spec.name}: batch {batch} → {cap} for statistics: {fold_rows:,} training rows per fold × "
+    if fold_rows and not spec.fixed_batch:  # the fitter's rule (policy.fit): the batch, then the epochs
+        new = statistics_batch(batch, fold_rows, spec.epochs, spec.grad_accum)
+        epochs = statistics_epochs(new, fold_rows, spec.epochs, spec.grad_accum)
+        if new != batch:
+            factor = lr_factor(batch, new, spec.optimizer)
+            notes.append(f"{spec.name}: batch {batch} → {new} for statistics: {fold_rows:,} training rows per fold × "
                          f"{spec.epochs} epochs give {optimizer_steps(fold_rows, batch, spec.epochs, spec.grad_accum)} "
                          f"optimizer steps at {batch}, "
-                         f"{optimizer_steps(fold_rows, cap, spec.epochs, spec.grad_accum)} at {cap}")
-            spec = spec.model_copy(update={"batch_size": cap, "lr": spec.lr * factor})
+                         f"{optimizer_steps(fold_rows, new, spec.epochs, spec.grad_accum)} at {new}")
+            spec = spec.model_copy(update={"batch_size": new, "lr": spec.lr * factor})
+        if epochs != spec.epochs:
+            notes.append(f"{spec.name}: epochs {spec.epochs} → {epochs} for statistics: the batch goes no lower than "
+                         f"{new}, and {fold_rows:,} rows per fold need more epochs for enough optimizer steps")
+            spec = spec.model_copy(update={"epochs": epochs})
     return spec, notes
 
 

@@ -202,7 +202,8 @@ def speed(model: str, image_size: int, batch: int, *, card: str, amp: bool = Tru
                   f"{row_source}: {row.model} at {row.image_size} px, batch {row.batch}"),
              Part("image_size_exponent", ALPHA[kind_of(row.model)],
                   f"{kind_of(row.model)} networks, fitted on same-network pairs of the {SOURCE_TIMM}"),
-             Part("fixed_step_s", FIXED_STEP_S, "ResNet-50 b32 pairs ran at 2.0x on the H100 (shared/gpu/README.md)"),
+             Part("fixed_step_s", FIXED_STEP_S, "two ResNet-50 b32 jobs together ran at 2.0x the work of one after "
+                  "the other (measured on an H100 80GB HBM3, 2026-11-22, synthetic data)"),
              factor,
              Part("precision_factor", precision, "AMP, as the benchmark" if amp else "fp32: assumed half of AMP")]
     ips, source = batch / step, "model"

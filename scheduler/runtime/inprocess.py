@@ -4,7 +4,8 @@ For fast tests and for stepping through a job in a debugger; what it writes to t
 outputs) is what the Ray driver writes.
 
 A job running here cannot be killed: asking it to stop (a cancel, the deadline, a kill past the grace) sets its
-``should_stop``, which it reads at its next step.
+``should_stop``, which it reads at its next step. Reading it also takes the run's cancel requests (at most every
+``poll_s``), so that ``cancel`` reaches a job that reports nothing for a while, such as a command job's script.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ class InProcessDriver(Runner):
                  on_start: Callable[["InProcessDriver"], None] = lambda d: None, executor: Executor | None = None):
         super().__init__(dry, opts, record)  # one machine: no node is lost, none joins
         self.on_update, self.on_start = on_update, on_start
-        self.executor = executor or InProcessExecutor(on_report=self._reported)
+        self.executor = executor or InProcessExecutor(on_report=self._reported, on_poll=self._poll)
         self.cluster = None
         self.queue: list[str] = []
         self.live: dict[str, Handle] = {}
         self.seen: dict[str, int] = {}
+        self.polled = 0.0
 
     # --- instructions ---------------------------------------------------------------------------------------
 
@@ -67,6 +69,12 @@ class InProcessDriver(Runner):
         """A job's event, while it runs on this thread: recorded, and the state machine ticks (a deadline, a cancel)."""
         if self.live.get(handle.record.task) is handle:
             self._take(handle.record.task, handle)
+            self._tick()
+
+    def _poll(self) -> None:
+        """A job asks whether to stop: the run's cancel requests taken, at most every ``poll_s``."""
+        if time.time() - self.polled >= self.opts.poll_s:
+            self.polled = time.time()
             self._tick()
 
     def _run_one(self, name: str) -> None:

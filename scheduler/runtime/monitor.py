@@ -17,6 +17,9 @@ from scheduler.policy.advice import Observed, advise
 
 log = logging.getLogger("gpupack")
 EVERY_S = 2.0
+# a sample's running totals (``jobs.throughput``) and the counters they feed
+_TOTALS = {"train_samples": "gpupack_job_train_samples_total", "train_steps": "gpupack_job_train_steps_total",
+           "train_step_s": "gpupack_job_train_step_seconds_total"}
 
 
 @dataclass
@@ -36,6 +39,7 @@ class Watcher:
         self.backend = telemetry.open_backend()
         self.views: dict[str, _JobView] = {n: _JobView() for n in self.kinds}
         self.last_tick = 0.0
+        self.totals: dict[tuple, dict] = {}  # (task, fold) -> its window's latest running totals, for the counters
         try:
             from scheduler.runtime.gauges import Gauges
 
@@ -46,13 +50,45 @@ class Watcher:
 
     def started(self, name: str, actor) -> None:
         self.views[name] = _JobView(env_ref=actor.environment.remote())
+        self.totals = {k: v for k, v in self.totals.items() if k[0] != name}  # a new attempt counts from 0
 
     def observe(self, name: str, kind: str, ev: dict) -> None:
-        view = self.views[name]
+        """What a task reported, or what the run decided about it (``budget_cut``, ``budget_restore``)."""
+        self._count(name, kind, ev)
+        view = self.views.get(name)
+        if view is None:
+            return
         if kind == "sample":
             view.reported = ev
         elif kind == "epoch" and ev.get("gpu_mem_peak_mib") is not None:
             view.epoch_peaks.append(ev["gpu_mem_peak_mib"])
+
+    def _count(self, name: str, kind: str, ev: dict) -> None:
+        """The counters, from the events that pass: a fold finished (not one kept from before), a batch change
+        (an OOM recovery when it halved), a budget cut or restore, and the samples, steps and step seconds a task's
+        running totals grew by (each fold's window and each attempt start their totals again)."""
+        if not self.gauges or name is None:
+            return
+        plan, count = self.plan.name, self.gauges.count
+        if kind == "fold" and not ev.get("kept"):
+            count("gpupack_job_folds_finished_total", plan, name)
+        elif kind == "batch":
+            count("gpupack_job_batch_changes_total", plan, name)
+            if ev.get("action") in ("halve", "halve_eval"):
+                count("gpupack_job_oom_recoveries_total", plan, name)
+        elif kind == "budget_cut":
+            count("gpupack_budget_cuts_total", plan, name)
+        elif kind == "budget_restore":
+            count("gpupack_budget_restores_total", plan, name)
+        elif kind == "sample":  # each fold's window keeps its own totals
+            seen = self.totals.setdefault((name, ev.get("fold")), {})
+            for field_, counter in _TOTALS.items():
+                now = ev.get(field_)
+                if now is None:
+                    continue
+                before = seen.get(field_, 0.0)
+                count(counter, plan, name, now - before if now >= before else now)
+                seen[field_] = now
 
     def _resolve_pids(self) -> None:
         refs = {v.env_ref: (n, v) for n, v in self.views.items() if v.env_ref is not None}
@@ -118,6 +154,9 @@ class Watcher:
             self.record.event("telemetry", js.job, device=a.device, **figures)
             out[js.job] = figures
             self._gauge_job(plan, js.job, a.device, figures)
+        if self.gauges:
+            for task in [t for t in self.gauges.shown if t not in running]:
+                self.gauges.end(task)
         for dev in snap.devices:
             self.record.event("device", None, device=dev.index, memory_used_mib=dev.memory_used_mib,
                                 memory_total_mib=dev.memory_total_mib, utilization=dev.utilization, gone=dev.gone,
@@ -141,10 +180,13 @@ class Watcher:
         self.gauges.set("gpupack_job_gpu_memory_share_bytes", None if not f["gpu_share_mib"] else f["gpu_share_mib"] * mib,
                         plan, job, dev)
         self.gauges.set("gpupack_job_gpu_utilization_ratio", f["gpu_utilization"], plan, job, dev)
-        self.gauges.set("gpupack_job_step_time_seconds", f["step_time_median_s"], plan, job, dev)
         self.gauges.set("gpupack_job_data_wait_ratio", f["data_wait_share"], plan, job, dev)
         self.gauges.set("gpupack_job_busy_ratio", f["busy_share"], plan, job, dev)
-        self.gauges.set("gpupack_job_cpu_percent", f["cpu_percent"], plan, job, dev)
+        self.gauges.set("gpupack_job_cpu_utilization_ratio",
+                        None if f["cpu_percent"] is None else f["cpu_percent"] / 100, plan, job, dev)
 
     def close(self) -> None:
+        if self.gauges:
+            for task in list(self.gauges.shown):
+                self.gauges.end(task)
         self.backend.close()

@@ -212,8 +212,8 @@ class Runner:
             self.handle(rl.PeakMeasured(name, int(m["batch_size"]), mib, f"measured on {card} by {source}",
                                         time.time(), capacity))
 
-    def observed(self, name: str, kind: str, ev: dict) -> None:
-        """A report, for whoever watches the run (the Ray driver's monitor)."""
+    def observed(self, name: str | None, kind: str, ev: dict) -> None:
+        """A report, or a decision recorded about a task, for whoever watches the run (the Ray driver's monitor)."""
 
     def keep(self, name: str, out) -> None:
         outputs.save(out, self.task_dir(name))
@@ -238,6 +238,7 @@ class Runner:
             self.record.transition(ins.job, ins.state, **ins.fields)
         elif isinstance(ins, rl.Record):
             self.record.event(ins.kind, ins.job, **ins.fields)
+            self.observed(ins.job, ins.kind, ins.fields)  # a budget cut or restore, for the counters
         elif isinstance(ins, rl.Progress):
             self.record.update_job(ins.job, progress=ins.progress)
         elif isinstance(ins, rl.Log):

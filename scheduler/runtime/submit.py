@@ -21,14 +21,15 @@ from scheduler.store.record import FolderLock, RunRecord, check_unused
 
 
 def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None],
-           driver: type = Driver) -> dict:
+           driver: type = Driver, on_ready: Callable[[RunRecord], None] | None = None) -> dict:
     """Run ``dry``'s placement to a submission. Always writes one, even after Ctrl-C (then re-raises), and always
     leaves the run with an end status (finished, failed, interrupted, crashed), never "running". ``driver``: Ray's,
     or ``inprocess.InProcessDriver`` (the same decisions, the jobs run in this process).
 
     A run folder belongs to one run: this process holds its lock (``run.lock``) from before the folder is touched
     until the submission is written, and a new run goes only into a folder that holds none (``--resume`` continues
-    one). Two submits into one folder, at once or one after the other, never mix."""
+    one). Two submits into one folder, at once or one after the other, never mix. ``on_ready``: called once the lock
+    is held and the folder records the run as running (before the cluster starts), e.g. to tell a waiting parent."""
     if opts.data_dir is not None:
         from jobs.data import load_competition
 
@@ -36,11 +37,11 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
     if not opts.resume:
         check_unused(opts.run_dir)  # before the lock creates the folder: no empty folder left behind a refusal
     with FolderLock(opts.run_dir):
-        return _submit(dry, opts, on_update, on_start, driver)
+        return _submit(dry, opts, on_update, on_start, driver, on_ready)
 
 
 def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None],
-            driver: type) -> dict:
+            driver: type, on_ready: Callable[[RunRecord], None] | None) -> dict:
     if opts.resume:
         record = RunRecord.open_existing(opts.run_dir)
         info = resume.check_resumable(record)
@@ -51,6 +52,8 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
     else:
         check_unused(opts.run_dir)  # again under the lock: another submit may have started a run here meanwhile
         record = prepare_folder(dry, opts.run_dir, opts.plan_file, opts.asked)
+    if on_ready is not None:
+        on_ready(record)
     interrupted, crash = False, None
 
     def started(d: Driver) -> None:

@@ -16,7 +16,7 @@ ended slot's group is removed once its jobs have ended (removing it first would 
 Actors are named ``gpupack-<slot>-<job>`` in the ``gpupack`` namespace, so the Ray dashboard lists them beside plan
 jobs and a restarted service looks its running jobs up by name (a slot's group belongs to the service's Ray driver:
 jobs whose group ended with an old driver are found gone and marked lost); slots themselves, queued or granted, are
-gauges (``gpupack_slot_gpu_memory_mib``, ``gpupack_slots``).
+gauges (``gpupack_slot_gpu_memory_bytes``, ``gpupack_slots``).
 """
 
 from __future__ import annotations

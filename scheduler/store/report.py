@@ -1,8 +1,12 @@
 """``report.html``: a run as a person would rather look at it than read it.
 
-A timeline per device — its memory over time stacked by job, the band drawn on it — each job's throughput over time,
-and a table of the jobs' scores, batch changes, budget cuts and advice. Made from the run folder alone
-(``events.jsonl``, ``state.sqlite``, ``jobs/*/result.json``), so it can be rebuilt after the fact.
+Sections, top to bottom: the run in one line (plan, status, hardware, the ensemble's score); a timeline of tasks × time
+(each task's states in colour, its folds and epochs as ticks, budget cuts and restores marked); each job's scores by
+fold; each job's throughput on its own axis and in its own unit (LightGBM's rows × rounds per second beside images
+per second would flatten the images to zero); the tasks' table; the budget's cuts with their reasons; notes and advice
+folded away (``<details>``); memory per device. Made from the run folder alone (``events.jsonl``, ``state.sqlite``,
+``jobs/*/result.json``), so it can be rebuilt after the fact, and self-contained (the pictures are inline SVG or PNG).
+Nothing in it cites a file outside the project: a source that names one is cut to what was measured (``_scrub``).
 """
 
 from __future__ import annotations
@@ -11,10 +15,26 @@ import base64
 import html
 import io
 import json
+import re
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from scheduler.policy.tasks import job_of
 from scheduler.store.record import RunRecord
+
+# "(… shared/gpu/README.md …)", "``shared/data/x``", "../shared/data/x": files a user of gpupack does not have
+_OUTSIDE = re.compile(r"\s*\([^()]*\bshared/[^()]*\)|`*(?:\.\./|/work/)?\bshared/[\w./-]*`*")
+
+
+def _scrub(text) -> str:
+    """A text without its citations of files outside the project (an older run's sources named them)."""
+    return _OUTSIDE.sub("", str(text)).strip()
+
+
+def _t(text) -> str:
+    """Text for the page: scrubbed, then escaped."""
+    return html.escape(_scrub(text))
 
 
 def _expected_gains(run_dir: Path) -> str:
@@ -24,7 +44,7 @@ def _expected_gains(run_dir: Path) -> str:
     except (OSError, ValueError):
         return ""
     parts = [f"wave {r['wave']}, device {r['node']}:{r['device']}: {r['packing_gain']['gain']:.2f}x "
-             f"({html.escape(r['packing_gain']['source'])})" for r in rows
+             f"({_t(r['packing_gain']['source'])})" for r in rows
              if (r.get("packing_gain") or {}).get("gain")]
     if not parts:
         return ""
@@ -70,13 +90,551 @@ def _memory_table(run_dir: Path, events: list[dict]) -> str:
     if not rows:
         return ""
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in (
+        "<tr>" + "".join(f"<td>{_t(c)}</td>" for c in (
             r["job"], str(r["batch_size"] or "—"), f"{r['estimated_mib']:,}" if r["estimated_mib"] else "—",
             r["source"], "—" if r["measured_mib"] is None else f"{r['measured_mib']:,.0f}",
             "—" if r["error"] is None else f"{r['error']:+.1%}")) + "</tr>" for r in rows)
     head = "".join(f"<th>{h}</th>" for h in ("job", "batch", "estimated MiB", "source", "measured MiB (NVML)",
                                               "error"))
-    return f"<h2>Memory: estimated vs measured</h2><table><tr>{head}</tr>{body}</table>"
+    return f"<h3>Estimated vs measured</h3><table><tr>{head}</tr>{body}</table>"
+
+
+
+
+# --- the run, read once -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    dir: Path
+    info: dict
+    tasks: list[dict]  # the record's rows: one per task (a job whole, or one lane of its folds)
+    events: list[dict]
+    t0: float  # the run's start: every time on the page is seconds since it
+    t_end: float
+    results: dict[str, dict] = field(default_factory=dict)  # job -> its assembled jobs/<job>/result.json
+    kinds: dict[str, str] = field(default_factory=dict)  # job -> kind
+
+    @classmethod
+    def load(cls, run_dir) -> "_Run":
+        record = RunRecord.open_existing(run_dir)
+        info, tasks, events = record.run_info(), record.jobs(), record.events()
+        t0 = info.get("started") or (events[0]["time"] if events else 0.0)
+        ends = [e["time"] for e in events if e["event"] == "run_end"]
+        t_end = ends[-1] if ends else max([e["time"] for e in events] + [info.get("finished") or t0])
+        run = cls(record.dir, info, tasks, events, t0, max(t_end, t0 + 1e-3))
+        for t in tasks:
+            job = job_of(t["name"])
+            run.kinds.setdefault(job, t["kind"])
+            if job not in run.results:
+                run.results[job] = _read_json(record.dir / "jobs" / job / "result.json")
+        record.db.close()
+        return run
+
+    def at(self, e: dict) -> float:
+        return e["time"] - self.t0
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e["event"] == kind]
+
+    def jobs(self) -> list[str]:
+        return list(self.kinds)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _unit(kind: str) -> str:
+    return {"lightgbm": "rows × rounds/s", "timm": "images/s"}.get(kind, "samples/s")
+
+
+def _rate(value, unit: str = "") -> str:
+    return "—" if value is None else f"{value:,.0f}" + (f" {unit}" if unit else "")
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _fold_name(fold) -> str:
+    """Folds as the tasks name them: f0, f1, …"""
+    return f"f{fold}"
+
+
+# --- the timeline: tasks × time -----------------------------------------------------------------------------------
+
+STATE_COLOURS = {"PENDING": "#c9ccd1", "RUNNING": "#3b7dd8", "SUCCEEDED": "#9fd8a4", "FAILED": "#e8837c",
+                 "CANCELLED": "#f2c46d"}
+
+
+def _ticks(span: float) -> list[float]:
+    """About eight round steps over [0, span] seconds."""
+    for step in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200):
+        if span / step <= 10:
+            break
+    return [i * step for i in range(int(span // step) + 1)]
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}" if seconds >= 60 else f"{seconds}s"
+
+
+def _segments(run: _Run, task: str, ended: float) -> list[tuple[float, float, str, str]]:
+    """(start, end, state, why) of a task's life, from its state events; PENDING from the run's start."""
+    out, start, state, why = [], 0.0, "PENDING", ""
+    for e in run.of("state"):
+        if e.get("job") != task:
+            continue
+        t = run.at(e)
+        out.append((start, t, state, why))
+        start, state, why = t, e["new"], e.get("reason", "")
+    out.append((start, ended, state, why))
+    return [s for s in out if s[1] > s[0] or s[2] != "PENDING"]
+
+
+def _cut_mark(x: float, y: float, cut: bool) -> str:
+    """✂ (a budget cut, red) or ↺ (a cut undone, green) in a white disc, centred on (x, y)."""
+    colour = "#b00" if cut else "#070"
+    return (f'<circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="#fff" stroke="{colour}" stroke-width="1.5"/>'
+            f'<text x="{x:.1f}" y="{y + 4.5:.1f}" text-anchor="middle" font-size="12" fill="{colour}">'
+            f'{"✂" if cut else "↺"}</text>')
+
+
+def timeline_svg(run: _Run) -> str:
+    """Tasks × time as inline SVG: a row per task, its states coloured, its epochs as short ticks and its folds as
+    tall ones (a fold's score beside it), budget cuts (✂) and restores (↺) marked; hovering shows the details."""
+    tasks = [t["name"] for t in run.tasks]
+    start = next((e for e in run.events if e["event"] == "run_start"), {})
+    deadline = start["training_deadline_s"] + start["time"] - run.t0 if start.get("training_deadline_s") else None
+    ended = run.t_end - run.t0
+    span = max(ended, deadline or 0.0)  # to the training deadline: time the run left unused shows
+    label_w, plot_w, row_h, top, bottom = 190, 900, 30, 40, 72
+    width, height = label_w + plot_w + 20, top + row_h * max(1, len(tasks)) + bottom
+
+    def x(t: float) -> float:
+        return label_w + plot_w * max(0.0, min(t, span)) / span
+
+    out = [f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="system-ui,sans-serif" font-size="12">']
+    for t in _ticks(span):  # the time axis and its grid
+        out.append(f'<line x1="{x(t):.1f}" y1="{top - 6}" x2="{x(t):.1f}" y2="{height - bottom + 4}" '
+                   'stroke="#e4e4e4"/>')
+        out.append(f'<text x="{x(t):.1f}" y="{height - bottom + 16}" text-anchor="middle" fill="#555">'
+                   f'{_clock(t)}</text>')
+    out.append(f'<text x="{label_w + plot_w / 2}" y="{height - bottom + 32}" text-anchor="middle" fill="#555">'
+               'time since the run started</text>')
+    if span > ended:  # after the run: shaded
+        out.append(f'<rect x="{x(ended):.1f}" y="{top}" width="{x(span) - x(ended):.1f}" '
+                   f'height="{row_h * max(1, len(tasks))}" fill="#f4f4f4"><title>the run had ended</title></rect>')
+    marks = [(ended, "run ended", "#555")] + ([] if deadline is None else [(deadline, "training window ends", "#b00")])
+    for i, (t, what, colour) in enumerate(sorted(marks)):  # the later mark's label a line lower: they never overlap
+        xs, anchor = x(t), "end" if x(t) > label_w + plot_w / 2 else "start"
+        out.append(f'<line class="mark" x1="{xs:.1f}" y1="{14 * i + 4}" x2="{xs:.1f}" y2="{height - bottom}" '
+                   f'stroke="{colour}" stroke-dasharray="4 3"><title>{what} at {_clock(t)}</title></line>'
+                   f'<text x="{xs + (4 if anchor == "start" else -4):.1f}" y="{14 * i + 14}" text-anchor="{anchor}" '
+                   f'fill="{colour}" font-size="11">{what} {_clock(t)}</text>')
+    epochs, folds, cuts = defaultdict(list), defaultdict(list), defaultdict(list)
+    for e in run.events:
+        if e["event"] == "epoch":
+            epochs[e.get("job")].append(e)
+        elif e["event"] == "fold":
+            folds[e.get("job")].append(e)
+        elif e["event"] in ("budget_cut", "budget_restore"):
+            cuts[e.get("job")].append(e)
+    for i, task in enumerate(tasks):
+        y = top + i * row_h
+        mid = y + row_h / 2
+        if i and job_of(task) != job_of(tasks[i - 1]):  # a thin rule between jobs
+            out.append(f'<line x1="8" y1="{y}" x2="{label_w + plot_w}" y2="{y}" stroke="#ddd"/>')
+        out.append(f'<text x="{label_w - 8}" y="{mid + 4:.1f}" text-anchor="end">{_t(task)}</text>')
+        for a, b, state, why in _segments(run, task, ended):
+            done = state not in ("PENDING", "RUNNING")
+            h = row_h * (0.3 if done else 0.6)
+            tip = f"{task}: {state} {_clock(a)}–{_clock(b)}" + (f" ({why})" if why else "")
+            out.append(f'<rect class="state-{state.lower()}" x="{x(a):.1f}" y="{mid - h / 2:.1f}" '
+                       f'width="{max(1.0, x(b) - x(a)):.1f}" height="{h:.1f}" fill="{STATE_COLOURS.get(state, "#999")}"'
+                       f'><title>{_t(tip)}</title></rect>')
+        for e in epochs.get(task, []):
+            xe = x(run.at(e))
+            score = e.get("val_score")
+            tip = (f"{task} fold {_fold_name(e.get('fold', 0))} epoch {e.get('epoch', 0)}"
+                   + ("" if score is None else f": val {score:.4f}"))
+            out.append(f'<line class="epoch" x1="{xe:.1f}" y1="{mid + 3:.1f}" x2="{xe:.1f}" y2="{mid + row_h * 0.3:.1f}" '
+                       f'stroke="#fff" stroke-width="1.5"><title>{_t(tip)}</title></line>')
+        free = 0.0  # where the row's last score label ends: a label that would overlap it is left to the tooltip
+        for e in sorted(folds.get(task, []), key=lambda e: e["time"]):
+            xf = x(run.at(e))
+            score = e.get("score")
+            tip = f"{task}: fold {_fold_name(e.get('fold', 0))} done" + ("" if score is None else f", score {score:.4f}")
+            out.append(f'<line class="fold" x1="{xf:.1f}" y1="{mid - row_h * 0.42:.1f}" x2="{xf:.1f}" '
+                       f'y2="{mid + row_h * 0.42:.1f}" stroke="#123" stroke-width="2"><title>{_t(tip)}</title></line>')
+            if score is not None and xf + 3 >= free:
+                free = xf + 3 + 6.2 * len(f"{_fold_name(e.get('fold', 0))} {score:.3f}") + 4
+                out.append(f'<text x="{xf + 3:.1f}" y="{mid - row_h * 0.3 + 2:.1f}" font-size="10" fill="#123">'
+                           f'{_fold_name(e.get("fold", 0))} {score:.3f}</text>')
+        for e in cuts.get(task, []):
+            xc, cut = x(run.at(e)), e["event"] == "budget_cut"
+            tip = (f"{'budget cut' if cut else 'cut undone'} at {_clock(run.at(e))}: {e.get('what')} "
+                   f"{e.get('old')} → {e.get('new')} ({e.get('reason', '')})")
+            out.append(f'<g class="{"cut" if cut else "restore"}">{_cut_mark(xc, mid, cut)}<title>{_t(tip)}</title>'
+                       '</g>')
+    ly = height - 16  # the legend, under the axis
+    lx = label_w
+    for state in ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"):
+        out.append(f'<rect x="{lx}" y="{ly - 10}" width="12" height="12" fill="{STATE_COLOURS[state]}"/>'
+                   f'<text x="{lx + 16}" y="{ly}">{state.lower()}</text>')
+        lx += 22 + 7 * len(state)
+    out.append(f'<line x1="{lx + 4}" y1="{ly - 12}" x2="{lx + 4}" y2="{ly + 4}" stroke="#123" stroke-width="2"/>'
+               f'<text x="{lx + 10}" y="{ly}">fold done (its score)</text>')
+    lx += 140
+    out.append(f'<rect x="{lx}" y="{ly - 10}" width="14" height="12" fill="{STATE_COLOURS["RUNNING"]}"/>'
+               f'<line x1="{lx + 7}" y1="{ly - 4}" x2="{lx + 7}" y2="{ly + 2}" stroke="#fff" stroke-width="1.5"/>'
+               f'<text x="{lx + 18}" y="{ly}">epoch</text>')
+    lx += 65
+    out.append(_cut_mark(lx + 7, ly - 4, True) + f'<text x="{lx + 18}" y="{ly}">budget cut</text>'
+               + _cut_mark(lx + 102, ly - 4, False) + f'<text x="{lx + 113}" y="{ly}">cut undone</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _timeline_section(run: _Run) -> str:
+    return ("<h2 id=\"timeline\">Timeline</h2><p class=\"hint\">One row per task (a job whole, or one lane of its "
+            "folds). Hover a bar, tick or mark for its details.</p>" + timeline_svg(run))
+
+
+# --- scores by fold -----------------------------------------------------------------------------------------------
+
+
+def fold_scores(run: _Run) -> dict[str, dict[int, dict]]:
+    """job -> fold -> {score, epochs, rows}: the assembled result's folds, else the ``fold`` events."""
+    out: dict[str, dict[int, dict]] = {}
+    for job in run.jobs():
+        folds = {f["fold"]: f for f in run.results.get(job, {}).get("folds", []) if f.get("fold") is not None}
+        if not folds:
+            for e in run.of("fold"):
+                if job_of(e.get("job", "")) == job and e.get("fold") is not None:
+                    folds[e["fold"]] = {"fold": e["fold"], "score": e.get("score"), "epochs": e.get("epochs")}
+        out[job] = folds
+    return out
+
+
+def _planned_folds(run: _Run) -> dict[str, int]:
+    """job -> the folds its plan asked for (plan.yaml), where the folder has it."""
+    try:
+        import yaml
+
+        plan = yaml.safe_load((run.dir / "plan.yaml").read_text()) or {}
+        return {j["name"]: int(j.get("folds", 0)) for j in plan.get("jobs", []) if j.get("name")}
+    except Exception:  # an old or hand-made folder: the folds seen are all there is
+        return {}
+
+
+def _scores_section(run: _Run) -> str:
+    scores, planned = fold_scores(run), _planned_folds(run)
+    ensemble = next((e for e in reversed(run.events) if e["event"] == "ensemble"), {})
+    width = max([planned.get(j, 0) for j in scores] + [max(f, default=-1) + 1 for f in scores.values()] + [1])
+    head = "".join(f"<th>fold {_fold_name(k)}</th>" for k in range(width))
+    rows = []
+    for job, folds in scores.items():
+        cells = []
+        for k in range(width):
+            f = folds.get(k)
+            if f and f.get("score") is not None:
+                steps = "rounds" if run.kinds.get(job) == "lightgbm" else "ep"  # LightGBM's best boosting round
+                extra = f" <span class=\"dim\">{f['epochs']} {steps}</span>" if f.get("epochs") is not None else ""
+                cells.append(f"<td class=\"num\">{f['score']:.4f}{extra}</td>")
+            else:
+                over = run.info.get("status") not in (None, "running")
+                cells.append("<td class=\"dim\">" + ("not run" if over and k < planned.get(job, width) else "—")
+                             + "</td>")
+        cv = run.results.get(job, {}).get("cv_score")
+        weight = (ensemble.get("weights") or {}).get(job)
+        rows.append(f"<tr><td>{_t(job)}</td>{''.join(cells)}<td class=\"num\"><b>{'—' if cv is None else f'{cv:.4f}'}"
+                    f"</b></td><td class=\"num\">{'—' if weight is None else f'{weight:.2f}'}</td></tr>")
+    metric = ensemble.get("metric") or run.info.get("metric") or "score"
+    ens_cv = ensemble.get("ensemble_cv")
+    if ens_cv is not None:
+        rows.append(f"<tr class=\"total\"><td>ensemble ({_t(ensemble.get('method', ''))})</td>"
+                    f"<td colspan=\"{width}\" class=\"dim\">on {ensemble.get('ensemble_rows') or 0:,} out-of-fold rows"
+                    f"</td><td class=\"num\"><b>{ens_cv:.4f}</b></td><td></td></tr>")
+    return (f"<h2 id=\"scores\">Scores by fold ({_t(metric)})</h2><table class=\"scores\"><tr><th>job</th>{head}"
+            f"<th>CV</th><th>weight</th></tr>{''.join(rows)}</table>")
+
+
+# --- throughput, each job on its own axis -------------------------------------------------------------------------
+
+
+def throughput_series(run: _Run) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """job -> task -> [(seconds, rate)]: the ``sample`` events' rate inside training steps, else the epochs'."""
+    out: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for kind in ("sample", "epoch"):
+        found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        for e in run.of(kind):
+            rate = e.get("train_samples_per_s", e.get("samples_per_s"))
+            if rate is not None and e.get("job"):
+                found[job_of(e["job"])][e["job"]].append((run.at(e), float(rate)))
+        for job, tasks in found.items():
+            out.setdefault(job, tasks)  # a job's epochs only where it sent no samples
+    return out
+
+
+def _result_rate(result: dict) -> float | None:
+    """A job's rate inside training steps from its result: its own, else the mean of its tasks'."""
+    own = (result.get("throughput") or {}).get("train_samples_per_s")
+    lanes = [t.get("train_samples_per_s") for t in (result.get("tasks") or {}).values() if t]
+    lanes = [r for r in lanes if r is not None]
+    return own if own is not None else (sum(lanes) / len(lanes) if lanes else None)
+
+
+def _throughput_section(run: _Run) -> str:
+    series = throughput_series(run)
+    jobs = [j for j in run.jobs() if series.get(j)]
+    alone = {j: r for j in run.jobs() if j not in jobs for r in [_result_rate(run.results.get(j, {}))] if r}
+    words = "".join(f"; {_t(j)} {_rate(r, _unit(run.kinds.get(j, '')))} (its result: no figures over time)"
+                    for j, r in alone.items())
+    if not jobs:
+        return ("<h2 id=\"throughput\">Throughput by job</h2><p class=\"dim\">No throughput was recorded over time"
+                + (f": {words[2:]}." if words else ".") + "</p>")
+    plt = _pyplot()
+    means = {}
+    fig, axes = plt.subplots(len(jobs), 1, figsize=(10, 2.1 * len(jobs)), sharex=True, squeeze=False)
+    palette = plt.get_cmap("tab10")
+    for ax, job in zip(axes[:, 0], jobs):
+        unit = _unit(run.kinds.get(job, ""))
+        rates = []
+        for i, (task, pts) in enumerate(sorted(series[job].items())):
+            ts, vs = zip(*sorted(pts))
+            rates += vs
+            ax.plot(ts, vs, marker="o", ms=2.5, lw=1.2, color=palette(i % 10), label=task)
+        top = max(rates)
+        ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+        ax.set_xlim(0, run.t_end - run.t0)
+        ax.set_ylabel(unit)
+        mean = means[job] = sum(rates) / len(rates)
+        ax.set_title(f"{job} ({run.kinds.get(job, '')}): mean {mean:,.0f} {unit}", loc="left", fontsize=10)
+        ax.grid(alpha=0.3)
+        if len(series[job]) > 1:
+            ax.legend(loc="lower right", fontsize=7, ncol=min(4, len(series[job])))
+    axes[-1, 0].set_xlabel("seconds since the run started")
+    fig.tight_layout()
+    picture = _png(fig)
+    plt.close(fig)
+    return ("<h2 id=\"throughput\">Throughput by job</h2><p class=\"hint\">Each job on its own scale and in its own "
+            "unit, measured inside training steps (a line per task).</p>"
+            f"<img alt=\"throughput by job\" src=\"data:image/png;base64,{picture}\" style=\"max-width:100%\">"
+            "<p class=\"hint\">Mean over the run: " + "; ".join(
+                f"{_t(j)} {_rate(means[j], _unit(run.kinds.get(j, '')))}" for j in jobs) + words + ".</p>")
+
+
+# --- tasks, cuts, notes -------------------------------------------------------------------------------------------
+
+
+def _notes_by_task(run: _Run) -> dict[str, dict[str, list[str]]]:
+    """task (or "run") -> {"notes": [...], "advice": [...], "batch": [...]}, each once, in order."""
+    out: dict[str, dict[str, list[str]]] = defaultdict(lambda: {"notes": [], "advice": [], "batch": []})
+
+    def add(who: str, what: str, text: str) -> None:
+        if text and text not in out[who][what]:
+            out[who][what].append(text)
+
+    for e in run.events:
+        if e["event"] == "note":
+            add(e.get("job") or "run", "notes", e.get("note", ""))
+        elif e["event"] == "batch":
+            add(e["job"], "batch", f"fold {_fold_name(e.get('fold', 0))}: {e.get('reason', '')}")
+        elif e["event"] == "telemetry" and e.get("advice"):
+            out[e["job"]]["advice"] = list(e["advice"])  # the latest advice stands
+    for t in run.tasks:
+        for n in _read_json(run.dir / "jobs" / t["name"] / "result.json").get("notes", []):
+            add(t["name"], "notes", n)
+    return out
+
+
+_KINDS = {"notes": ("note", "notes"), "advice": ("piece of advice", "advice"),
+          "batch": ("batch change", "batch changes")}
+
+
+def _counts(n: dict[str, list[str]]) -> str:
+    """"2 notes, 1 piece of advice"."""
+    return ", ".join(f"{len(n[k])} {_KINDS[k][len(n[k]) != 1]}" for k in _KINDS if n.get(k))
+
+
+def _anchor(name: str) -> str:
+    return "notes-" + re.sub(r"[^\w-]", "-", name)
+
+
+def _tasks_section(run: _Run) -> str:
+    notes = _notes_by_task(run)
+    rows = []
+    for t in run.tasks:
+        res = _read_json(run.dir / "jobs" / t["name"] / "result.json")
+        rate = (res.get("throughput") or {})
+        unit = _unit(t["kind"])
+        cut = (t.get("progress") or {}).get("cut")
+        n = notes.get(t["name"], {})
+        counts = _counts(n)
+        cells = [_t(t["name"]), _t(t["kind"]), f"<span class=\"state state-{_t(t['state']).lower()}\">"
+                 f"{_t(t['state'])}</span>", str(t["wave"]), "CPU" if t["device"] is None else str(t["device"]),
+                 f"{t['gpu_memory_mib']:,}" if t["gpu_memory_mib"] else "—",
+                 str(len(res.get("folds", []))) + (f" <span class=\"cut\">✂ {_t(cut)}</span>" if cut else ""),
+                 _rate(rate.get("train_samples_per_s"), unit), _rate(rate.get("wall_samples_per_s"), unit),
+                 f"<a href=\"#{_anchor(t['name'])}\">{counts}</a>" if counts else "—"]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = ["task", "kind", "state", "wave", "device", "share MiB", "folds", "train rate", "wall rate",
+            "notes, advice, batch changes"]
+    return (f"<h2 id=\"tasks\">Tasks</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{''.join(rows)}"
+            "</table>")
+
+
+def _cuts_section(run: _Run) -> str:
+    items = []
+    for e in run.events:
+        if e["event"] in ("budget_cut", "budget_restore"):
+            verb = "✂ cut" if e["event"] == "budget_cut" else "↺ undone"
+            items.append(f"<li><b>{_clock(run.at(e))}</b> {_t(e.get('job', ''))}: {verb} {_t(e.get('what', ''))} "
+                         f"{_t(e.get('old'))} → {_t(e.get('new'))}: <span class=\"dim\">{_t(e.get('reason', ''))}"
+                         "</span></li>")
+    body = f"<ul>{''.join(items)}</ul>" if items else "<p class=\"dim\">The budget cut nothing.</p>"
+    return f"<h2 id=\"budget\">Budget</h2>{body}"
+
+
+def _notes_section(run: _Run) -> str:
+    notes = _notes_by_task(run)
+    blocks = []
+    for who in ["run"] + [t["name"] for t in run.tasks]:
+        n = notes.get(who)
+        if not n or not any(n.values()):
+            continue
+        counts = _counts(n)
+        parts = "".join(f"<h4>{_KINDS[k][1]}</h4><ul>{''.join(f'<li>{_t(x)}</li>' for x in n[k])}</ul>"
+                        for k in ("notes", "advice", "batch") if n[k])
+        title = "the run" if who == "run" else who
+        blocks.append(f"<details id=\"{_anchor(who)}\"><summary><b>{_t(title)}</b> — {counts}</summary>{parts}"
+                      "</details>")
+    body = "".join(blocks) or "<p class=\"dim\">No notes.</p>"
+    return f"<h2 id=\"notes\">Notes and advice</h2>{body}"
+
+
+# --- memory per device --------------------------------------------------------------------------------------------
+
+
+def _memory_series(run: _Run):
+    memory = defaultdict(lambda: defaultdict(list))  # device -> task -> [(t, mib)]
+    for e in run.of("telemetry"):
+        if e.get("device") is not None and e.get("gpu_memory_mib") is not None:
+            memory[e["device"]][e["job"]].append((run.at(e), e["gpu_memory_mib"]))
+    return memory
+
+
+def _memory_figure(memory, band, device_total: dict, spans: dict[str, tuple[float, float | None]], span: float):
+    import numpy as np
+
+    plt = _pyplot()
+    devices = sorted(memory)
+    fig, axes = plt.subplots(len(devices), 1, figsize=(10, 2.8 * len(devices)), sharex=True, squeeze=False)
+    palette = plt.get_cmap("tab10")
+    for ax, dev in zip(axes[:, 0], devices):
+        tasks = sorted(memory[dev])
+        grid = sorted({t for j in tasks for t, _ in memory[dev][j]})
+        stacks = []
+        for j in tasks:
+            ts, vs = zip(*memory[dev][j])
+            end = spans.get(j, (None, None))[1] or max(ts)
+            values = np.interp(grid, ts, vs, left=0.0, right=vs[-1])
+            values[np.array(grid) > end + 1e-6] = 0.0
+            stacks.append(values / 1024)
+        ax.stackplot(grid, *stacks, labels=tasks, colors=[palette(i % 10) for i in range(len(tasks))], alpha=0.85,
+                     step="post")
+        total = device_total.get(dev)
+        if total:
+            ax.axhspan(total * band[0] / 1024, total * band[1] / 1024, color="green", alpha=0.08,
+                       label=f"band {band[0]:.0%}–{band[1]:.0%}")
+            ax.axhline(total * band[1] / 1024, color="green", lw=1, ls="--")
+            ax.axhline(total * band[0] / 1024, color="green", lw=1, ls=":")
+            ax.set_ylim(0, total / 1024 * 1.02)
+        ax.set_ylabel("GiB")
+        ax.set_xlim(0, span)
+        ax.set_title(f"device {dev}: memory by task", loc="left", fontsize=10)
+        ax.legend(loc="upper right", fontsize=7, ncol=2)
+    axes[-1, 0].set_xlabel("seconds since the run started")
+    fig.tight_layout()
+    return fig
+
+
+def _memory_section(run: _Run) -> str:
+    memory = _memory_series(run)
+    table = _memory_table(run.dir, run.events)
+    if not memory and not table:
+        return ""
+    picture = ""
+    if memory:
+        placement = _read_json(run.dir / "placement.json")
+        device_total = {d["index"]: d["memory_mib"] for d in placement.get("hardware", {}).get("devices", [])
+                        if d.get("node") == "local"}
+        spans = {}
+        for e in run.of("state"):
+            if e.get("new") == "RUNNING":
+                spans[e["job"]] = (run.at(e), None)
+            elif e.get("old") == "RUNNING" and e["job"] in spans:
+                spans[e["job"]] = (spans[e["job"]][0], run.at(e))
+        plt = _pyplot()
+        fig = _memory_figure(memory, tuple(run.info.get("band") or (0.7, 0.9)), device_total, spans,
+                             run.t_end - run.t0)
+        picture = f"<img alt=\"memory by task\" src=\"data:image/png;base64,{_png(fig)}\" style=\"max-width:100%\">"
+        plt.close(fig)
+    simulated = " (simulated: a CPU rehearsal has no card)" if run.info.get("rehearsal") else ""
+    return f"<h2 id=\"memory\">Memory per device{simulated}</h2>{picture}{table}"
+
+
+# --- the page -----------------------------------------------------------------------------------------------------
+
+_STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1160px;padding:0 1em;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #ccc;padding:4px 8px;
+vertical-align:top}th{background:#f3f3f3;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.dim,.hint{color:#777}.hint{font-size:13px;margin:.2em 0 .6em}tr.total td{background:#f7f7f7}.cut{color:#b00}
+.state{padding:0 4px;border-radius:3px}.state-running{background:#dbe7f8}.state-succeeded{background:#dff2e1}
+.state-failed{background:#f8dcda}.state-cancelled{background:#fbecc9}details{margin:.3em 0;font-size:13px}
+summary{cursor:pointer}details ul{margin:.2em 0 .6em}details h4{margin:.4em 0 0}svg.timeline{max-width:100%;
+height:auto}nav a{margin-right:1em}h2{margin-top:1.6em;border-bottom:1px solid #eee}"""
+
+
+# a link to a folded block (the tasks' "2 notes, …") unfolds it
+_OPEN_ON_LINK = ("<script>function unfold(){var e=document.getElementById(decodeURIComponent(location.hash.slice(1)));"
+                 "if(e&&e.tagName==='DETAILS')e.open=true}addEventListener('hashchange',unfold);unfold()</script>")
+
+
+def _summary(run: _Run) -> str:
+    info = run.info
+    ensemble = next((e for e in reversed(run.events) if e["event"] == "ensemble"), {})
+    band = tuple(info.get("band") or (0.7, 0.9))
+    ens_cv, held, ens_rows = ensemble.get("ensemble_cv"), ensemble.get("held_out_score"), ensemble.get("ensemble_rows")
+    summary = (f"ensemble ({_t(ensemble.get('method', '—'))}) CV {'—' if ens_cv is None else f'{ens_cv:.4f}'}"
+               + ("" if not ens_rows else f" on {ens_rows:,} out-of-fold rows (every row some job predicts)")
+               + ("" if held is None else f" · held-out {held:.4f}"))
+    mode = "CPU rehearsal (memory simulated)" if info.get("rehearsal") else "GPU"
+    nav = "".join(f"<a href=\"#{a}\">{w}</a>" for a, w in (
+        ("timeline", "timeline"), ("scores", "scores"), ("throughput", "throughput"), ("tasks", "tasks"),
+        ("budget", "budget"), ("notes", "notes"), ("memory", "memory")))
+    return (f"<h1>{_t(info.get('plan'))} — {_t(info.get('status'))}</h1>"
+            f"<p>{_t(info.get('hardware'))}, band {band[0]:.0%}–{band[1]:.0%}, {mode}, "
+            f"{_clock(run.t_end - run.t0)} in all. {summary}.<br>Run folder: <code>{_t(run.dir)}</code></p>"
+            f"{_expected_gains(run.dir)}<nav>{nav}</nav>")
 
 
 def time_bars(events: list[dict]) -> str:
@@ -84,7 +642,6 @@ def time_bars(events: list[dict]) -> str:
     data, validation, precise BN, prediction, idle, from each task's last figures in ``events`` (``sample`` or
     ``fold`` events carrying ``wall_s`` and ``time_s``). Plain HTML, nothing drawn: "" when no job said."""
     from scheduler.core.walltime import LABELS, PHASES, merge, shares
-    from scheduler.policy.tasks import job_of
 
     colours = {"setup": "#9e9e9e", "train": "#2e7d32", "data_wait": "#c62828", "validation": "#66bb6a",
                "precise_bn": "#ffb300", "prediction": "#a5d6a7", "idle": "#e0e0e0"}
@@ -118,151 +675,23 @@ def time_bars(events: list[dict]) -> str:
             f"</tr>{''.join(rows)}</table>")
 
 
-def _rate(value) -> str:
-    return "—" if value is None else f"{value:,.0f}"
-
-
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode()
-
-
-def _series(events: list[dict], t0: float):
-    memory = defaultdict(lambda: defaultdict(list))  # device -> job -> [(t, mib)]
-    speed = defaultdict(list)  # job -> [(t, samples/s)]
-    for e in events:
-        if e["event"] == "telemetry" and e.get("device") is not None and e.get("gpu_memory_mib") is not None:
-            memory[e["device"]][e["job"]].append((e["time"] - t0, e["gpu_memory_mib"]))
-        elif e["event"] == "sample" and e.get("train_samples_per_s", e.get("samples_per_s")) is not None:
-            speed[e["job"]].append((e["time"] - t0, e.get("train_samples_per_s", e.get("samples_per_s"))))
-    return memory, speed
-
-
-def _timeline(memory, speed, band, device_total: dict, spans: dict[str, tuple[float, float]]):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    devices = sorted(memory) or sorted(device_total)
-    rows = max(1, len(devices)) + 1
-    fig, axes = plt.subplots(rows, 1, figsize=(10, 2.8 * rows), sharex=True, squeeze=False)
-    axes = axes[:, 0]
-    colours = {}
-    palette = plt.get_cmap("tab10")
-    for i, dev in enumerate(devices):
-        ax = axes[i]
-        jobs = sorted(memory.get(dev, {}))
-        grid = sorted({t for j in jobs for t, _ in memory[dev][j]})
-        if grid:
-            stacks = []
-            for j in jobs:
-                pts = memory[dev][j]
-                ts, vs = zip(*pts)
-                end = spans.get(j, (None, max(ts)))[1]
-                values = np.interp(grid, ts, vs, left=0.0, right=vs[-1])
-                values[np.array(grid) > (end or max(ts)) + 1e-6] = 0.0
-                stacks.append(values / 1024)
-                colours.setdefault(j, palette(len(colours) % 10))
-            ax.stackplot(grid, *stacks, labels=jobs, colors=[colours[j] for j in jobs], alpha=0.85, step="post")
-        total = device_total.get(dev)
-        if total:
-            ax.axhspan(total * band[0] / 1024, total * band[1] / 1024, color="green", alpha=0.08,
-                       label=f"band {band[0]:.0%}–{band[1]:.0%}")
-            ax.axhline(total * band[1] / 1024, color="green", lw=1, ls="--")
-            ax.axhline(total * band[0] / 1024, color="green", lw=1, ls=":")
-            ax.set_ylim(0, total / 1024 * 1.02)
-        ax.set_ylabel("GiB")
-        ax.set_title(f"device {dev}: memory by job")
-        ax.legend(loc="upper right", fontsize=8)
-    ax = axes[-1]
-    for j in sorted(speed):
-        ts, vs = zip(*speed[j])
-        ax.plot(ts, vs, label=j, color=colours.setdefault(j, palette(len(colours) % 10)))
-    ax.set_ylabel("samples/s")
-    ax.set_xlabel("seconds since the run started")
-    ax.set_title("throughput by job (train_samples_per_s: samples per second inside training steps)")
-    if speed:
-        ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
 def build(run_dir: str | Path) -> Path:
     """Write ``report.html`` in the run folder and return its path."""
-    record = RunRecord.open_existing(run_dir)
-    info, jobs, events = record.run_info(), record.jobs(), record.events()
-    t0 = info.get("started") or (events[0]["time"] if events else 0.0)
-    placement = json.loads((record.dir / "placement.json").read_text()) if (record.dir / "placement.json").is_file() else {}
-    device_total = {d["index"]: d["memory_mib"] for d in placement.get("hardware", {}).get("devices", [])
-                    if d.get("node") == "local"}
-    band = tuple(info.get("band") or (0.7, 0.9))
-    spans = {}
-    for e in events:
-        if e["event"] == "state" and e.get("new") == "RUNNING":
-            spans[e["job"]] = (e["time"] - t0, None)
-        elif e["event"] == "state" and e.get("old") == "RUNNING" and e["job"] in spans:
-            spans[e["job"]] = (spans[e["job"]][0], e["time"] - t0)
-    memory, speed = _series(events, t0)
-    import matplotlib.pyplot as plt
-
-    fig = _timeline(memory, speed, band, device_total, spans)
-    picture = _png(fig)
-    plt.close(fig)
-
-    batch = defaultdict(list)
-    cuts = defaultdict(list)
-    advice = {}
-    for e in events:
-        if e["event"] == "batch":
-            batch[e["job"]].append(f"fold {e.get('fold', 0) + 1}: {e['reason']}")
-        elif e["event"] == "budget_cut":
-            cuts[e["job"]].append(f"cut {e['what']} {e['old']} → {e['new']}: {e.get('reason', '')}")
-        elif e["event"] == "budget_restore":
-            cuts[e["job"]].append(f"undone {e['what']} {e['old']} → {e['new']}: {e.get('reason', '')}")
-        elif e["event"] == "telemetry" and e.get("advice"):
-            advice[e["job"]] = e["advice"]
-    ensemble = next((e for e in reversed(events) if e["event"] == "ensemble"), {})
-    rows = []
-    for j in jobs:
-        res_path = record.dir / "jobs" / j["name"] / "result.json"
-        res = json.loads(res_path.read_text()) if res_path.is_file() else {}
-        cv = res.get("cv_score")
-        weight = (ensemble.get("weights") or {}).get(j["name"])
-        cells = [j["name"], j["kind"], j["state"], str(j["wave"]), "CPU" if j["device"] is None else str(j["device"]),
-                 f"{j['gpu_memory_mib']:,}" if j["gpu_memory_mib"] else "—", f"{len(res.get('folds', []))}",
-                 "—" if cv is None else f"{cv:.4f}", "—" if weight is None else f"{weight:.2f}",
-                 _rate(res.get("throughput", {}).get("train_samples_per_s")),
-                 _rate(res.get("throughput", {}).get("wall_samples_per_s")),
-                 "<br>".join(batch.get(j["name"], [])) or "—", "<br>".join(cuts.get(j["name"], [])) or "—",
-                 "<br>".join(advice.get(j["name"], [])) or "—", "<br>".join(res.get("notes", [])) or "—"]
-        rows.append("<tr>" + "".join(f"<td>{c if '<br>' in c else html.escape(c)}</td>" for c in cells) + "</tr>")
-    head = ["job", "kind", "state", "wave", "device", "share MiB", "folds", "CV", "weight", "train samples/s",
-            "wall samples/s", "batch changes",
-            "budget cuts", "advice", "notes"]
-    ens_cv = ensemble.get("ensemble_cv")
-    held = ensemble.get("held_out_score")
-    ens_rows = ensemble.get("ensemble_rows")
-    summary = (f"ensemble ({html.escape(str(ensemble.get('method', '—')))}) CV "
-               f"{'—' if ens_cv is None else f'{ens_cv:.4f}'}"
-               + ("" if not ens_rows else f" on {ens_rows:,} out-of-fold rows (every row some job predicts)")
-               + ("" if held is None else f" · held-out {held:.4f}"))
-    mode = "CPU rehearsal (memory simulated)" if info.get("rehearsal") else "GPU"
-    gains = _expected_gains(record.dir)
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>gpupack · {html.escape(str(info.get('plan')))}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}}table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #ccc;padding:4px 6px;vertical-align:top}}th{{background:#f3f3f3}}</style></head><body>
-<h1>{html.escape(str(info.get('plan')))} — {html.escape(str(info.get('status')))}</h1>
-<p>{html.escape(str(info.get('hardware')))}, band {band[0]:.0%}–{band[1]:.0%}, {mode}. {summary}.
-Run folder: <code>{html.escape(str(record.dir))}</code></p>
-{gains}
-<img alt="memory and throughput timeline" src="data:image/png;base64,{picture}" style="max-width:100%">
-<h2>Jobs</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{''.join(rows)}</table>
-{time_bars(events)}
-{_memory_table(record.dir, events)}
-</body></html>"""
-    out = record.dir / "report.html"
+    run = _Run.load(run_dir)
+    sections = [
+        _summary(run),
+        _timeline_section(run),
+        _scores_section(run),
+        _throughput_section(run),
+        time_bars(run.events),  # where each job's wall time went
+        _tasks_section(run),
+        _cuts_section(run),
+        _notes_section(run),
+        _memory_section(run),
+    ]
+    page = (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>gpupack · {_t(run.info.get('plan'))}</title>"
+            f"<style>{_STYLE}</style></head><body>\n" + "\n".join(s for s in sections if s) + _OPEN_ON_LINK
+            + "\n</body></html>")
+    out = run.dir / "report.html"
     out.write_text(page)
     return out
