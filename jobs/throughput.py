@@ -77,7 +77,7 @@ class ThroughputWindow:
         """A sample now, due or not: the window's rates (or the last window's), the ledger's figures, ``final``."""
         figures = self.flush(final=True, **extra)
         if figures is None:
-            figures = {**self.last, **(self.ledger.figures() if self.ledger is not None else {}), "final": True,
-                       **extra}
+            figures = {**self.last, **self.totals, **(self.ledger.figures() if self.ledger is not None else {}),
+                       "final": True, **extra}
             self.report("sample", figures)
         return figures

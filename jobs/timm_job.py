@@ -155,7 +155,6 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
     with ledger.phase("setup"):
         job = _prepare(spec, comp, ctx, ledger)
     ctx, notes = job.ctx, job.notes
-    window = ThroughputWindow(ctx.report, ledger=ledger)
     y, ids = comp.y, comp.train_ids
     out = JobOutput(job=spec.name, classes=list(comp.classes), test_ids=comp.test_ids, folds=[], metric=ctx.metric,
                     notes=notes)
@@ -171,6 +170,7 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
             break
         with ledger.phase("setup"):
             fold = _new_fold(job, k, tr, va, y)
+        window = ThroughputWindow(ctx.report, ledger=ledger)  # each fold's running totals start at 0 (the counters)
         try:
             best_state, best_val, best_score, epochs_run, fold_rate = _train_fold(job, fold, window)
         except Stopped:
@@ -209,7 +209,10 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         "input_pipeline": job.input_pipeline(),
         **ledger.figures(),
     }
-    window.final(job_end=True, **job.sample_figures())  # the job's last word, however soon it ended
+    # the job's last word, however soon it ended: its rates and where its wall time went
+    ctx.report("sample", {"train_samples_per_s": train_rate, "wall_samples_per_s": out.throughput["wall_samples_per_s"],
+                          "samples_per_s": train_rate, "final": True, "job_end": True, **ledger.figures(),
+                          **job.sample_figures()})
     return out
 
 

@@ -76,7 +76,8 @@ def test_advice_says_where_the_rest_of_the_wall_time_went():
 
 def test_the_input_rules():
     assert inputs.decoded_mib(1437, 224) == 207 and inputs.decoded_mib(8000, 224) == 1149
-    assert inputs.on_device(1437, 224, 40960, 0.9) and not inputs.on_device(200_000, 224, 40960, 0.9)
+    assert inputs.on_device(1437, 224, 40960, 0.9) and inputs.on_device(16_000, 224, 40960, 0.9)
+    assert not inputs.on_device(60_000, 224, 40960, 0.9)  # 8.4 GiB would take the batch's room: they stream
     assert not inputs.on_device(None, 224, 40960, 0.9) and not inputs.on_device(1437, 224, 40960, 0.9, asked=False)
     assert inputs.loader_workers(1) == (0, 0) and inputs.loader_workers(4) == (3, 2) and inputs.loader_workers(64)[0] == 8
     # patience 3: every 2nd epoch back from the last; patience 1: every epoch

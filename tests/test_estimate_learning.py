@@ -71,7 +71,9 @@ def test_submit_dry_run_json_says_where_each_figure_came_from(run_cli, tmp_path,
     ms.record(_config(64), nvml_mib=1777)
     code, out, err = run_cli("submit", plan_file, "--dry-run", "--json")
     job = json.loads(out)["jobs"][0]
-    assert (job["estimate_source"], job["gpu_memory_mib"], job["measured_mib"]) == ("measured on A10-24GB", 1777, 1777)
+    # the share: the measured step, and the training images the job keeps on the card (policy.inputs)
+    assert (job["estimate_source"], job["gpu_memory_mib"] - job.get("images_mib", 0), job["measured_mib"]) == (
+        "measured on A10-24GB", 1777, 1777)
 
 
 def test_estimate_json_shows_both_figures_and_the_source(run_cli, tmp_path, monkeypatch):

@@ -182,7 +182,7 @@ def test_an_out_of_memory_error_anywhere_halves_and_the_fold_goes_on(comp, tmp_p
     halves = [d for k, d in events if k == "batch"]
     assert len(halves) == 1 and "out of memory" in halves[0]["reason"]
     if where == "predict":
-        assert halves[0]["action"] == "halve_eval" and halves[0]["batch_size"] == 16  # 32 → 16
+        assert halves[0]["action"] == "halve_eval" and halves[0]["batch_size"] == 32  # 4 × 16 → 32
     else:
         assert halves[0]["action"] == "halve" and halves[0]["batch_size"] == 8
         assert out.throughput["batch_size"] == 8

@@ -93,7 +93,7 @@ class TimmJob(_JobBase):
     patience: int = Field(default=3, ge=1, le=1000)
     weights: str | None = None  # a local checkpoint file; nothing is downloaded
     # the training images decoded once to uint8 and kept on the card (counted in the job's MiB); None: the planner
-    # decides (policy.inputs: when they take at most a quarter of the band), false: streamed from the host
+    # decides (policy.inputs: when they take at most 1/16 of the band), false: streamed from the host
     images_on_device: bool | None = None
 
     @field_validator("batch_size")
