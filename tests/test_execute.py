@@ -237,7 +237,9 @@ def test_a_slot_argv_job_and_a_plan_task_go_through_the_same_executor_and_ray_ac
     svc = Service(hw, tmp_path / "state", backend=backend, start_threads=False, jobs_on_ray=True)
     try:
         slot = svc.request_slot({"gpu_memory": "2GB", "cpus": 1, "minutes": 5})
-        argv = [sys.executable, "-c", "import os; print('hello from', os.environ['GPUPACK_NODE_ID'], flush=True); "
+        go = tmp_path / "go"  # the command runs until the test has seen its actor
+        argv = [sys.executable, "-c", "import os, time; print('hello from', os.environ['GPUPACK_NODE_ID'], flush=True)\n"
+                                      f"while not os.path.exists({str(go)!r}): time.sleep(0.1)\n"
                                       "open(os.environ['GPUPACK_OUTPUT_DIR'] + '/made.txt', 'w').write('x')"]
         job = svc.submit_job(slot["slot_id"], argv)
         handle = svc.procs.handles[job["job_id"]]
@@ -246,6 +248,7 @@ def test_a_slot_argv_job_and_a_plan_task_go_through_the_same_executor_and_ray_ac
         assert _wait(lambda: handle.started, 60)
         actor = ray_cluster.get_actor(actor_name(slot["slot_id"], job["job_id"]), namespace="gpupack")
         assert _actor_class(actor) == _actor_class(task.actor) == "JobActor"
+        go.touch()
         assert _wait(lambda: svc.tick() or svc.job_status(job["job_id"])["state"] != "RUNNING", 60)
         st = svc.job_status(job["job_id"])
         assert (st["state"], st["exit_code"]) == ("SUCCEEDED", 0), svc.job_logs(job["job_id"])["text"]
