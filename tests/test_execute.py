@@ -211,3 +211,72 @@ def test_a_slot_spec_job_with_gpu_memory_succeeds(tmp_path):
         assert st["state"] == "SUCCEEDED", c.job_logs(job["job_id"])["text"]
         assert st["reason"] is None and st["outputs"]["oof"]
         assert '"event": "epoch"' in c.job_logs(job["job_id"])["text"]  # its progress, in the one form
+
+
+def _actor_class(actor) -> str:
+    return actor._ray_actor_creation_function_descriptor.class_name
+
+
+def test_a_slot_argv_job_and_a_plan_task_go_through_the_same_executor_and_ray_actor_class(
+        ray_cluster, tmp_path, digits, script):
+    """On Ray: a plan's task (the Ray executor) and a slot's raw command (the service's executor, in the slot's
+    placement-group bundle) are both launch records handed to an ``Executor``'s ``submit``, and both run in
+    ``execute.ray_actor.JobActor``; the command's log, exit status, node and outputs come back through Ray."""
+    from scheduler.execute.api import Executor, Handle
+    from scheduler.execute.ray_actor import RayExecutor
+    from scheduler.service.service import RayBackend, Service
+    from scheduler.service.supervisor import actor_name
+
+    plan = RayExecutor(prefix="t")
+    task = plan.submit(_record(tmp_path / "plan", digits, script))
+    assert isinstance(plan, Executor) and isinstance(task, Handle) and _actor_class(task.actor) == "JobActor"
+    assert len(task.result().folds) == 1
+
+    hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
+    backend = RayBackend(hw, 0.90)
+    svc = Service(hw, tmp_path / "state", backend=backend, start_threads=False, jobs_on_ray=True)
+    try:
+        slot = svc.request_slot({"gpu_memory": "2GB", "cpus": 1, "minutes": 5})
+        go = tmp_path / "go"  # the command runs until the test has seen its actor
+        argv = [sys.executable, "-c", "import os, time; print('hello from', os.environ['GPUPACK_NODE_ID'], flush=True)\n"
+                                      f"while not os.path.exists({str(go)!r}): time.sleep(0.1)\n"
+                                      "open(os.environ['GPUPACK_OUTPUT_DIR'] + '/made.txt', 'w').write('x')"]
+        job = svc.submit_job(slot["slot_id"], argv)
+        handle = svc.procs.handles[job["job_id"]]
+        assert isinstance(svc.procs.executor, Executor) and isinstance(handle, Handle)
+        assert handle.record.argv == tuple(argv) and handle.record.spec is None
+        assert _wait(lambda: handle.started, 60)
+        actor = ray_cluster.get_actor(actor_name(slot["slot_id"], job["job_id"]), namespace="gpupack")
+        assert _actor_class(actor) == _actor_class(task.actor) == "JobActor"
+        go.touch()
+        assert _wait(lambda: svc.tick() or svc.job_status(job["job_id"])["state"] != "RUNNING", 60)
+        st = svc.job_status(job["job_id"])
+        assert (st["state"], st["exit_code"]) == ("SUCCEEDED", 0), svc.job_logs(job["job_id"])["text"]
+        assert st["node_id"] and f"hello from {st['node_id']}" in svc.job_logs(job["job_id"])["text"]
+        assert (tmp_path / "state" / "jobs" / job["job_id"] / "output" / "made.txt").read_text() == "x"
+        assert any(e["event"] == "log" and "hello" in e.get("line", "") for e in handle.events())
+        svc.release(slot["slot_id"])
+    finally:
+        svc.close(stop_jobs=True)
+
+
+def test_a_slot_job_on_ray_is_found_again_by_name_after_a_service_restart(ray_cluster, tmp_path):
+    from scheduler.service.service import RayBackend, Service
+
+    hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
+    svc = Service(hw, tmp_path, backend=RayBackend(hw, 0.90), start_threads=False, jobs_on_ray=True)
+    slot = svc.request_slot({"gpu_memory": "2GB", "cpus": 1, "minutes": 5})
+    job = svc.submit_job(slot["slot_id"], [sys.executable, "-c", "import time; print('up', flush=True); "
+                                                                  "time.sleep(60)"])
+    assert _wait(lambda: svc.tick() or "up" in svc.job_logs(job["job_id"])["text"], 60)
+    svc.close()  # the service goes; its job goes on in its detached actor
+    again = Service(hw, tmp_path, backend=RayBackend(hw, 0.90), start_threads=False, jobs_on_ray=True)
+    try:
+        assert again.job_status(job["job_id"])["state"] == "RUNNING"
+        again.cancel_job(job["job_id"])  # through the actor found by name: SIGTERM to its process group
+        assert _wait(lambda: again.tick() or again.job_status(job["job_id"])["state"] != "RUNNING", 60)
+        st = again.job_status(job["job_id"])
+        assert st["state"] == "CANCELLED" and st["exit_code"] == -15, st
+        assert again.job_logs(job["job_id"])["text"].count("up") == 1  # the log goes on from where it was
+    finally:
+        again.close(stop_jobs=True)

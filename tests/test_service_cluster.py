@@ -136,10 +136,9 @@ def test_job_specs_train_in_slots_on_both_nodes_and_blend(cluster, tmp_path):
 
 
 def test_slots_on_both_nodes_run_there_and_a_lost_node_ends_its_jobs(cluster, monkeypatch):
-    from scheduler.service import remote, supervisor
+    from scheduler.execute import local
 
-    monkeypatch.setattr(supervisor, "TERM_GRACE_S", 2.0)  # SIGKILL 2 s after SIGTERM, on whichever node
-    monkeypatch.setattr(remote, "TERM_GRACE_S", 2.0)
+    monkeypatch.setattr(local, "TERM_GRACE_S", 2.0)  # SIGKILL 2 s after SIGTERM, on whichever node
     ray, svc = cluster["ray"], cluster["svc"]
     # Ray frees a released lease's group a moment after the ledger does: until then it reads as held by others
     wait(lambda: all(d["used_by_others_mib"] == 0 for d in svc.gpu_status()["devices"]), what="Ray to catch up")

@@ -321,7 +321,7 @@ def test_an_orphaned_job_ends_with_its_lease_after_a_restart(tmp_path, ended):
     job = s.submit_job(slot["slot_id"], [sys.executable, "-c", "import time; print('up', flush=True); "
                                                                "time.sleep(120)"])
     assert _wait(lambda: "up" in s.job_logs(job["job_id"])["text"])
-    wrapper = s.procs.procs[job["job_id"]]
+    wrapper = s.procs.handles[job["job_id"]].proc  # the local backend's wrapper
     (child,) = psutil.Process(wrapper.pid).children()
     s.close()  # the service dies; its jobs go on
     os.kill(wrapper.pid, signal.SIGKILL)  # and the wrapper is killed while it is down

@@ -40,6 +40,17 @@ class Handle(ABC):
 
     record: LaunchRecord
     exit_code: int | None = None  # the process's exit status, where there is one, once it ended
+    # a process backend's job, for a supervisor that must find it again after a restart (the slot service's)
+    pid: int | None = None  # its process (group), once started
+    pid_start: float | None = None  # that process's start time (a pid is reused)
+    node_id: str | None = None  # Ray's id of the node it runs on
+    note: str | None = None  # what a person should know of how it was found again
+    lost: str | None = None  # why it ended without an exit status of its own (its node left the cluster)
+
+    def figures(self) -> dict:
+        """What its processes use now (``cpu_percent``, ``rss_mib``, ``gpu_memory_mib``) and its last
+        ``throughput``; what cannot be read is left out."""
+        return {}
 
     @abstractmethod
     def events(self, since: int = 0) -> list[dict]:
@@ -72,11 +83,28 @@ class Handle(ABC):
 
 
 class Executor(ABC):
-    """Runs launch records. ``wait`` lets a driver sleep until any of its handles has news."""
+    """Runs launch records. ``wait`` lets a driver sleep until any of its handles has news. A backend whose jobs
+    outlive their submitter also adopts them again (``adopt``) after a restart."""
+
+    defer_release = False  # whether a slot's reservation must outlive its jobs (the Ray backend's placement groups)
 
     @abstractmethod
     def submit(self, record: LaunchRecord) -> Handle:
         ...
+
+    def adopt(self, record: LaunchRecord, pid: int | None, pid_start: float | None,
+              node_id: str | None = None) -> Handle | None:
+        """The handle of a job submitted before a restart, or None when nothing of it is left."""
+        raise NotImplementedError(f"{type(self).__name__} runs no job that outlives its submitter")
+
+    def ended(self, handle: Handle, now: float) -> None:
+        """A supervisor saw ``handle`` end: what lingers of it is asked to go."""
+
+    def reap(self, now: float) -> None:
+        """Called on each supervisor tick: what lingers past its grace is killed."""
+
+    def close(self) -> None:
+        """Stop the backend's own threads; jobs that outlive their submitter go on."""
 
     def wait(self, handles: Sequence[Handle], timeout: float) -> None:
         """Return once one of ``handles`` has new events or is done, or after ``timeout`` seconds."""

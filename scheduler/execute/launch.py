@@ -7,6 +7,10 @@ boundary as JSON and was re-validated on the other side, which turned a valid ``
 learning-rate changes), the folds to run, the share in MiB, cores, node and device, deadline, seed. A job applies it
 (:mod:`scheduler.execute.apply`); it decides nothing the record already says. It crosses a process boundary pickled
 (:func:`dumps` / :func:`loads`), never re-parsed.
+
+A slot's raw command is a record too: ``argv`` (and ``cwd``) instead of a spec, run as it is by a process backend,
+its exit status its own. ``folder`` is where a process backend keeps a job's files (its log, exit status, limits,
+result); a slot job's whole folder (work, output, data) moves with it to the node that runs it (:meth:`moved`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ class LaunchRecord:
     job: str  # the job's name in the plan
     spec: Any  # the job's fitted spec (``scheduler.core.plan.JobSpec``): a batch is an int here, never ``auto``
     data_dir: str
-    workdir: str  # checkpoints, the command's files, the local backend's log and result
+    workdir: str  # checkpoints, the command's files
     metric: str
     seed: int
     deadline: float | None = None  # epoch seconds by which training must end
@@ -47,6 +51,9 @@ class LaunchRecord:
     attempt: int = 1
     env: Mapping[str, str] = field(default_factory=dict)  # added to the job's environment
     output_dir: str | None = None  # where a process backend leaves the outputs (``store.outputs`` layout)
+    folder: str | None = None  # a process backend's log, exit status, limits and result; None: ``workdir``
+    argv: tuple[str, ...] = ()  # a raw command (a slot's ``argv`` job), run as it is, instead of ``spec``
+    cwd: str | None = None  # where a process backend starts it; None: where the backend runs
 
     def __post_init__(self) -> None:
         batch = getattr(self.spec, "batch_size", 0)
@@ -58,10 +65,30 @@ class LaunchRecord:
         if self.folds is not None:
             object.__setattr__(self, "folds", tuple(int(k) for k in self.folds))
         object.__setattr__(self, "devices", tuple(int(d) for d in self.devices))
+        object.__setattr__(self, "argv", tuple(str(a) for a in self.argv))
+        if (self.spec is None) == (not self.argv):
+            raise ValueError(f"task '{self.task}': a record runs a spec or an argv, one of them")
 
     @property
     def kind(self) -> str:
-        return self.spec.kind
+        return "argv" if self.argv else self.spec.kind
+
+    @property
+    def home(self) -> str:
+        """Where a process backend keeps the job's files."""
+        return self.folder or self.workdir
+
+    def moved(self, folder: str) -> "LaunchRecord":
+        """The record with every path under its ``folder`` moved under ``folder`` (a slot job on its node)."""
+        old = self.home.rstrip("/")
+
+        def move(path: str | None) -> str | None:
+            if path is None or not (path == old or path.startswith(old + "/")):
+                return path
+            return folder + path[len(old):]
+
+        return replace(self, folder=folder, workdir=move(self.workdir), data_dir=move(self.data_dir),
+                       output_dir=move(self.output_dir), cwd=move(self.cwd))
 
     @property
     def visible_devices(self) -> str | None:

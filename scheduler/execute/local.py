@@ -1,8 +1,9 @@
 """The local process-group backend: a record runs as ``python -m scheduler.execute.child`` on this machine, started
 through a tiny wrapper that records its exit status in a file (so that a restarted supervisor can tell how a process
 it did not see end has ended), in its own process group (its children end with it, even when the wrapper was
-killed). The slot service's jobs and a Ray slot actor's jobs start here; so do a service's raw commands
-(:func:`spawn`), which are processes rather than records.
+killed). The one supervisor of processes: the slot service's jobs start here, on its machine or on a slot's node
+inside the Ray job actor, its raw commands (a record's ``argv``) as they are, its specs as the plan's records; a
+restarted service finds them again (:meth:`LocalExecutor.adopt`: by pid and start time, else by process group).
 
 The child writes its events to standard output as ``GPUPACK {…}`` lines (:mod:`scheduler.execute.channel`), which
 the handle reads back from the log as it grows. ``cancel`` is SIGTERM (the child stops at its next step and keeps
@@ -57,6 +58,7 @@ os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 sys.exit(rc if rc >= 0 else 128 - rc)
 """
 LOG, EXIT_CODE, LIMITS, RESULT = "log", "exit_code", "limits.json", "result.pickle"
+TERM_GRACE_S = 10.0  # from SIGTERM to SIGKILL, for a job asked to stop and for what lingers of an ended one
 NO_FOLD = 3  # the child's exit status when it ended with no finished fold (its output says why)
 
 
@@ -134,19 +136,52 @@ def failure_reason(d: Path, code: int | None) -> str:
     return f"{status}: {last}" if last else status
 
 
-class LocalHandle(Handle):
-    def __init__(self, record: LaunchRecord, folder: Path, proc: subprocess.Popen, started_at: float):
-        self.record, self.folder, self.proc, self.started_at = record, folder, proc, started_at
+class Orphans:
+    """A job whose wrapper ended while its supervisor was down, followed through the processes left in its group: it
+    runs until they end."""
+
+    def __init__(self, members: list):
+        self.members = members
+        self.pid = None
+
+    def poll(self) -> int | None:
+        import psutil
+
+        for p in self.members:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    return None
+            except psutil.Error:
+                continue
+        return -1  # ended; its status is unknown
+
+
+class _Adopted:
+    """A wrapper this process did not start (found again after a restart): ended once it is gone or a zombie."""
+
+    def __init__(self, proc):
+        self.proc, self.pid = proc, proc.pid
+
+    def poll(self) -> int | None:
+        import psutil
+
+        try:
+            return -1 if self.proc.status() == psutil.STATUS_ZOMBIE else None
+        except psutil.NoSuchProcess:
+            return -1
+
+
+class LogEvents:
+    """A job's log read as the progress channel, as it grows: ``GPUPACK {…}`` lines are events, others ``log``."""
+
+    def __init__(self, path: Path):
+        self.path = path
         self._events: list[dict] = []
         self._offset, self._partial = 0, b""
 
-    @property
-    def started(self) -> bool:
-        return bool(self._events) or self.proc.poll() is not None
-
-    def events(self, since: int = 0) -> list[dict]:
+    def __call__(self, since: int = 0) -> list[dict]:
         try:
-            with open(self.folder / LOG, "rb") as f:
+            with open(self.path, "rb") as f:
                 f.seek(self._offset)
                 data = f.read()
         except OSError:
@@ -156,9 +191,39 @@ class LocalHandle(Handle):
         self._events += [parse(ln.decode(errors="replace")) for ln in lines]
         return self._events[since:]
 
+    def __len__(self) -> int:
+        return len(self._events)
+
+
+class LocalHandle(Handle):
+    """A record's process group on this machine: the wrapper this process started (``proc``, a ``Popen``), or one
+    found again after a restart (:meth:`LocalExecutor.adopt`: the wrapper, or what is left of its group)."""
+
+    def __init__(self, record: LaunchRecord, folder: Path, proc, started_at: float):
+        self.record, self.folder, self.proc, self.started_at = record, folder, proc, started_at
+        self.pid: int | None = proc.pid if not isinstance(proc, Orphans) else None
+        self.pid_start = started_at
+        self.pgid = self.pid
+        self._log = LogEvents(folder / LOG)
+        self._seen: dict = {}  # the processes measured (cpu_percent needs them between calls)
+
+    @property
+    def _events(self) -> list[dict]:
+        return self._log._events
+
+    @property
+    def started(self) -> bool:
+        return bool(len(self._log)) or self.proc.poll() is not None
+
+    def events(self, since: int = 0) -> list[dict]:
+        return self._log(since)
+
     def _signal(self, sig: int) -> None:
+        if isinstance(self.proc, Orphans):  # only while the group still holds this job's processes
+            signal_group(self.pgid, self.record.task, sig)
+            return
         try:
-            os.killpg(self.proc.pid, sig)
+            os.killpg(self.pgid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -184,16 +249,87 @@ class LocalHandle(Handle):
     @property
     def exit_code(self) -> int | None:
         code = self.proc.poll()
-        return None if code is None else exit_status(self.folder, code)
+        if code is None:
+            return None
+        return exit_status(self.folder, code if isinstance(self.proc, subprocess.Popen) else None)
+
+    def figures(self) -> dict:
+        """CPU percent, RSS and GPU memory (NVML) of the job's processes while they run, and its last throughput."""
+        out = {"throughput": last_metrics(self.folder / "output" / "metrics.jsonl")}
+        if self.pid and not self.done():
+            out.update(measure(self.pid, self._seen))
+        return out
+
+    def end(self) -> bool:
+        """Once it ended: SIGTERM to what is left of its group (its children end with it); True when something was."""
+        return bool(self.pgid) and signal_group(self.pgid, self.record.task, signal.SIGTERM)
+
+    def read(self, offset: int, chunk: int = 1 << 20) -> bytes:
+        """Its log from byte ``offset``, at most ``chunk`` bytes."""
+        try:
+            with open(self.folder / LOG, "rb") as f:
+                f.seek(offset)
+                return f.read(chunk)
+        except OSError:
+            return b""
 
     def result(self, timeout: float | None = None):
-        self.proc.wait(timeout)
+        """The job's ``JobOutput`` (a raw command's: its exit status, 0); raises :class:`FailedJob`."""
+        if isinstance(self.proc, subprocess.Popen):
+            self.proc.wait(timeout)
         self.events()
         code = self.exit_code
+        if self.record.argv and code == 0:
+            return 0
         if code in (0, NO_FOLD) and (self.folder / RESULT).is_file():
             with open(self.folder / RESULT, "rb") as f:
                 return pickle.load(f)
         raise FailedJob(failure_reason(self.folder, code), exit_code=code)
+
+
+def measure(pid: int, seen: dict) -> dict:
+    """CPU percent, RSS and GPU memory (NVML) of a process and its children; ``seen`` keeps the Process objects
+    between calls (cpu_percent needs them). Whatever cannot be read is left out."""
+    import psutil
+
+    out: dict = {}
+    try:
+        root = seen.get("root")
+        if root is None or root.pid != pid:
+            root = seen["root"] = psutil.Process(pid)
+            seen["procs"] = {}
+        procs = [root, *root.children(recursive=True)]
+        out["cpu_percent"] = round(sum(seen["procs"].setdefault(p.pid, p).cpu_percent(None) for p in procs), 1)
+        out["rss_mib"] = round(sum(p.memory_info().rss for p in procs) / 2**20, 1)
+        out["gpu_memory_mib"] = gpu_mib_of({p.pid for p in procs})
+    except psutil.Error:
+        pass
+    return out
+
+
+def gpu_mib_of(pids: set[int]) -> int | None:
+    """GPU memory held by these processes, from NVML's per-process list; None without NVML."""
+    from scheduler.core.hardware import Nvml
+
+    try:
+        with Nvml() as nv:
+            return int(sum(used // 2**20 for i in range(nv.count()) for pid, used in nv.process_bytes(nv.handle(i))
+                           if pid in pids and used))
+    except Exception:
+        return None
+
+
+def last_metrics(path: Path) -> dict | None:
+    """The last line of the job's optional ``metrics.jsonl`` (``{"samples_per_s": …, "step_time_s": …}``)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4096))
+            lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+        value = json.loads(lines[-1]) if lines else None
+        return value if isinstance(value, dict) else None
+    except (OSError, ValueError):
+        return None
 
 
 def _path() -> str:
@@ -206,23 +342,62 @@ def _path() -> str:
 
 
 class LocalExecutor(Executor):
-    """``folder(record)`` is where a record's log, exit status, limits and result go (its workdir by default);
-    ``cwd(record)`` where it runs."""
+    """``folder(record)`` is where a record's log, exit status, limits and result go (its ``home`` by default);
+    ``cwd(record)`` where it runs (its ``cwd`` by default). A raw command (``record.argv``) runs as it is, through
+    the same wrapper, in its own process group; a spec runs as ``python -m scheduler.execute.child``."""
 
     def __init__(self, folder: Callable[[LaunchRecord], Path] | None = None,
                  cwd: Callable[[LaunchRecord], str | None] | None = None):
-        self.folder = folder or (lambda r: Path(r.workdir))
-        self.cwd = cwd or (lambda r: None)
+        self.folder = folder or (lambda r: Path(r.home))
+        self.cwd = cwd or (lambda r: r.cwd)
+        self.lingering: dict[int, tuple[str, float]] = {}  # process group → (task, SIGKILL time) after it ended
 
     def submit(self, record: LaunchRecord) -> LocalHandle:
+        """Raises ``OSError`` when the process cannot be started."""
         d = Path(self.folder(record))
         d.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **record.env, ENV: dumps(record), "GPUPACK_JOB": record.task, "PYTHONPATH": _path(),
-               "GPUPACK_RESULT": str(d / RESULT), "GPUPACK_LIMITS": str(d / LIMITS)}
+        env = {**os.environ, **record.env, "GPUPACK_JOB": record.task}
         if record.output_dir:
             env["GPUPACK_OUTPUT_DIR"] = record.output_dir
-        proc, started = spawn([sys.executable, "-m", "scheduler.execute.child"], self.cwd(record), env, d)
+        if record.argv:
+            proc, started = spawn(list(record.argv), self.cwd(record), env, d)
+        else:
+            env.update({ENV: dumps(record), "PYTHONPATH": _path(), "GPUPACK_RESULT": str(d / RESULT),
+                        "GPUPACK_LIMITS": str(d / LIMITS)})
+            proc, started = spawn([sys.executable, "-m", "scheduler.execute.child"], self.cwd(record), env, d)
         return LocalHandle(record, d, proc, started)
+
+    def adopt(self, record: LaunchRecord, pid: int | None, pid_start: float | None,
+              node_id: str | None = None) -> LocalHandle | None:
+        """A record's process group started before a restart, found again: its wrapper (by pid and start time), or
+        what is left of its group (the wrapper ended while nobody watched: its exit status is unknown). None when
+        nothing of it is left."""
+        import psutil
+
+        d = Path(self.folder(record))
+        try:
+            p = psutil.Process(pid)
+            if abs(p.create_time() - (pid_start or 0)) > 1.0 or p.status() == psutil.STATUS_ZOMBIE:
+                raise psutil.NoSuchProcess(pid)
+            return LocalHandle(record, d, _Adopted(p), pid_start or 0.0)
+        except (psutil.Error, TypeError, ValueError):
+            members = group_members(pid, record.task) if pid else []
+            if not members:
+                return None
+            h = LocalHandle(record, d, Orphans(members), pid_start or 0.0)
+            h.pgid, h.note = pid, "its wrapper ended while the service was down: exit status unknown"
+            return h
+
+    def ended(self, handle: LocalHandle, now: float) -> None:
+        """What lingers of an ended job's group is asked to end, and killed ``TERM_GRACE_S`` later (:meth:`reap`)."""
+        if handle.end():
+            self.lingering[handle.pgid] = (handle.record.task, now + TERM_GRACE_S)
+
+    def reap(self, now: float) -> None:
+        for pgid, (task, at) in list(self.lingering.items()):
+            if now >= at:
+                signal_group(pgid, task, signal.SIGKILL)
+                del self.lingering[pgid]
 
     def wait(self, handles, timeout: float) -> None:
         end = time.time() + timeout

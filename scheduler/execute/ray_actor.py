@@ -11,6 +11,11 @@ poll: it answers at once when there are events past ``since`` (and the first one
 else after ``wait_s``; the executor waits on polls and results together, so a driver hears of a start or an event as
 soon as it happens, not at its next tick. Nothing heavy is imported before the first poll can answer: the actor's
 module is this one, which imports Ray and the record only.
+
+The same actor runs a slot service's job (:mod:`scheduler.execute.ray_slot`), scheduled into the slot's
+placement-group bundle: there ``start`` hands the record to the local process-group backend on the actor's node
+(a raw command must be a process; a job that outlives the service must not die with a driver), and ``read``,
+``signal`` and ``outputs`` answer for it: its log from an offset, its figures, its exit status, the files it left.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class JobActor:
         self._limits: dict = {}
         self._line = ActorLine(label, task, folds)
         self._line_lock = threading.Lock()
+        self._process = None  # the local backend's handle, when the record runs as a process group here
 
     def __repr__(self) -> str:
         return str(self._line)
@@ -87,6 +93,59 @@ class JobActor:
     def set_limits(self, limits: dict) -> None:
         self._limits = {**self._limits, **limits}
         self._show(cut=limits.get("folds"))
+
+    # -- a record run as a process group on the actor's node (a slot service's job) --
+
+    def start(self, record: LaunchRecord, grace_s: float) -> dict:
+        """Start the record through the local backend in a folder of this node; its process group ends
+        ``grace_s`` after this actor's process dies (its node is lost, or it is killed)."""
+        import tempfile
+        from pathlib import Path
+
+        from scheduler.execute.local import LocalExecutor
+
+        node_id = ray.get_runtime_context().get_node_id()
+        folder = Path(tempfile.gettempdir()) / "gpupack-slot-jobs" / record.task
+        for d in (folder, folder / "output"):
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(d, 0o700)
+        record = record.moved(str(folder)).with_(
+            env={**record.env, "GPUPACK_NODE_ID": node_id, "GPUPACK_END_WITH_PARENT": str(grace_s)})
+        self._process = LocalExecutor().submit(record)
+        self._show(state="RUNNING")
+        return {"pid": self._process.pid, "pid_start": self._process.started_at, "node_id": node_id}
+
+    def read(self, offset: int, chunk: int = 1 << 20) -> dict:
+        """Exit status (None while it runs), the log from byte ``offset``, the figures and the last throughput."""
+        h = self._process
+        code = h.exit_code
+        data = h.read(offset, chunk)
+        if code is not None and len(data) < chunk:
+            self._show(state="SUCCEEDED" if code == 0 else "FAILED")
+        figures = h.figures()
+        return {"exit_code": code, "done": code is not None and len(data) < chunk, "log": data,
+                "throughput": figures.pop("throughput"), "figures": figures}
+
+    def signal(self, sig: int) -> None:
+        import signal as signals
+
+        if self._process is not None:
+            self._process.kill() if sig == signals.SIGKILL else self._process._signal(sig)
+
+    def outputs(self, limit: int = 256 << 20) -> dict[str, bytes]:
+        """The files the job left in its output folder (by relative path), at most ``limit`` bytes in all; what
+        lingers of its process group is asked to end."""
+        from pathlib import Path
+
+        files, size, out = {}, 0, Path(self._process.record.output_dir)
+        for p in sorted(out.rglob("*")):
+            if p.is_file() and not p.is_symlink():
+                size += p.stat().st_size
+                if size > limit:
+                    break
+                files[str(p.relative_to(out))] = p.read_bytes()
+        self._process.end()
+        return files
 
     def _should_stop(self) -> bool:
         return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)

@@ -15,7 +15,7 @@ The rules, in the order they are applied (each one says why in ``Advice.reasons`
   fill it. Everything chosen runs in one wave.
 - **Time**: every job's time comes from the time model (``timemodel``, corrected by what this machine measured),
   slowed by its wave's co-location (``colocation``). The plan's estimated finish must lie inside ``MARGIN`` of the
-  training window (the budget cuts at 80 %). When it does not, the plan shrinks step by step: folds 5 → 3, then fewer
+  training window (leaving the budget's controller its margin for the estimate's error). When it does not, the plan shrinks step by step: folds 5 → 3, then fewer
   epochs, then smaller images, then fewer jobs (the last added first). When not even one job fits, ``UserError``
   (exit 2) says why.
 

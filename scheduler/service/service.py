@@ -32,12 +32,11 @@ from scheduler.service.ledger import (  # noqa: F401  (place_online, estimate_st
 from scheduler.service.procs import _local_node, _nvml_readings, private_dir
 from scheduler.service.queue import AGING_S, Queue
 from scheduler.service.reclaimer import Reclaimer
-from scheduler.service.remote import RaySupervisor, jobs_on_ray
 from scheduler.service.specs import (  # noqa: F401  (DoesNotFit: a refusal of this interface)
     SPEC_FIELDS, DoesNotFit, check_fits, job_spec, outputs_of,
 )
 from scheduler.service.store import Job, Slot, Store, is_id
-from scheduler.service.supervisor import Supervisor, read_log
+from scheduler.service.supervisor import jobs_on_ray, make_supervisor, read_log
 from scheduler.service.views import device_json, job_json, slot_json
 from scheduler.service.validate import (  # noqa: F401  (the errors are part of this module's interface)
     Conflict, Forbidden, NotFound, ServiceError, TooLarge, Unauthorized, dump, job_request, names, show, slot_request,
@@ -55,7 +54,8 @@ class Settings:
 
 class Service:
     """The facade: auth (:mod:`~scheduler.service.auth`), SQLite (:mod:`~scheduler.service.store`), the ledger and
-    the queue (:mod:`~scheduler.service.queue`, pure), the jobs' processes (:mod:`~scheduler.service.supervisor`),
+    the queue (:mod:`~scheduler.service.queue`, pure), the jobs (:mod:`~scheduler.service.supervisor`, through
+    ``scheduler.execute``),
     wired under one lock. Every public method returns JSON-ready dicts and raises :class:`ServiceError` on refusal;
     :mod:`scheduler.service.ops` declares them once for REST, MCP and the client."""
 
@@ -89,8 +89,7 @@ class Service:
         self.by_request: dict[tuple[str, str], str] = {}
         self.jobs: dict[str, Job] = {}  # live ones: PENDING and RUNNING
         self.queue = Queue(self.limits, self.node_cpus, self.slots, cfg.aging_s)
-        self.procs = (RaySupervisor(self.store, self.jobs, self.backend) if jobs_on_ray(self.backend, cfg.jobs_on_ray)
-                      else Supervisor(self.store, self.jobs))
+        self.procs = make_supervisor(self.store, self.jobs, self.backend, jobs_on_ray(self.backend, cfg.jobs_on_ray))
         self._thread = Reclaimer(self.tick, self._refresh_if_stale, cfg.tick_s) if start_threads else None
         self._load()
         if self._thread:
@@ -313,10 +312,7 @@ class Service:
 
     def _start_job(self, j: Job, s: Slot, now: float) -> None:
         j.node = s.device.rpartition(":")[0]
-        env = self._slot_json(s, now)["env"]
-        if j.spec is not None:
-            env = {**env, "GPUPACK_JOB_SPEC": dump(j.spec)}
-        self.procs.start(j, env, now)
+        self.procs.start(j, self._slot_json(s, now)["env"], now)
 
     def cancel_job(self, job_id: str, who: Identity = ADMIN) -> dict:
         with self._lock:

@@ -2,7 +2,7 @@
 and cores and deadline (the slot's environment), the data (a folder, or a built-in competition written into the
 job's folder where it runs), and the job's output folder, which ``ensemble`` reads (``oof.csv``, ``test.csv``,
 ``result.json``, and ``metrics.jsonl`` for its throughput). It runs through the local process backend
-(``scheduler.execute.local``), on the service's machine or inside the slot's Ray actor on the slot's node, as
+(``scheduler.execute.local``), on the service's machine or inside the slot's Ray job actor on the slot's node, as
 ``python -m scheduler.execute.child``; SIGTERM asks it to stop and the folds it finished are kept.
 
 The slot is the planner here: a spec's batch is a number (``auto`` is refused at submission), and the statistics
@@ -42,14 +42,16 @@ def spec_record(job_id: str, spec: dict, env: dict, folder: Path) -> LaunchRecor
     from scheduler.policy.settle import settle
 
     job = job_from_json(spec["job"])
-    data = shelf.folder(spec["data"], folder / "data")
+    builtin = shelf.is_builtin(spec["data"])
+    data = shelf.folder(spec["data"], folder / "data")  # a built-in one inside the folder, which moves with the job
     share = _number(env, "GPUPACK_GPU_MEMORY_MIB", int)
     fraction = _number(env, "GPUPACK_MEMORY_FRACTION")
     job, _notes = settle(job, share, _fold_rows(Path(data), job.folds))
     cpus = _number(env, "GPUPACK_CPUS", int) or 1
     return LaunchRecord(
-        task=job_id, job=job.name, spec=job, data_dir=str(Path(data).resolve()), workdir=str(folder / "work"),
+        task=job_id, job=job.name, spec=job, data_dir=str(data if builtin else Path(data).resolve()),
+        workdir=str(folder / "work"), folder=str(folder),
         metric=spec["metric"], seed=spec["seed"], deadline=_number(env, "GPUPACK_DEADLINE"), cpus=cpus,
         threads=cpus, gpu_memory_mib=share or None, card_mib=int(share / fraction) if share and fraction else None,
-        builtin=spec["data"] if shelf.is_builtin(spec["data"]) else None, env=env,
+        builtin=spec["data"] if builtin else None, env=env,
         output_dir=str(folder / "output"))

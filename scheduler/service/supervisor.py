@@ -1,68 +1,79 @@
-"""The jobs' processes: start one in its own process group (through the wrapper that records its exit status), stop
-it (SIGTERM to the group, SIGKILL ``TERM_GRACE_S`` later), reap it, find it again after a restart; and what a job
-shows: its figures (GPU memory, CPU, RSS, throughput) and its log. The helpers that read processes are in
-:mod:`scheduler.service.procs`. Call under the service's lock, except :meth:`Supervisor.figures` and :func:`read_log`."""
+"""The service's jobs, through the executor interface (``scheduler.execute``): each job is a launch record (a raw
+command's ``argv``, or a spec as the plan's jobs are) submitted to one executor — the local process-group backend on
+the service's machine, or the Ray backend on the slot's node, in the slot's placement-group bundle, by the same job
+actor a plan's task runs in — and followed through its handle: stopped (``cancel``, then ``kill``
+``TERM_GRACE_S`` later), reaped, found again after a restart (``adopt``), measured (``figures``). Its log is its
+folder's ``log`` either way (a Ray job's is brought home as it grows). Call under the service's lock, except
+:meth:`Supervisor.figures` and :func:`read_log`."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from scheduler.core.states import JobState
-from scheduler.execute.local import failure_reason, spawn
-from scheduler.service.procs import Orphans, _gpu_mib_of, _last_metrics, group_members, signal_group
+from scheduler.execute import local
+from scheduler.execute.launch import LaunchRecord
+from scheduler.execute.local import failure_reason
 from scheduler.service.store import Job, Store
 
-TERM_GRACE_S = 10.0
+
+def job_record(j: Job, env: dict[str, str] | None = None) -> LaunchRecord:
+    """The job's launch record, its files in its folder (``log``, ``exit_code``, ``output/``, ``work/``): a spec
+    settled to its slot (``env``: the slot's), or its raw command. Without ``env`` (a job found again after a
+    restart), the record that names it."""
+    d = Path(j.dir)
+    slot_env = env
+    env = {**j.env, **(env or {}), "GPUPACK_SLOT": j.slot_id}
+    if j.spec and slot_env is not None:
+        from scheduler.service.spec_job import spec_record
+
+        return spec_record(j.job_id, j.spec, env, d).with_(folder=str(d), cwd=j.cwd or str(d), node=j.node)
+    return LaunchRecord(task=j.job_id, job=j.job_id, spec=None, argv=tuple(j.argv), cwd=j.cwd, env=env,
+                        data_dir="", workdir=str(d / "work"), folder=str(d), output_dir=str(d / "output"),
+                        metric="", seed=0, node=j.node)
 
 
 class Supervisor:
-    """The live jobs' processes. ``jobs`` is the service's dict of live jobs (PENDING and RUNNING), by id: a job
-    that ends leaves it."""
+    """The live jobs' handles. ``jobs`` is the service's dict of live jobs (PENDING and RUNNING), by id: a job that
+    ends leaves it. ``executor``: :class:`scheduler.execute.local.LocalExecutor` (the service's machine) or
+    :class:`scheduler.execute.ray_slot.RaySlotExecutor` (the slots' nodes)."""
 
-    def __init__(self, store: Store, jobs: dict[str, Job]):
+    def __init__(self, store: Store, jobs: dict[str, Job], executor=None, gauges=None):
         self.store, self.jobs = store, jobs
-        self.procs: dict[str, Any] = {}  # job id → Popen, psutil.Process (after a restart), or Orphans
+        self.executor = executor or local.LocalExecutor()
+        self.handles: dict[str, Any] = {}  # job id → its handle
         self.kill_at: dict[str, float] = {}
-        self.lingering: dict[int, tuple[str, float]] = {}  # process group → (job id, SIGKILL time) after a job ended
-        self.ps: dict[str, Any] = {}
+        self._releases: dict[str, Any] = {}  # ended slots whose reservations go once their jobs have ended
+        self.gauges = gauges  # slots shown in Ray's metrics (the Ray backend)
+        self._slots: list | None = None
+
+    @property
+    def shows_slots(self) -> bool:
+        return self.gauges is not None
 
     def adopt(self, j: Job, now: float) -> bool:
-        """A RUNNING job found after a restart: its wrapper, or what is left of its process group. False when
-        nothing of it is left (it is then finished)."""
-        import psutil
-
-        try:
-            p = psutil.Process(j.pid)
-            if abs(p.create_time() - (j.pid_start or 0)) > 1.0 or p.status() == psutil.STATUS_ZOMBIE:
-                raise psutil.NoSuchProcess(j.pid)
-            self.procs[j.job_id] = p
-        except (psutil.Error, TypeError):
-            # The wrapper is gone, but the command it ran may still be going, in its process group.
-            members = group_members(j.pid, j.job_id) if j.pid else []
-            if not members:
-                self.finish(j, now, None)
-                return False
-            self.procs[j.job_id] = Orphans(members)
-            j.reason = "its wrapper ended while the service was down: exit status unknown"
+        """A RUNNING job found after a restart. False when nothing of it is left (it is then finished)."""
+        h = self.executor.adopt(job_record(j), j.pid, j.pid_start, j.node_id)
+        if h is None:
+            self.conclude(j, now, local.exit_status(Path(j.dir), None))
+            return False
+        if h.note:
+            j.reason = h.note
+        self.handles[j.job_id] = h
         return True
 
     def start(self, j: Job, env: dict[str, str], now: float) -> None:
-        d = Path(j.dir)
         try:
-            proc, j.pid_start = start_process(j, env, d)
+            h = self.executor.submit(job_record(j, env))
         except OSError as e:
             j.state, j.ended, j.reason = JobState.FAILED, now, f"cannot start: {e}"
             self.store.save_job(j)
             self.jobs.pop(j.job_id, None)
             return
-        j.pid, j.started, j.state = proc.pid, now, JobState.RUNNING
-        self.procs[j.job_id] = proc
+        j.pid, j.pid_start = h.pid, h.pid_start
+        j.started, j.state = now, JobState.RUNNING
+        self.handles[j.job_id] = h
         self.store.save_job(j)
 
     def stop(self, j: Job, now: float, reason: str) -> None:
@@ -71,35 +82,14 @@ class Supervisor:
             j.state, j.ended = JobState.CANCELLED, now
             self.jobs.pop(j.job_id, None)
         elif j.job_id not in self.kill_at:
-            self.signal(j, signal.SIGTERM)
-            self.kill_at[j.job_id] = now + TERM_GRACE_S
+            if j.job_id in self.handles:
+                self.handles[j.job_id].cancel()
+            self.kill_at[j.job_id] = now + local.TERM_GRACE_S
         self.store.save_job(j)
-
-    def signal(self, j: Job, sig: int) -> None:
-        """Signal the job's whole process group (its children too). The group is the wrapper's while it lives; an
-        orphaned group is signalled only if it still holds processes of this job (its id may have been reused)."""
-        if isinstance(self.procs.get(j.job_id), Orphans):
-            signal_group(j.pid, j.job_id, sig)
-            return
-        try:
-            os.killpg(j.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def finish(self, j: Job, now: float, code: int | None) -> None:
-        path = Path(j.dir) / "exit_code"
-        if path.is_file():
-            try:
-                code = int(path.read_text().strip())
-            except ValueError:
-                pass
-        self.conclude(j, now, code)
-        if j.pid and signal_group(j.pid, j.job_id, signal.SIGTERM):  # its children end with it
-            self.lingering[j.pid] = (j.job_id, now + TERM_GRACE_S)
 
     def conclude(self, j: Job, now: float, code: int | None, lost: str | None = None) -> None:
         """The job's end, stored: CANCELLED when a stop was asked, SUCCEEDED on exit status 0, else FAILED; ``lost``
-        (its node is gone) is FAILED whatever was asked, with that reason."""
+        (its node is gone, or it could not start there) is FAILED whatever was asked, with that reason."""
         j.exit_code, j.ended = code, now
         if lost:
             j.state, j.reason = JobState.FAILED, lost
@@ -114,98 +104,102 @@ class Supervisor:
             else:
                 j.reason = j.reason or failure_reason(Path(j.dir), code)
         self.jobs.pop(j.job_id, None)
-        self.procs.pop(j.job_id, None)
+        self.handles.pop(j.job_id, None)
         self.kill_at.pop(j.job_id, None)
-        self.ps.pop(j.job_id, None)
         self.store.save_job(j)
 
     def poll(self, now: float) -> None:
-        """Reap the jobs that ended; SIGKILL those past their grace, and what lingers of ended ones."""
-        import psutil
-
-        for jid, p in list(self.procs.items()):
+        """Reap the jobs that ended; SIGKILL those past their grace, and what lingers of ended ones; give back the
+        reservations of ended slots whose jobs have all ended."""
+        for jid, h in list(self.handles.items()):
             j = self.jobs.get(jid)
             if j is None:
-                self.procs.pop(jid, None)
+                self.handles.pop(jid, None)
                 continue
-            code = None
-            if isinstance(p, subprocess.Popen):
-                code = p.poll()
-                done = code is not None
-            elif isinstance(p, Orphans):
-                done = p.done()
-            else:
-                try:
-                    done = p.status() == psutil.STATUS_ZOMBIE
-                except psutil.NoSuchProcess:
-                    done = True
-            if done:
-                self.finish(j, now, code)
+            if h.pid is not None and (j.pid, j.node_id) != (h.pid, h.node_id or j.node_id):
+                j.pid, j.pid_start, j.node_id = h.pid, h.pid_start, h.node_id or j.node_id
+                self.store.save_job(j)
+            if h.done():
+                self.conclude(j, now, h.exit_code, h.lost)
+                self.executor.ended(h, now)
             elif jid in self.kill_at and now >= self.kill_at[jid]:
-                self.signal(j, signal.SIGKILL)
-        for pgid, (jid, at) in list(self.lingering.items()):
-            if now >= at:
-                signal_group(pgid, jid, signal.SIGKILL)
-                del self.lingering[pgid]
+                h.kill()
+                self.kill_at[jid] = now + local.TERM_GRACE_S
+        self.executor.reap(now)
+        live = {j.slot_id for j in self.jobs.values()}
+        for slot_id in [sid for sid in self._releases if sid not in live]:
+            self._releases.pop(slot_id)(slot_id)
 
     def figures(self, j: Job) -> dict:
         """GPU memory (now and peak), CPU percent and RSS of the job's processes, and its last throughput."""
         figures = {"gpu_memory_mib": None, "gpu_memory_peak_mib": j.gpu_peak_mib, "cpu_percent": None,
-                   "rss_mib": None, "throughput": _last_metrics(Path(j.dir) / "output" / "metrics.jsonl")}
-        if j.state != JobState.RUNNING or not j.pid:
+                   "rss_mib": None, "throughput": local.last_metrics(Path(j.dir) / "output" / "metrics.jsonl")}
+        h = self.handles.get(j.job_id)
+        if j.state != JobState.RUNNING or h is None:
             return figures
-        figures.update(measure(j.pid, self.ps.setdefault(j.job_id, {})))
+        figures.update({k: v for k, v in h.figures().items() if v is not None or k != "throughput"})
         if figures["gpu_memory_mib"] is not None:
             j.gpu_peak_mib = max(figures["gpu_memory_mib"], j.gpu_peak_mib or 0)
             figures["gpu_memory_peak_mib"] = j.gpu_peak_mib
         return figures
 
-    shows_slots = False  # the Ray supervisor shows slots as gauges (publish)
-
     def release(self, slot_id: str, release) -> None:
-        """Give an ended slot's reservation back (``release(slot_id)``): at once here, where the processes are this
-        machine's to signal."""
-        release(slot_id)
+        """Give an ended slot's reservation back (``release(slot_id)``): at once, or, on Ray, once its jobs have
+        ended (removing a slot's placement group kills the actors in it before they could signal their jobs, and Ray
+        rightly keeps the memory held until they are gone)."""
+        if self.executor.defer_release and any(j.slot_id == slot_id for j in self.jobs.values()):
+            self._releases[slot_id] = release
+        else:
+            release(slot_id)
 
     def publish(self, slots: list) -> None:
-        """Nothing to show beyond this machine (the Ray supervisor puts slots on the dashboard)."""
+        """``slots``: (slot id, owner, state, device or "", MiB) of every live slot, for the dashboard's gauges
+        (shown by the Ray backend's thread, about once a second)."""
+        self._slots = slots
+
+    def show_gauges(self) -> None:
+        if self._slots is not None and self.gauges is not None:
+            if not hasattr(self.gauges, "show"):
+                self.gauges = self.gauges()  # made in the thread that shows them
+            self.gauges.show(self._slots)
 
     def close(self) -> None:
-        pass
+        self.executor.close()
 
 
-def start_process(j: Job, env: dict[str, str], d: Path) -> tuple:
-    """Start a job's process group with its files in ``d``: a job spec as a launch record through the local process
-    backend (``scheduler.execute``, as a plan's jobs are submitted), a raw argv through the same wrapper."""
-    env = {**j.env, **env, "GPUPACK_JOB": j.job_id, "GPUPACK_OUTPUT_DIR": str(d / "output")}
-    if j.spec:
-        from scheduler.execute.local import LocalExecutor
-        from scheduler.service.spec_job import spec_record
+def make_supervisor(store: Store, jobs: dict[str, Job], backend, on_ray: bool) -> Supervisor:
+    """The service's supervisor: its jobs on its own machine, or as Ray job actors in their slots' bundles."""
+    if not on_ray:
+        return Supervisor(store, jobs, local.LocalExecutor())
+    from scheduler.execute.ray_slot import RaySlotExecutor
+    from scheduler.runtime.gauges import SlotGauges
 
-        handle = LocalExecutor(folder=lambda r: d, cwd=lambda r: j.cwd or str(d)).submit(
-            spec_record(j.job_id, j.spec, env, d))
-        return handle.proc, handle.started_at
-    return spawn(list(j.argv), j.cwd, {**os.environ, **env}, d)
+    def placement(record: LaunchRecord):
+        slot_id = record.env["GPUPACK_SLOT"]
+        group = backend.group(slot_id)
+        return None if group is None else (group, backend.resource(slot_id))
+
+    def name(record: LaunchRecord) -> str:
+        return actor_name(record.env["GPUPACK_SLOT"], record.task)
+
+    sup = Supervisor(store, jobs, gauges=SlotGauges)
+    sup.executor = RaySlotExecutor(placement, name, backend.lost_nodes, on_tick=sup.show_gauges)
+    return sup
 
 
-def measure(pid: int, seen: dict) -> dict:
-    """CPU percent, RSS and GPU memory (NVML) of a process and its children; ``seen`` keeps the Process objects
-    between calls (cpu_percent needs them). Whatever cannot be read is left out."""
-    import psutil
+def jobs_on_ray(backend, wanted: bool | None) -> bool:
+    """Whether the service runs its jobs as actors on their slots' nodes: when asked, else when its ledger is a Ray
+    cluster it joined (which outlives the service). A service without Ray, or with a local Ray of its own that ends
+    with it, runs them as processes on its machine, where they outlive a restart."""
+    from scheduler.service.ledger import RayBackend
 
-    out: dict = {}
-    try:
-        root = seen.get("root")
-        if root is None or root.pid != pid:
-            root = seen["root"] = psutil.Process(pid)
-            seen["procs"] = {}
-        procs = [root, *root.children(recursive=True)]
-        out["cpu_percent"] = round(sum(seen["procs"].setdefault(p.pid, p).cpu_percent(None) for p in procs), 1)
-        out["rss_mib"] = round(sum(p.memory_info().rss for p in procs) / 2**20, 1)
-        out["gpu_memory_mib"] = _gpu_mib_of({p.pid for p in procs})
-    except psutil.Error:
-        pass
-    return out
+    if wanted is not None:
+        return wanted
+    return isinstance(backend, RayBackend) and not getattr(getattr(backend, "cluster", None), "started_here", False)
+
+
+def actor_name(slot_id: str, job_id: str) -> str:
+    return f"gpupack-{slot_id}-{job_id}"
 
 
 def read_log(path: Path, tail: int | None = 100, offset: int | None = None) -> tuple[str, int]:
