@@ -290,6 +290,16 @@ def test_a_rehearsal_of_a_measured_job_simulates_the_measured_figure(tmp_path):
     runner = Runner(dry, RunOptions(run_dir=tmp_path / "run"), prepare_folder(dry, tmp_path / "run", None))
     scale = runner.launch_record("r0").memory_scale
     assert scale == pytest.approx((computed - 200) / computed)
+    # decoded images on the card are in the share beside the model's peak: they do not scale the peaks again
+    import dataclasses
+
+    dry.images_mib["r0"] = 150
+    runner.run_state.where["r0"] = dataclasses.replace(runner.where["r0"],
+                                                       gpu_memory_mib=runner.where["r0"].gpu_memory_mib + 150)
+    assert runner.launch_record("r0").memory_scale == pytest.approx(scale)
+    dry.images_mib.pop("r0")
+    runner.run_state.where["r0"] = dataclasses.replace(runner.where["r0"],
+                                                       gpu_memory_mib=runner.where["r0"].gpu_memory_mib - 150)
     ctx = JobContext("r0", tmp_path, gpu_memory_mib=computed - 200, memory_scale=scale)
     device = job_memory(dry.plan.job("r0"), ctx, False, None, None)
     device.before_step(64)  # would raise at the computed figure: it is 200 MiB over the share

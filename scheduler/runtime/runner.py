@@ -158,11 +158,14 @@ class Runner:
         return kept if folds is None else {k: v for k, v in kept.items() if k in folds}
 
     def _memory_scale(self, name: str) -> float:
-        """The job's packed MiB over its computed estimate, when a measurement packed it (else 1)."""
-        fig = self.dry.figures.get(self.dry.tasks[name].job)
+        """The job's packed MiB over its computed estimate, when a measurement packed it (else 1); the decoded
+        images on the card, counted in the share apart from the model's peak, are left out (the simulated device
+        holds them itself)."""
+        job = self.dry.tasks[name].job
+        fig = self.dry.figures.get(job)
         if fig is None or fig.measured_mib is None or not fig.computed_mib:
             return 1.0
-        return self.where[name].gpu_memory_mib / fig.computed_mib
+        return (self.where[name].gpu_memory_mib - self.dry.images_mib.get(job, 0)) / fig.computed_mib
 
     def log(self, name: str, line: str) -> None:
         path = self.task_dir(name) / "log"
