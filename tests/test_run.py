@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import sys
 import threading
 import time
@@ -186,7 +187,28 @@ def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_d
     assert summary["ensemble_cv"] is not None
 
 
+def _events(run_dir):
+    """events.jsonl as far as it is written (a line being written is left for the next look)."""
+    path = run_dir / "events.jsonl"
+    out = []
+    for line in (path.read_text().splitlines() if path.exists() else []):
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def _measured(run_dir, job):
+    return [e for e in _events(run_dir) if e["event"] == "telemetry" and e["job"] == job
+            and e["gpu_memory_mib"] is not None]
+
+
 def test_running_job_figures_reach_the_metrics_endpoint_status_and_report(ray_cluster, tmp_path, digits_dir, run_cli):
+    """The job is held (SIGSTOP) from its first measured telemetry sample until the test has seen three of them and
+    the gauges on the metrics endpoint, then let go: however fast the machine, it cannot end before (a job that had
+    to outlive three samples, before)."""
+    import signal
     import urllib.request
 
     port = ray_cluster.nodes()[0]["MetricsExportPort"]
@@ -203,19 +225,37 @@ def test_running_job_figures_reach_the_metrics_endpoint_status_and_report(ray_cl
                              "gpupack_device_memory_used_bytes"):
                     if line.startswith(f"ray_{name}{{") and ('job="r18"' in line or "device_" in name):
                         found[name] = line
-            time.sleep(1)
+            time.sleep(0.5)
 
     scraper = threading.Thread(target=scrape, daemon=True)
     scraper.start()
     jobs = [{"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 32, "epochs": 3,
-             "folds": 3, "fold_parallel": False, "resources": {"cpus": 1}}]
-    dry, summary = run_plan(jobs, tmp_path, digits_dir)
+             "folds": 2, "fold_parallel": False, "resources": {"cpus": 1}}]
+    result = {}
+    runner = threading.Thread(target=lambda: result.update(run=run_plan(jobs, tmp_path, digits_dir)))
+    runner.start()
+    run_dir, held = tmp_path / "run", None
+    try:
+        wait_until(lambda: _measured(run_dir, "r18") or not runner.is_alive(), "r18's first measured sample")
+        assert _measured(run_dir, "r18"), "r18 ended before it reported a sample"
+        pid = [e["pid"] for e in _events(run_dir) if e["event"] == "process" and e["job"] == "r18"][-1]
+        os.kill(pid, signal.SIGSTOP)  # the job stops where it is: it cannot end while the test looks
+        held = pid
+        wait_until(lambda: len(_measured(run_dir, "r18")) >= 3, "3 measured telemetry samples of r18")
+        wait_until(lambda: {"gpupack_job_samples_per_second", "gpupack_job_gpu_memory_bytes"} <= set(found),
+                   "r18's gauges on the metrics endpoint")
+    finally:
+        if held:
+            os.kill(held, signal.SIGCONT)
+        runner.join(300)
+    assert not runner.is_alive()
+    dry, summary = result["run"]
     found["done"] = True
     scraper.join(5)
     assert "gpupack_job_samples_per_second" in found, found
     assert "gpupack_job_gpu_memory_bytes" in found and 'plan="t"' in found["gpupack_job_gpu_memory_bytes"]
-    run_dir = tmp_path / "run"
     events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert states(run_dir) == {"r18": "SUCCEEDED"}  # let go, it ran to its end
     series = [e for e in events if e["event"] == "telemetry" and e["job"] == "r18"]
     measured = [e for e in series if e["gpu_memory_mib"] is not None]  # the first samples precede the job's first report
     assert len(measured) >= 3 and all(e["gpu_memory_simulated"] for e in measured)
