@@ -14,7 +14,10 @@ def test_a_lease_reserves_the_memory_resource_in_ray(ray_cluster, tmp_path):
     backend = RayBackend(hw, 0.90)
     svc = Service(hw, tmp_path, backend=backend, start_threads=False)
     res = runtime.memory_resource("local", 0)
-    before = ray.available_resources()[res]
+    # what is free before the lease, once Ray's view of the idle device has caught up (a view read too early, on a busy
+    # machine, never matched the lease's arithmetic)
+    before = wait_until(lambda: ray.available_resources().get(res) == ray.cluster_resources().get(res)
+                        and ray.available_resources()[res], "Ray's view of the idle device")
     slot = svc.request_slot({"gpu_memory": "12GB", "cpus": 2, "minutes": 5})
     backend.wait_idle()
     # Ray's view of its resources catches up in its own time: wait for it to show the lease (not for 1.2 s)
