@@ -2,7 +2,6 @@
 
 import socket
 import threading
-import time
 
 import uvicorn
 
@@ -27,9 +26,9 @@ class ServerThread:
 
     def start(self) -> "ServerThread":
         self.thread.start()
-        deadline = time.time() + 10
-        while not self.server.started and time.time() < deadline:
-            time.sleep(0.02)
+        from waiting import wait_until
+
+        wait_until(lambda: self.server.started, "the server to start", every=0.02)  # not 10 s, then on regardless
         return self
 
     def stop(self) -> None:

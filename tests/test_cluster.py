@@ -3,11 +3,11 @@
 import json
 import sys
 import threading
-import time
 
 import pytest
 
 from conftest import FAKE_TRAIN
+from waiting import wait_until
 from scheduler.policy import dryrun
 from scheduler.core import plan as planmod
 from scheduler.runtime import cluster as runtime
@@ -103,13 +103,12 @@ def test_a_lost_node_fails_its_jobs_which_are_retried_elsewhere(cluster, tmp_pat
                                                                    gpu_memory_target=[0.1, 0.3])))
     thread.start()
     run_dir = tmp_path / "run"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if (run_dir / "state.sqlite").exists():
-            rows = RunRecord.open_existing(run_dir).jobs()
-            if rows and all(r["state"] == "RUNNING" for r in rows):
-                break
-        time.sleep(0.3)
+
+    def all_running():
+        rows = RunRecord.open_existing(run_dir).jobs() if (run_dir / "state.sqlite").exists() else []
+        return rows and all(r["state"] == "RUNNING" for r in rows)
+
+    wait_until(all_running, "every job RUNNING")  # not 60 s, then on regardless
     worker = [n for n in cluster.list_all_nodes() if not n.head][0]
     cluster.remove_node(worker)
     thread.join(120)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -122,13 +121,12 @@ def test_l2_bound_counts_items_over_half_a_bin():
     assert l2_lower_bound([], 1000) == 0
 
 
-def test_forty_jobs_on_four_devices_come_back_quickly_and_valid():
+def test_forty_jobs_on_four_devices_come_back_valid():
+    """How long it takes is benchmarks/speeds.py's figure (it was asserted here, under 5 s: a race on a busy machine)."""
     rng = random.Random(7)
     demands = [Demand(f"j{i}", rng.choice([0, rng.randint(1000, 30000)]), rng.randint(0, 8)) for i in range(40)]
     nodes = from_profile("4xA100-40GB").nodes
-    start = time.perf_counter()
     p = pack(demands, nodes, BAND)
-    assert time.perf_counter() - start < 5
     assert_valid(p, demands)
     gpu_mib = sum(d.gpu_memory_mib for d in demands)
     assert p.waves >= math.ceil(gpu_mib / (4 * 36864))

@@ -1,6 +1,8 @@
 """Running plans on Ray with logical GPUs: outputs, failures, devices, waves, cancel."""
 
+import dataclasses
 import json
+import os
 import sys
 import threading
 import time
@@ -9,6 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import FAKE_TRAIN, TEST_HARDWARE
+from waiting import Clock, wait_until
 from scheduler.policy import dryrun
 from scheduler.core import plan as planmod
 from scheduler.runtime.driver import RunOptions
@@ -24,11 +27,12 @@ def command_job(name, gpu="10GB", folds=2, **env):
     return job
 
 
-def run_plan(jobs, tmp_path, digits_dir, budget="10m", **plan_extra):
+def run_plan(jobs, tmp_path, digits_dir, budget="10m", driver=None, **plan_extra):
     plan = planmod.from_dict({"name": "t", "hardware": TEST_HARDWARE, "budget": budget, "jobs": jobs, **plan_extra})
     dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan))
     opts = RunOptions(run_dir=tmp_path / "run", data_dir=digits_dir, dashboard=False, poll_s=0.2)
-    return dry, submit(dry, opts, on_update=lambda d: None, on_start=lambda d: None)
+    extra = {"driver": driver} if driver else {}
+    return dry, submit(dry, opts, on_update=lambda d: None, on_start=lambda d: None, **extra)
 
 
 def states(run_dir):
@@ -125,30 +129,86 @@ def test_cancel_in_the_middle_leaves_a_consistent_folder(ray_cluster, tmp_path, 
     assert RunRecord.open_existing(run_dir).run_info()["status"] == "finished"
 
 
-def test_budget_cuts_and_the_deadline_still_give_a_submission(ray_cluster, tmp_path, digits_dir):
-    jobs = [
+EPOCH_S = 10.0  # what one of r18's epochs costs on the made-up machine of the budget test
+
+
+def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_dir, monkeypatch):
+    """The in-process driver on a clock that moves only by events: each of r18's epochs costs EPOCH_S, and the clock
+    reaches the training deadline once the job that hangs is running. So the cut and the deadline fall where the
+    events put them, however fast or busy the machine (a race against the wall clock, on Ray, before)."""
+    import jobs
+    from scheduler.runtime.inprocess import InProcessDriver
+
+    clock = Clock(time.time())
+    monkeypatch.setattr(time, "time", clock.time)
+    real_run_job = jobs.run_job
+
+    def run_job(spec, comp, ctx):
+        def report(kind, fields):
+            if spec.name == "r18" and kind == "epoch":
+                clock.advance(EPOCH_S)
+            elif spec.name == "hangs":  # its process runs: the training window ends now
+                clock.at_least(ctx.deadline)
+            ctx_report(kind, fields)
+
+        ctx_report = ctx.report
+        return real_run_job(spec, comp, dataclasses.replace(ctx, report=report))
+
+    monkeypatch.setattr(jobs, "run_job", run_job)
+    jobs_ = [
         {"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 30, "resources": {"cpus": 1}},
         {"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 32, "epochs": 20,
          "folds": 5, "fold_parallel": False, "resources": {"cpus": 1, "gpu_memory": "4GB"}},
-        command_job("hangs", SLEEP=1000),  # never writes a fold; must be stopped by the deadline
+        command_job("hangs", SLEEP=60),  # would end on its own only after 120 s (real); the deadline stops it first
     ]
-    t0 = time.time()
-    dry, summary = run_plan(jobs, tmp_path, digits_dir, budget="30s")
-    elapsed = time.time() - t0
+    dry, summary = run_plan(jobs_, tmp_path, digits_dir, budget="30s", driver=InProcessDriver)
     run_dir = tmp_path / "run"
-    assert elapsed < 30 + 8, elapsed
+    assert [a.job for a in dry.placement.assignments] == ["lgbm", "r18", "hangs"]  # the order they run in, here
     events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
     cuts = [e for e in events if e["event"] == "budget_cut"]
-    assert cuts and all(e["job"] == "r18" for e in cuts) and cuts[0]["what"] == "folds"
+    # after r18's first epoch (10 s) its 5 folds pass the 25.5 s window: folds 5 → 3 → 1, then epochs (a CPU rehearsal
+    # plans 3 a fold: 3 → 1), until 1 fold fits the window with the estimate's margin
+    assert [(e["job"], e["what"], e["old"], e["new"]) for e in cuts[:2]] == [("r18", "folds", 5, 3), ("r18", "folds", 3, 1)]
+    assert cuts[2:] and all(e["job"] == "r18" and e["what"] == "epochs" for e in cuts[2:])
     assert "measured error" in cuts[0]["reason"]
+    by_name = {j["name"]: j for j in summary["jobs"]}
+    assert by_name["r18"]["folds"] == 1  # the cuts reached the job: one fold, of the epochs left to it
+    assert sum(e["event"] == "epoch" and e["job"] == "r18" for e in events) == cuts[-1]["new"]
     final = states(run_dir)
-    assert final["hangs"] == "CANCELLED" and final["lgbm"] == "SUCCEEDED"
+    assert final == {"lgbm": "SUCCEEDED", "r18": "SUCCEEDED", "hangs": "CANCELLED"}
+    asked = [e for e in events if e["event"] == "cancel" and e["job"] == "hangs"]
+    assert [e["reason"] for e in asked] == ["training deadline reached"]
+    notes = [e["note"] for e in events if e["event"] == "note" and e.get("job") == "hangs"]
+    assert any(n.startswith("stopped after") for n in notes), notes  # its process was stopped: it did not end
+    info = RunRecord.open_existing(run_dir).run_info()
+    assert info["finished"] - info["started"] <= 30  # the run ended inside its budget (on the run's own clock)
     sub = pd.read_csv(run_dir / "submission.csv")
     assert len(sub) == 360 and sub["label"].between(0, 9).all()
     assert summary["ensemble_cv"] is not None
 
 
+def _events(run_dir):
+    """events.jsonl as far as it is written (a line being written is left for the next look)."""
+    path = run_dir / "events.jsonl"
+    out = []
+    for line in (path.read_text().splitlines() if path.exists() else []):
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def _measured(run_dir, job):
+    return [e for e in _events(run_dir) if e["event"] == "telemetry" and e["job"] == job
+            and e["gpu_memory_mib"] is not None]
+
+
 def test_running_job_figures_reach_the_metrics_endpoint_status_and_report(ray_cluster, tmp_path, digits_dir, run_cli):
+    """The job is held (SIGSTOP) from its first measured telemetry sample until the test has seen three of them and
+    the gauges on the metrics endpoint, then let go: however fast the machine, it cannot end before (a job that had
+    to outlive three samples, before)."""
+    import signal
     import urllib.request
 
     port = ray_cluster.nodes()[0]["MetricsExportPort"]
@@ -165,19 +225,37 @@ def test_running_job_figures_reach_the_metrics_endpoint_status_and_report(ray_cl
                              "gpupack_device_memory_used_bytes"):
                     if line.startswith(f"ray_{name}{{") and ('job="r18"' in line or "device_" in name):
                         found[name] = line
-            time.sleep(1)
+            time.sleep(0.5)
 
     scraper = threading.Thread(target=scrape, daemon=True)
     scraper.start()
     jobs = [{"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 32, "epochs": 3,
-             "folds": 3, "fold_parallel": False, "resources": {"cpus": 1}}]
-    dry, summary = run_plan(jobs, tmp_path, digits_dir)
+             "folds": 2, "fold_parallel": False, "resources": {"cpus": 1}}]
+    result = {}
+    runner = threading.Thread(target=lambda: result.update(run=run_plan(jobs, tmp_path, digits_dir)))
+    runner.start()
+    run_dir, held = tmp_path / "run", None
+    try:
+        wait_until(lambda: _measured(run_dir, "r18") or not runner.is_alive(), "r18's first measured sample")
+        assert _measured(run_dir, "r18"), "r18 ended before it reported a sample"
+        pid = [e["pid"] for e in _events(run_dir) if e["event"] == "process" and e["job"] == "r18"][-1]
+        os.kill(pid, signal.SIGSTOP)  # the job stops where it is: it cannot end while the test looks
+        held = pid
+        wait_until(lambda: len(_measured(run_dir, "r18")) >= 3, "3 measured telemetry samples of r18")
+        wait_until(lambda: {"gpupack_job_samples_per_second", "gpupack_job_gpu_memory_bytes"} <= set(found),
+                   "r18's gauges on the metrics endpoint")
+    finally:
+        if held:
+            os.kill(held, signal.SIGCONT)
+        runner.join(300)
+    assert not runner.is_alive()
+    dry, summary = result["run"]
     found["done"] = True
     scraper.join(5)
     assert "gpupack_job_samples_per_second" in found, found
     assert "gpupack_job_gpu_memory_bytes" in found and 'plan="t"' in found["gpupack_job_gpu_memory_bytes"]
-    run_dir = tmp_path / "run"
     events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert states(run_dir) == {"r18": "SUCCEEDED"}  # let go, it ran to its end
     series = [e for e in events if e["event"] == "telemetry" and e["job"] == "r18"]
     measured = [e for e in series if e["gpu_memory_mib"] is not None]  # the first samples precede the job's first report
     assert len(measured) >= 3 and all(e["gpu_memory_simulated"] for e in measured)

@@ -5,6 +5,7 @@ import sys
 import time
 
 import pytest
+from waiting import wait_until
 
 from scheduler.core import hardware
 from scheduler.service.service import (ADMIN, Claim, FixedBackend, Forbidden, NotFound, Service, ServiceError,
@@ -16,6 +17,16 @@ LIMIT = int(40960 * 0.9)  # 36864 MiB per A100-40GB at 90 %
 def make(tmp_path, gpus=2, **kw):
     hw = hardware.from_profile("A100-40GB", gpus_per_node=gpus, cpus=16)
     return Service(hw, tmp_path, backend=kw.pop("backend", FixedBackend()), start_threads=False, **kw)
+
+
+def _settled(s, job_id):
+    """The job's status once it has left RUNNING (the service ticked meanwhile): its own end, not a count of polls."""
+    def ended():
+        s.tick()
+        st = s.job_status(job_id)
+        return st if st["state"] != "RUNNING" else None
+
+    return wait_until(ended, f"job {job_id} to leave RUNNING")
 
 
 def req(mib, **kw):
@@ -113,12 +124,7 @@ def test_reclaim_stops_the_job_running_in_the_slot(tmp_path):
     j = s.submit_job(a["slot_id"], [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"])
     assert j["state"] == "RUNNING"
     s.tick(time.time() + 30)
-    for _ in range(100):
-        s.tick()
-        if s.job_status(j["job_id"])["state"] != "RUNNING":
-            break
-        time.sleep(0.1)
-    st = s.job_status(j["job_id"])
+    st = _settled(s, j["job_id"])
     assert st["state"] == "CANCELLED" and st["reason"] == "slot heartbeat lost"
 
 
@@ -193,12 +199,7 @@ def test_job_runs_with_the_slot_environment_and_reports_figures(tmp_path):
             "open(os.path.join(os.environ['GPUPACK_OUTPUT_DIR'], 'metrics.jsonl'), 'w')"
             ".write(json.dumps({'samples_per_s': 123.0}) + '\\n')")
     j = s.submit_job(a["slot_id"], [sys.executable, "-c", code])
-    for _ in range(100):
-        s.tick()
-        if s.job_status(j["job_id"])["state"] != "RUNNING":
-            break
-        time.sleep(0.05)
-    st = s.job_status(j["job_id"])
+    st = _settled(s, j["job_id"])
     assert st["state"] == "SUCCEEDED" and st["exit_code"] == 0
     assert st["figures"]["throughput"] == {"samples_per_s": 123.0}
     assert st["figures"]["gpu_memory_mib"] is None  # no GPU here: a missing figure is a value
@@ -216,10 +217,14 @@ def test_job_waits_in_a_queued_slot_and_starts_at_grant(tmp_path):
 
 
 def test_restart_keeps_leases_queue_and_running_jobs(tmp_path):
+    """The job runs until the test tells it to stop (a file appears), so it is running across the restart however
+    slow the restart is (a 1.5 s job that had to outlive it, before)."""
     s = make(tmp_path, gpus=1)
     a = s.request_slot(req(30000))
     q = s.request_slot(req(10000))
-    j = s.submit_job(a["slot_id"], [sys.executable, "-c", "import time; time.sleep(1.5); print('done')"])
+    go = tmp_path / "go"
+    code = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\nprint('done')"
+    j = s.submit_job(a["slot_id"], [sys.executable, "-c", code])
     token = s.admin_token
     s.close()
     s2 = make(tmp_path, gpus=1)
@@ -227,12 +232,8 @@ def test_restart_keeps_leases_queue_and_running_jobs(tmp_path):
     assert s2.get_slot(a["slot_id"])["state"] == "granted"
     assert s2.get_slot(q["slot_id"])["state"] == "queued"
     assert s2.job_status(j["job_id"])["state"] == "RUNNING"
-    for _ in range(100):
-        s2.tick()
-        if s2.job_status(j["job_id"])["state"] != "RUNNING":
-            break
-        time.sleep(0.1)
-    st = s2.job_status(j["job_id"])
+    go.touch()
+    st = _settled(s2, j["job_id"])
     assert st["state"] == "SUCCEEDED" and st["exit_code"] == 0
     s2.close()
 

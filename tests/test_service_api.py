@@ -5,7 +5,6 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 
 import httpx
 import pytest
@@ -15,6 +14,7 @@ from scheduler.service.http import build_mcp
 from scheduler.service.client import Client, ServiceError
 from scheduler.service.service import FixedBackend, Service
 from tests.server_thread import ServerThread
+from waiting import wait_until
 
 
 @pytest.fixture
@@ -59,13 +59,14 @@ def test_request_submit_status_logs_cancel_release(served, tmp_path):
     slot = agent.request_slot(gpu_memory="12GB", cpus=2, minutes=20, label="idea-1")
     assert slot["state"] == "granted" and slot["env"]["GPUPACK_GPU_MEMORY_MIB"] == "12288"
     script = tmp_path / "train.py"
-    script.write_text("import time\nfor i in range(100):\n    print('step', i, flush=True)\n    time.sleep(0.05)\n")
+    # it runs until cancelled; the test looks once it has printed (not after 0.5 s, nor before a 5 s job ends)
+    script.write_text("import itertools, time\nfor i in itertools.count():\n    print('step', i, flush=True)\n"
+                      "    time.sleep(0.05)\n")
     job = agent.submit_job(slot["slot_id"], [sys.executable, str(script)])
-    time.sleep(0.5)
+    wait_until(lambda: "step 0" in agent.job_logs(job["job_id"])["text"], "the job's first line")
     st = agent.job_status(job["job_id"])
     assert st["state"] == "RUNNING" and st["pid"] and st["share_mib"] == 12288
     assert st["figures"]["rss_mib"] > 0 and "advice" in st
-    assert "step 0" in agent.job_logs(job["job_id"], tail=5)["text"] or agent.job_logs(job["job_id"])["text"]
     with pytest.raises(ServiceError) as e:
         other.cancel_job(job["job_id"])
     assert e.value.status == 403
@@ -108,12 +109,12 @@ def test_cli_verbs_answer_json(served, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, _ = _mini_cli(["job", "submit", "--slot", slot["slot_id"], "--", sys.executable, "train.py"], capsys)
     job = json.loads(out)
-    for _ in range(50):
+    def ended():
         code, out, _ = _mini_cli(["job", "status", job["job_id"], "--json"], capsys)
-        if json.loads(out)["state"] == "SUCCEEDED":
-            break
-        time.sleep(0.1)
-    assert json.loads(out)["state"] == "SUCCEEDED" and "advice" in json.loads(out)
+        return json.loads(out) if json.loads(out)["state"] not in ("PENDING", "RUNNING") else None
+
+    st = wait_until(ended, "the job to end")  # its end, not 50 polls
+    assert st["state"] == "SUCCEEDED" and "advice" in st
     code, out, _ = _mini_cli(["job", "logs", job["job_id"], "--json"], capsys)
     assert "hello from the slot" in json.loads(out)["text"]
     code, out, _ = _mini_cli(["slot", "list", "--json"], capsys)

@@ -1,7 +1,7 @@
 """With a real local Ray (the session's 2 × A100-40GB logical cluster): a lease holds its MiB of the device's memory
 resource in Ray, so a plan run cannot take it, and release gives it back."""
 
-import time
+from waiting import wait_until
 
 from scheduler.core import hardware
 from scheduler.runtime import cluster as runtime
@@ -14,27 +14,21 @@ def test_a_lease_reserves_the_memory_resource_in_ray(ray_cluster, tmp_path):
     backend = RayBackend(hw, 0.90)
     svc = Service(hw, tmp_path, backend=backend, start_threads=False)
     res = runtime.memory_resource("local", 0)
-    before = ray.available_resources()[res]
+    # what is free before the lease, once Ray's view of the idle device has caught up (a view read too early, on a busy
+    # machine, never matched the lease's arithmetic)
+    before = wait_until(lambda: ray.available_resources().get(res) == ray.cluster_resources().get(res)
+                        and ray.available_resources()[res], "Ray's view of the idle device")
     slot = svc.request_slot({"gpu_memory": "12GB", "cpus": 2, "minutes": 5})
     backend.wait_idle()
-    time.sleep(1.2)
-    backend.wait_idle()
-    assert ray.available_resources()[res] == before - 12288
+    # Ray's view of its resources catches up in its own time: wait for it to show the lease (not for 1.2 s)
+    wait_until(lambda: ray.available_resources().get(res) == before - 12288, "the lease's MiB held in Ray")
     assert svc.get_slot(slot["slot_id"])["ray_reserved"] is True
     # what a plan run holds in Ray is subtracted from the ledger
     holder = ray.util.placement_group([{res: 20000.0}])
     ray.get(holder.ready(), timeout=30)
-    for _ in range(50):
-        if backend.used_by_others().get("local:0") == 20000:
-            break
-        time.sleep(0.1)
-    assert backend.used_by_others()["local:0"] == 20000
+    wait_until(lambda: backend.used_by_others().get("local:0") == 20000, "the plan run's 20,000 MiB seen")
     assert svc.gpu_status()["devices"][0]["free_mib"] == 36864 - 12288 - 20000
     ray.util.remove_placement_group(holder)
     svc.release(slot["slot_id"])
-    for _ in range(50):
-        if ray.available_resources().get(res) == before:
-            break
-        time.sleep(0.1)
-    assert ray.available_resources()[res] == before
+    wait_until(lambda: ray.available_resources().get(res) == before, "the released MiB back in Ray")
     svc.close()

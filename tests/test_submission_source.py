@@ -4,14 +4,15 @@ in an end state, never "running"."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pandas as pd
 
 from conftest import FAKE_TRAIN, ROOT, TEST_HARDWARE
+from waiting import wait_until
 from scheduler.store.record import RunRecord
 
 
@@ -79,27 +80,44 @@ def test_finished_folds_are_the_source_when_one_job_succeeds(ray_cluster, tmp_pa
 
 
 def test_a_fold_cut_short_is_the_source_when_no_fold_finished(ray_cluster, tmp_path, digits_dir, run_cli):
-    # the CPU rehearsal runs 3 epochs of 25 steps whatever the plan says, so the first fold must be slow enough to
-    # still be running when the cancel lands (1-2 s after the first epoch): ResNet-50's epochs take seconds, a
-    # MobileNet's a fraction of one, which a quick machine finished before the cancel (CI did)
+    # the CPU rehearsal runs 3 epochs of 25 steps whatever the plan says, so the job is held (SIGSTOP) from its first
+    # epoch until the driver has asked it to stop: the cancel lands inside its first fold on any machine (a quick
+    # machine finished the fold before the cancel, CI did, when this waited for nothing)
     net = {"name": "net", "kind": "timm", "model": "resnet50", "image_size": 64, "batch_size": 32,
            "epochs": 3, "folds": 2, "resources": {"cpus": 1, "gpu_memory": "8GB"}}
     plan = _plan(tmp_path, [net, _command("bad", FAIL=1)])
     run_dir = tmp_path / "run"
+    failed = []
+
+    def seen(event, job="net"):
+        path = run_dir / "events.jsonl"
+        for line in (path.read_text().splitlines() if path.exists() else []):
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if e["event"] == event and e.get("job") == job:
+                return e
+        return None
 
     def cancel_after_the_first_epoch():  # as `cancel RUN` would, from another shell
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            events = run_dir / "events.jsonl"
-            if events.exists() and '"event": "epoch"' in events.read_text():
+        try:
+            wait_until(lambda: seen("epoch"), "net's first epoch")
+            pid = wait_until(lambda: seen("process"), "net's process")["pid"]
+            os.kill(pid, signal.SIGSTOP)
+            try:
                 RunRecord.open_existing(run_dir).request_cancel(None)
-                return
-            time.sleep(0.2)
+                wait_until(lambda: seen("cancel"), "the driver's ask to net")
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        except BaseException as e:  # noqa: BLE001 -- said by the test's thread
+            failed.append(e)
 
     canceller = threading.Thread(target=cancel_after_the_first_epoch)
     canceller.start()
     code, out, err = run_cli("submit", plan, "--data", digits_dir, "--run-dir", run_dir, "--no-dashboard", "--json")
     canceller.join()
+    assert not failed, failed
     assert code == 0, err
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["submission_source"] == "partial", summary
