@@ -22,7 +22,8 @@ def test_a_lease_reserves_the_memory_resource_in_ray(ray_cluster, tmp_path):
     backend.wait_idle()
     # Ray's view of its resources catches up in its own time: wait for it to show the lease (not for 1.2 s)
     wait_until(lambda: ray.available_resources().get(res) == before - 12288, "the lease's MiB held in Ray")
-    assert svc.get_slot(slot["slot_id"])["ray_reserved"] is True
+    # and the service's backend has seen its group ready (its thread marks it after Ray has placed it)
+    wait_until(lambda: svc.get_slot(slot["slot_id"])["ray_reserved"] is True, "the lease confirmed by the backend")
     # what a plan run holds in Ray is subtracted from the ledger
     holder = ray.util.placement_group([{res: 20000.0}])
     ray.get(holder.ready(), timeout=30)
