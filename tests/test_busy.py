@@ -1,7 +1,6 @@
 """Where a task's wall time goes (issue 26): the ledger, the busy share in progress, advice, the live table and the
 report; the training images on the device, counted in the job's estimate and share and on the simulated device."""
 
-import json
 
 import numpy as np
 import pytest

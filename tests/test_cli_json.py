@@ -79,7 +79,6 @@ def test_submit_json_names_the_run_and_runs_lists_it(in_run, run_cli, tmp_path, 
 
 
 def test_every_run_verb_answers_json_by_id(in_run, run_cli):
-    home = in_run[0]
     rid = parsed(in_run[1:])["run_id"]
     status = parsed(run_cli("status", rid, "--json"))
     assert status["run_id"] == rid and [j["state"] for j in status["jobs"]] == ["SUCCEEDED"]

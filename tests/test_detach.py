@@ -3,13 +3,12 @@
 
 import json
 import os
-import sys
-import time
 
 import psutil
 import pytest
 
 from conftest import ROOT, fake_train_plan
+from waiting import wait_until
 from scheduler.core.errors import UserError
 from scheduler.store import runindex
 
@@ -22,14 +21,9 @@ def answer(result):
     return json.loads(out)
 
 
-def wait_for(what, timeout_s=120.0):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        got = what()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout_s} s")
+def wait_for(what):
+    """The event ``what`` waits for (``waiting.wait_until``: a hang guard, not a speed requirement)."""
+    return wait_until(what, getattr(what, "__name__", "the event"))
 
 
 def test_detach_runs_status_cancel_end_to_end(tmp_path, monkeypatch, run_cli):

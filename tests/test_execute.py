@@ -3,7 +3,6 @@ group), and the plan's driver and the slot service both submitting records throu
 
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -13,6 +12,7 @@ from scheduler.execute.api import FailedJob
 from scheduler.execute.inprocess import InProcessExecutor
 from scheduler.execute.launch import LaunchRecord, dumps, loads
 from scheduler.execute.local import LocalExecutor
+from waiting import wait_until
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys, time
@@ -86,13 +86,9 @@ def test_in_process_failure_is_a_failed_job_with_a_reason(tmp_path, digits, scri
     assert "exited with status 5" in e.value.reason and h.exit_code == 1
 
 
-def _wait(pred, timeout=60):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
+def _wait(pred):
+    """The event ``pred`` waits for (``waiting.wait_until``: a hang guard, not a speed requirement)."""
+    return wait_until(pred, getattr(pred, "__name__", "the event"))
 
 
 def test_local_backend_events_arrive_before_exit_and_the_output_comes_back(tmp_path, digits, script):
@@ -114,13 +110,13 @@ def test_local_backend_exit_codes_cancel_and_kill(tmp_path, digits, script):
     h = LocalExecutor().submit(_record(tmp_path / "b", digits, script, PAUSE=30, EPOCHS=3))
     assert _wait(lambda: any(e["event"] == "epoch" for e in h.events()))
     h.cancel()  # SIGTERM: the job stops at its next check and hands back what it made
-    assert _wait(h.done, 30)
+    assert _wait(h.done)
     out = h.result()
     assert out.folds == [] and any("stopped" in n for n in out.notes)
     h = LocalExecutor().submit(_record(tmp_path / "c", digits, script, PAUSE=30, EPOCHS=3))
     assert _wait(lambda: any(e["event"] == "epoch" for e in h.events()))
     h.kill()
-    assert _wait(h.done, 30)
+    assert _wait(h.done)
     with pytest.raises(FailedJob) as e:
         h.result()
     assert h.exit_code == -9 and e.value.reason
@@ -148,7 +144,7 @@ class _service:
 
 
 def _ended(c, job_id: str) -> dict:
-    assert _wait(lambda: c.job_status(job_id)["state"] not in ("PENDING", "RUNNING"), 120)
+    assert _wait(lambda: c.job_status(job_id)["state"] not in ("PENDING", "RUNNING"))
     return c.job_status(job_id)
 
 
@@ -245,11 +241,11 @@ def test_a_slot_argv_job_and_a_plan_task_go_through_the_same_executor_and_ray_ac
         handle = svc.procs.handles[job["job_id"]]
         assert isinstance(svc.procs.executor, Executor) and isinstance(handle, Handle)
         assert handle.record.argv == tuple(argv) and handle.record.spec is None
-        assert _wait(lambda: handle.started, 60)
+        assert _wait(lambda: handle.started)
         actor = ray_cluster.get_actor(actor_name(slot["slot_id"], job["job_id"]), namespace="gpupack")
         assert _actor_class(actor) == _actor_class(task.actor) == "JobActor"
         go.touch()
-        assert _wait(lambda: svc.tick() or svc.job_status(job["job_id"])["state"] != "RUNNING", 60)
+        assert _wait(lambda: svc.tick() or svc.job_status(job["job_id"])["state"] != "RUNNING")
         st = svc.job_status(job["job_id"])
         assert (st["state"], st["exit_code"]) == ("SUCCEEDED", 0), svc.job_logs(job["job_id"])["text"]
         assert st["node_id"] and f"hello from {st['node_id']}" in svc.job_logs(job["job_id"])["text"]
@@ -268,13 +264,13 @@ def test_a_slot_job_on_ray_is_found_again_by_name_after_a_service_restart(ray_cl
     slot = svc.request_slot({"gpu_memory": "2GB", "cpus": 1, "minutes": 5})
     job = svc.submit_job(slot["slot_id"], [sys.executable, "-c", "import time; print('up', flush=True); "
                                                                   "time.sleep(60)"])
-    assert _wait(lambda: svc.tick() or "up" in svc.job_logs(job["job_id"])["text"], 60)
+    assert _wait(lambda: svc.tick() or "up" in svc.job_logs(job["job_id"])["text"])
     svc.close()  # the service goes; its job goes on in its detached actor
     again = Service(hw, tmp_path, backend=RayBackend(hw, 0.90), start_threads=False, jobs_on_ray=True)
     try:
         assert again.job_status(job["job_id"])["state"] == "RUNNING"
         again.cancel_job(job["job_id"])  # through the actor found by name: SIGTERM to its process group
-        assert _wait(lambda: again.tick() or again.job_status(job["job_id"])["state"] != "RUNNING", 60)
+        assert _wait(lambda: again.tick() or again.job_status(job["job_id"])["state"] != "RUNNING")
         st = again.job_status(job["job_id"])
         assert st["state"] == "CANCELLED" and st["exit_code"] == -15, st
         assert again.job_logs(job["job_id"])["text"].count("up") == 1  # the log goes on from where it was

@@ -13,6 +13,7 @@ from scheduler.core import plan as planmod
 from scheduler.policy import dryrun
 from scheduler.runtime.driver import RunOptions
 from scheduler.runtime.submit import submit
+from waiting import HANG_S
 
 BASE_UNITS = ("_bytes", "_seconds", "_ratio", "_total", "_per_second")  # and plain counts (gpupack_slots)
 
@@ -26,8 +27,8 @@ def scrape(port: int) -> dict:
             if f.name.startswith("ray_gpupack_")}
 
 
-def wait_for(port: int, ready, cap_s: float = 90.0) -> dict:
-    """Scrape until ``ready(families)`` holds (Ray exports every few seconds), at most ``cap_s``."""
+def wait_for(port: int, ready, cap_s: float = HANG_S) -> dict:
+    """Scrape until ``ready(families)`` holds (Ray exports every few seconds); ``cap_s`` only guards a hang."""
     end, families = time.time() + cap_s, {}
     while time.time() < end:
         try:
