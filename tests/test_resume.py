@@ -135,7 +135,7 @@ def test_cancel_of_a_lost_run_stops_the_scripts_its_jobs_left_running(tmp_path, 
     prepare_folder(_dry([QUICK]), run_dir, None)
     script = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
     try:
-        (run_dir / "jobs" / "quick").mkdir(parents=True)
+        (run_dir / "jobs" / "quick").mkdir(parents=True, exist_ok=True)
         _note_process(run_dir / "jobs" / "quick", script.pid)  # as the command job does while its script runs
         _lose_the_driver(run_dir)
         code, out, err = run_cli("cancel", run_dir, "--json")
