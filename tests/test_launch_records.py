@@ -115,3 +115,38 @@ def test_a_record_round_trips_through_json_and_the_runtime_binds_only_its_own_fi
     assert LaunchRecord.from_json(json.loads(json.dumps(r.to_json()))) == r
     with pytest.raises(ValueError, match="planner's to decide"):
         r.bind(gpu_memory_mib=4096)
+
+
+def test_a_slot_jobs_record_is_made_at_grant_saved_and_adopted_as_saved_after_a_restart(tmp_path):
+    """The service is the planner of a slot's job: the grant's share, cores and deadline land in the record typed
+    (not parsed back from environment strings), the record is saved beside the job, and a restarted service adopts
+    the job with that record — a spec, not a placeholder command."""
+    from scheduler.core import hardware
+    from scheduler.service.service import FixedBackend, Service
+    from tests.test_service import _settled
+
+    def make():
+        hw = hardware.from_profile("A100-40GB", gpus_per_node=1, cpus=16)
+        return Service(hw, tmp_path / "state", backend=FixedBackend(), start_threads=False)
+
+    s = make()
+    slot = s.request_slot({"gpu_memory_mib": 6000, "cpus": 2, "minutes": 30})
+    go = tmp_path / "go"
+    wait = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+    (tmp_path / "train.py").write_text(wait + open(FAKE_TRAIN).read())
+    j = s.submit_job(slot["slot_id"], job={"kind": "command", "command": [sys.executable, str(tmp_path / "train.py")],
+                                           "folds": 2, "resources": {"gpu_memory": "4GB"}}, data="digits")
+    assert j["argv"] == ["python", "-m", "scheduler.execute.child"]  # what runs a spec, not a module without a main
+    path = tmp_path / "state" / "jobs" / j["job_id"] / "launch.json"
+    rec = LaunchRecord.from_json(json.loads(path.read_text()))
+    granted = s.get_slot(slot["slot_id"])
+    assert rec.kind == "command" and rec.gpu_memory_mib == 6000 and rec.cpus == rec.threads == 2
+    assert rec.deadline == granted["deadline"] and rec.node == granted["node"]
+    s.close()
+    s2 = make()
+    assert s2.job_status(j["job_id"])["state"] == "RUNNING"
+    assert s2.procs.handles[j["job_id"]].record == rec
+    go.touch()
+    st = _settled(s2, j["job_id"])
+    assert st["state"] == "SUCCEEDED", s2.job_logs(j["job_id"])["text"]
+    s2.close()

@@ -67,8 +67,16 @@ def path(run_dir: Path, task: str) -> Path:
 
 
 def save(run_dir: Path, record: LaunchRecord) -> Path:
-    """``jobs/<task>/launch.json``, written whole or not at all (a crash mid-write leaves the old one)."""
-    p = path(run_dir, record.task)
+    """``jobs/<task>/launch.json`` of a run's task."""
+    return save_file(path(run_dir, record.task), record)
+
+
+def load(run_dir: Path, task: str) -> LaunchRecord | None:
+    return load_file(path(run_dir, task))
+
+
+def save_file(p: Path, record: LaunchRecord) -> Path:
+    """A record as JSON, written whole or not at all (a crash mid-write leaves the old one)."""
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(".tmp")
     tmp.write_text(json.dumps(record.to_json(), indent=1))
@@ -76,11 +84,11 @@ def save(run_dir: Path, record: LaunchRecord) -> Path:
     return p
 
 
-def load(run_dir: Path, task: str) -> LaunchRecord | None:
-    """The task's saved record, or None when there is none (a folder from before records were saved) or it cannot
+def load_file(p: Path) -> LaunchRecord | None:
+    """The record saved at ``p``, or None when there is none (a folder from before records were saved) or it cannot
     be read (damaged)."""
     try:
-        return LaunchRecord.from_json(json.loads(path(run_dir, task).read_text()))
+        return LaunchRecord.from_json(json.loads(Path(p).read_text()))
     except (OSError, ValueError, TypeError):
         return None
 

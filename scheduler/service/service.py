@@ -35,6 +35,7 @@ from scheduler.service.reclaimer import Reclaimer
 from scheduler.service.specs import (  # noqa: F401  (DoesNotFit: a refusal of this interface)
     SPEC_FIELDS, DoesNotFit, check_fits, job_spec, outputs_of,
 )
+from scheduler.service import spec_job
 from scheduler.service.store import Job, Slot, Store, is_id
 from scheduler.service.supervisor import jobs_on_ray, make_supervisor, read_log
 from scheduler.service.views import device_json, job_json, slot_json
@@ -289,7 +290,7 @@ class Service:
                                "(a job in the plan's schema: timm, lightgbm, command)")
         spec = (job_spec(job, spec.get("data"), spec.get("metric"), spec.get("seed"), card=self.card)
                 if job is not None else None)
-        v = job_request(argv if spec is None else ["python", "-m", "scheduler.service.spec_job"], cwd, env)
+        v = job_request(argv if spec is None else list(spec_job.ARGV), cwd, env)
         now = time.time()
         with self._lock:
             s = self._owned(slot_id, who)
@@ -311,8 +312,12 @@ class Service:
             return job_json(j)
 
     def _start_job(self, j: Job, s: Slot, now: float) -> None:
+        """The service is the planner of a slot's job: its grant (share, the card, cores, deadline, node) is handed
+        on typed, and the job's record is made from it once."""
         j.node = s.device.rpartition(":")[0]
-        self.procs.start(j, self._slot_json(s, now)["env"], now)
+        grant = spec_job.Grant(share_mib=s.gpu_memory_mib, card_mib=self.card_mib[s.device], cpus=max(1, s.cpus),
+                               deadline=s.deadline, node=j.node, env=self._slot_json(s, now)["env"])
+        self.procs.start(j, grant, now)
 
     def cancel_job(self, job_id: str, who: Identity = ADMIN) -> dict:
         with self._lock:
