@@ -198,7 +198,7 @@ def test_a_full_scale_run_of_a_seed_batch_on_small_data_is_capped_and_learns(com
     chance (0.0985). Run at full scale (no rehearsal reductions: every row, every epoch, the real batch) on the CPU at
     32 px, the planner's side caps the batch for statistics (``policy.settle``), recomputes BatchNorm statistics, and validates far above chance.
     (ResNet-10-T at 32 px here scored 0.99; 1-8 minutes on this shared 2-core machine, hence ``slow``.)"""
-    from scheduler.policy.dryrun import fold_train_rows
+    from scheduler.core.folds import fold_train_rows
     from scheduler.policy.settle import settle
 
     events = []

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from scheduler.core.folds import fold_train_rows
 from scheduler.execute.launch import FILE, LaunchRecord
-from scheduler.policy.dryrun import DryRun, fold_train_rows
+from scheduler.policy.dryrun import DryRun
 from scheduler.policy.settle import settle
 
 

@@ -39,7 +39,7 @@ def _fold_rows(data: Path, folds: int) -> int | None:
             rows = sum(1 for _ in f) - 1
     except OSError:
         return None
-    from scheduler.policy.dryrun import fold_train_rows
+    from scheduler.core.folds import fold_train_rows
 
     return fold_train_rows(rows, folds)
 
