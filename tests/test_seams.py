@@ -12,8 +12,6 @@ Each test names the seam it watches and the change it catches (checked by making
   that appears in between is refused by the second check and nothing of it is overwritten.
 """
 
-from dataclasses import dataclass
-
 import pytest
 
 from conftest import TEST_HARDWARE
@@ -22,33 +20,16 @@ from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
 from scheduler.policy import budget, dryrun
 from scheduler.policy import runloop as rl
-
-T0 = 1000.0
+from test_runloop import T0, machine, started, timm  # the run loop's test plan: one 5-fold × 10-epoch timm job
 
 
 # --- the budget's measured margin ------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Where:  # what the state machine reads of a placement's assignment
-    job: str
-    node: str = "n0"
-    device: int | None = 0
-    gpu_memory_mib: int = 4000
-    cpus: int = 1
-    wave: int = 0
-
-
 def _timed_run(budget_text: str, epoch_s: list[float]) -> tuple[rl.RunState, float]:
     """A 5-fold × 10-epoch timm task that reported epochs taking ``epoch_s`` seconds (the first pays the start-up):
     (its state, the moment of its last report)."""
-    plan = planmod.from_dict({"name": "t", "hardware": {"profile": "A100-40GB", "gpus_per_node": 1, "cpus": 4},
-                              "budget": budget_text,
-                              "jobs": [{"name": "r18", "kind": "timm", "model": "resnet18", "epochs": 10, "folds": 5,
-                                        "resources": {"cpus": 1, "gpu_memory": "4GB"}}]})
-    window = plan.budget * (1 - plan.reserve_for_inference)
-    s = rl.RunState(plan, [Where("r18")], rl.Window(T0, T0 + window))
-    s.handle(rl.Start(T0))
-    s.handle(rl.JobStarted("r18", T0 + 1))
+    s = machine(timm("r18"), budget=budget_text)
+    started(s, "r18")  # at T0 + 1
     at = T0 + 1
     for k, took in enumerate(epoch_s, 1):
         at += took
