@@ -27,13 +27,13 @@ import torch
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from jobs.data import Competition, split_folds
 from jobs.images import DeviceImages, ImageSet, LoaderSettings, ResizableBatchSampler
-from jobs.memory import cap_process_memory, cuda_device, measured_figures
+from jobs.memory import cuda_device, measured_figures
 from jobs.models import new_model
 from jobs.throughput import ThroughputWindow
 from jobs.timm_tuning import REHEARSAL_BATCH_SIZE, Tuning, compute_batch, job_memory, starting_batch
 from jobs.trainer import OutOfMemory, StepSettings, Trainer, guarded, predict_shrinking
 from scheduler.policy.autotune import (PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS, BatchTuner, lr_factor,
-                                       optimizer_steps, statistical_cap)
+                                       optimizer_steps)
 from scheduler.core.scoring import get as get_metric
 from scheduler.core.plan import TimmJob
 from scheduler.core.walltime import Ledger
@@ -231,18 +231,15 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext, ledger: Ledger |
         ctx = copy.copy(ctx)
         ctx.device, ctx.rehearsal = "cpu", True
     device = cuda_device(ctx.device) if cuda else torch.device("cpu")
-    cap = cap_process_memory(ctx.gpu_memory_mib, device) if cuda and ctx.gpu_memory_mib else None
-    if cap is not None:
-        notes.append(cap.describe())
-        ctx.report("log", {"line": f"{ctx.name}: {cap.describe()}"})
-    memory = job_memory(spec, ctx, cuda, device, None if cap is None else cap.allocator_mib)
+    if cuda and ctx.cap is not None:  # applied by the job's process before the job began (execute.apply)
+        notes.append(ctx.cap.describe())
+        ctx.report("log", {"line": f"{ctx.name}: {ctx.cap.describe()}"})
+    memory = job_memory(spec, ctx, cuda, device)
     start_batch = starting_batch(spec)  # the planner's: the statistics rule and the fit already chose it
     scale, scale_notes = _scale(spec, ctx, start_batch)
     notes += scale_notes
-    # the tuner may grow the batch into idle memory, never past the statistics rule's cap (autotune's)
-    fold_rows = len(split_folds(comp.y, spec.folds, ctx.seed)[0][0])
-    stat_cap = statistical_cap(fold_rows, spec.epochs, spec.grad_accum)
-    ceiling = max(1, min(len(comp.train_ids), stat_cap)) if not spec.fixed_batch else start_batch
+    # the tuner may grow the batch into idle memory, never past the planner's ceiling (the record's max_batch)
+    ceiling = start_batch if spec.fixed_batch or ctx.max_batch is None else ctx.max_batch
     tuner = BatchTuner(start_batch, max_batch=max(ceiling, start_batch), grown=not spec.fixed_batch)
     cpus = max(1, ctx.cpus)
     if cuda:

@@ -48,6 +48,7 @@ class LaunchRecord:
     whole_device_mib: int | None = None  # the memory resource of each of ``devices`` (MiB), for Ray's request
     card_mib: int | None = None  # the plan's card, which a CPU rehearsal's fraction is taken of
     folds: tuple[int, ...] | None = None  # the fold indices this task runs; None: every fold of the job
+    max_batch: int | None = None  # the largest batch the job's tuner may grow to (the planner's); None: no growth
     builtin: str | None = None  # the shelf's competition ``data_dir`` holds (written there if missing)
     memory_scale: float = 1.0  # packed MiB ÷ the estimator's MiB, for a rehearsal's simulated device
     kept_folds: Mapping[int, Any] = field(default_factory=dict)  # finished before (``jobs.FoldOutput`` by fold)

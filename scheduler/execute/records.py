@@ -20,7 +20,7 @@ from pathlib import Path
 from scheduler.core.folds import fold_train_rows
 from scheduler.execute.launch import FILE, LaunchRecord
 from scheduler.policy.dryrun import DryRun
-from scheduler.policy.settle import settle
+from scheduler.policy.settle import batch_ceiling, settle
 
 
 def memory_scale(dry: DryRun, job: str, share_mib: int | None) -> float:
@@ -52,10 +52,11 @@ def plan_task(dry: DryRun, a) -> tuple[LaunchRecord, list[str]]:
         whole_mib = min((int(d.memory_mib * plan.band[1]) for d in dry.placement.devices
                          if d.node == whole[0] and d.index in whole[1]), default=None)
     spec = dry.spec(name)
-    spec, notes = settle(spec, a.gpu_memory_mib or None,
-                         fold_train_rows((dry.data or {}).get("train_rows"), spec.folds))
+    rows = (dry.data or {}).get("train_rows")
+    spec, notes = settle(spec, a.gpu_memory_mib or None, fold_train_rows(rows, spec.folds))
     return LaunchRecord(
         task=name, job=task.job, spec=spec, data_dir="", workdir="", folds=task.folds,
+        max_batch=batch_ceiling(spec, rows, fold_train_rows(rows, spec.folds)),
         metric=plan.metric, seed=plan.seed, cpus=a.cpus, threads=a.cpus,
         node=whole[0] if whole else a.node, device=None if whole else a.device,
         devices=tuple(whole[1]) if whole else (), gpu_memory_mib=None if whole else (a.gpu_memory_mib or None),

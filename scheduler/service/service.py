@@ -23,8 +23,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from scheduler.core.hardware import LOCAL_NODE, Hardware, memory_fraction, physical_memory_mib
+from scheduler.core.hardware import LOCAL_NODE, Hardware, physical_memory_mib
+from scheduler.core.memcap import memory_cap
 from scheduler.core.states import JobState, SlotState
+from scheduler.policy.overhead import outside_allocator_mib
 from scheduler.service.auth import ADMIN, Identity, Tokens, admin_token, mint_token  # noqa: F401  (its interface)
 from scheduler.service.ledger import (  # noqa: F401  (place_online, estimate_starts, shadow: the service's policies)
     Claim, FixedBackend, LedgerBackend, QueueEstimates, RayBackend, estimate_starts, place_online, shadow,
@@ -76,6 +78,7 @@ class Service:
         # as an A100-40GB on an 80 GB card must still hold each slot to its MiB
         self.card_mib = {k: (physical_memory_mib(d.index) if d.node == LOCAL_NODE else None)
                          or d.memory_mib for k, d in self.devices.items()}
+        self.outside_mib = outside_allocator_mib(self.card)  # what a slot's process holds outside its allocator
         self.node_cpus = {n.name: n.cpus for n in hardware.nodes if n.devices}
         self.backend = backend or FixedBackend()
         self.heartbeat_timeout_s = cfg.heartbeat_timeout_s
@@ -377,13 +380,13 @@ class Service:
         return i + 1, self.queue.estimate_of(s, i, key)
 
     def _slot_json(self, s: Slot, now: float) -> dict:
-        dev = fraction = None
-        if s.device is not None:
+        dev = cap = None
+        if s.device is not None:  # the one cap rule (core.memcap), of the card really there
             dev = self.devices[s.device]
-            fraction = memory_fraction(s.gpu_memory_mib, self.card_mib[s.device])
+            cap = memory_cap(s.gpu_memory_mib, self.card_mib[s.device], self.outside_mib)
         reserved = self.backend.confirmed(s.slot_id) if s.state == SlotState.GRANTED else None
         place = self._estimate_of(s, now) if s.state == SlotState.QUEUED else None
-        return slot_json(s, dev, fraction, reserved, place)
+        return slot_json(s, dev, cap, reserved, place)
 
     def gpu_status(self, who: Identity = ADMIN) -> dict:
         now = time.time()

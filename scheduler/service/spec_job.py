@@ -33,15 +33,12 @@ class Grant:
     env: dict = field(default_factory=dict)
 
 
-def _fold_rows(data: Path, folds: int) -> int | None:
+def _train_rows(data: Path) -> int | None:
     try:
         with open(data / "train.csv", "rb") as f:
-            rows = sum(1 for _ in f) - 1
+            return sum(1 for _ in f) - 1
     except OSError:
         return None
-    from scheduler.core.folds import fold_train_rows
-
-    return fold_train_rows(rows, folds)
 
 
 def spec_record(job_id: str, spec: dict, folder: Path, grant: Grant) -> LaunchRecord:
@@ -49,16 +46,19 @@ def spec_record(job_id: str, spec: dict, folder: Path, grant: Grant) -> LaunchRe
     once by the service when its slot is granted (``grant``), and saved beside it (``launch.json``)."""
     from jobs import shelf
     from scheduler.core.plan import job_from_json
-    from scheduler.policy.settle import settle
+    from scheduler.core.folds import fold_train_rows
+    from scheduler.policy.settle import batch_ceiling, settle
 
     job = job_from_json(spec["job"])
     builtin = shelf.is_builtin(spec["data"])
     data = shelf.folder(spec["data"], folder / "data")  # a built-in one inside the folder, which moves with the job
-    job, _notes = settle(job, grant.share_mib, _fold_rows(Path(data), job.folds))
+    rows = _train_rows(Path(data))
+    job, _notes = settle(job, grant.share_mib, fold_train_rows(rows, job.folds))
     return LaunchRecord(
         task=job_id, job=job.name, spec=job, data_dir=str(data if builtin else Path(data).resolve()),
         workdir=str(folder / "work"), folder=str(folder),
         metric=spec["metric"], seed=spec["seed"], deadline=grant.deadline, cpus=grant.cpus,
         threads=grant.cpus, gpu_memory_mib=grant.share_mib or None, card_mib=grant.card_mib,
+        max_batch=batch_ceiling(job, rows, fold_train_rows(rows, job.folds)),
         builtin=spec["data"] if builtin else None, env=grant.env,
         output_dir=str(folder / "output"))
