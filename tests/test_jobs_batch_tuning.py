@@ -9,7 +9,7 @@ import torch
 from jobs import JobContext, run_job, timm_job
 from jobs.data import load_competition, write_digits
 from jobs.memory import SimulatedDevice
-from scheduler.policy.dryrun import fold_train_rows
+from scheduler.core.folds import fold_train_rows
 from scheduler.policy.estimate import estimate, simulated_peak
 from scheduler.policy.settle import batch_ceiling
 from scheduler.core.plan import TimmJob

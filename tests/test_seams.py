@@ -102,17 +102,17 @@ def test_out_of_memory_halving_stops_at_the_ladders_floor_and_fails_the_job(tmp_
     from jobs import JobContext, run_job, timm_job
     from jobs.data import load_competition
     from scheduler.core.plan import TimmJob
-    from scheduler.policy.estimate import LADDER, estimate
+    from scheduler.policy.estimate import LADDER, estimate, simulated_peak
 
     monkeypatch.setattr(timm_job, "REHEARSAL_STEPS_PER_EPOCH", 2)
     monkeypatch.setattr(timm_job, "REHEARSAL_EPOCHS", 1)
     floor = LADDER[-1]
     share = estimate("resnet10t", 32, floor).peak_mib // 2  # the floor itself does not fit
     events = []
-    ctx = JobContext("r10", tmp_path, cpus=1, device="cpu", rehearsal=True, gpu_memory_mib=share,
-                     report=lambda kind, data: events.append((kind, data)))
     spec = TimmJob(name="r10", kind="timm", model="resnet10t", image_size=32, batch_size=4, epochs=400, folds=2,
                    channels_last=False)
+    ctx = JobContext("r10", tmp_path, cpus=1, device="cpu", rehearsal=True, gpu_memory_mib=share,
+                     simulated_peak=simulated_peak(spec), report=lambda kind, data: events.append((kind, data)))
     with pytest.raises(RuntimeError, match=rf"out of memory at batch {floor}, the smallest allowed"):
         run_job(spec, load_competition(digits_dir), ctx)
     halves = [d["batch_size"] for k, d in events if k == "batch" and d["action"] == "halve"]

@@ -144,7 +144,7 @@ def test_a_timm_task_launches_with_the_planners_ceiling_and_its_tuner_grows_no_f
     from conftest import TEST_HARDWARE
     from scheduler.core import plan as planmod
     from scheduler.policy import dryrun
-    from scheduler.policy.dryrun import fold_train_rows
+    from scheduler.core.folds import fold_train_rows
     from scheduler.runtime.runner import Runner, RunOptions, prepare_folder
 
     plan = planmod.from_dict({"name": "t", "hardware": TEST_HARDWARE, "budget": "10m", "jobs": [
