@@ -222,7 +222,7 @@ def test_every_job_kind_leaves_its_breakdown_in_the_record_and_the_report(tmp_pa
 
     from conftest import FAKE_TRAIN, TEST_HARDWARE
     from jobs import lightgbm_job
-    from scheduler.runtime.inprocess import InProcessDriver
+    from scheduler.runtime.driver import InProcessDriver
     from scheduler.runtime.runner import RunOptions
     from scheduler.runtime.submit import submit
     from scheduler.store import report

@@ -137,7 +137,7 @@ def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_d
     reaches the training deadline once the job that hangs is running. So the cut and the deadline fall where the
     events put them, however fast or busy the machine (a race against the wall clock, on Ray, before)."""
     import jobs
-    from scheduler.runtime.inprocess import InProcessDriver
+    from scheduler.runtime.driver import InProcessDriver
 
     clock = Clock(time.time())
     monkeypatch.setattr(time, "time", clock.time)

@@ -128,7 +128,7 @@ def test_a_run_that_appears_between_the_check_and_the_lock_is_refused_under_the_
     import json
 
     from scheduler.runtime import submit as submit_mod
-    from scheduler.runtime.inprocess import InProcessDriver
+    from scheduler.runtime.driver import InProcessDriver
     from scheduler.runtime.runner import RunOptions
     from scheduler.store.record import FolderLock, RunRecord
 

@@ -137,7 +137,7 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
 
     driver = {}
     if args.in_process:
-        from scheduler.runtime.inprocess import InProcessDriver
+        from scheduler.runtime.driver import InProcessDriver
 
         driver = {"driver": InProcessDriver}
     previous = signal.signal(signal.SIGTERM, terminate)
