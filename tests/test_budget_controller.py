@@ -110,3 +110,13 @@ def test_an_undo_when_time_comes_back_gives_epochs_then_folds_one_step_a_look():
     assert back == [("epochs", 5, 7), ("epochs", 7, 10), ("folds", 3, 5)]
     restore = records(s.handle(rl.Tick(at + 1)), "budget_restore")
     assert restore == [] and not s.jobs["r18"].limits
+
+
+def test_the_live_view_marks_cuts_and_undos_with_their_margin():
+    from scheduler.cli.live import _describe
+
+    cut = {"event": "budget_cut", "job": "r18", "what": "epochs", "old": 10, "new": 7, "reason": "r",
+           "margin": 0.25, "margin_source": "assumed", "errors": 1, "estimated_finish_s": 80.0}
+    assert _describe(cut).startswith("[yellow]budget ✂[/] r18: epochs 10 → 7, assumed margin 25%, estimated finish")
+    back = {**cut, "event": "budget_restore", "old": 7, "new": 10, "margin_source": "measured"}
+    assert "budget ↺[/] r18: epochs 7 → 10 again, measured margin 25%" in _describe(back)

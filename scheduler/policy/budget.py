@@ -279,3 +279,26 @@ def deadline_actions(now: float, deadline: float, grace_s: float, running: dict[
 def grace_s(budget_s: float, reserve: float) -> float:
     """How long a job may take to hand back its folds: half the reserve, at most 15 s, at least 2 s."""
     return max(2.0, min(15.0, budget_s * reserve / 2))
+
+
+def summary(events: list[dict]) -> dict | None:
+    """What ``status`` (``--json``: ``budget``), the live view and the report say of the budget's decisions, from a
+    run's events: the last cut's or undo's margin, whether it was measured or assumed, how many epochs it had been
+    compared with, its estimated finish, and the counts of cuts and undos. None when the budget decided nothing."""
+    decisions = [e for e in events if e.get("event") in ("budget_cut", "budget_restore")]
+    if not decisions:
+        return None
+    last = decisions[-1]
+    return {"margin": last.get("margin"), "margin_source": last.get("margin_source", "assumed"),
+            "errors": last.get("errors", 0), "estimated_finish_s": last.get("estimated_finish_s"),
+            "cuts": sum(e["event"] == "budget_cut" for e in decisions),
+            "restores": sum(e["event"] == "budget_restore" for e in decisions)}
+
+
+def describe(s: dict | None) -> str:
+    """One line of ``summary``: "budget: 2 ✂ 1 ↺; last decision on a measured margin of 12% (9 epochs compared)"."""
+    if not s:
+        return "budget: nothing cut"
+    basis = (f"a measured margin of {s['margin']:.0%} ({s['errors']} epochs compared)" if s["margin_source"] == "measured"
+             else f"an assumed margin of {s['margin']:.0%} (too few epochs compared yet)")
+    return f"budget: {s['cuts']} ✂ {s['restores']} ↺; the last decision on {basis}"
