@@ -93,6 +93,7 @@ class _Job:
     wall_rates: list[float] = field(default_factory=list)
     peaks: list[float] = field(default_factory=list)
     stepped: bool = False  # the task's first step was taken (it counts as set-up)
+    startup_s: float | None = None  # launch → the end of the task's first step: the budget keeps it apart
 
     def recover(self) -> None:
         if self.memory is not None:
@@ -214,6 +215,19 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
                           "samples_per_s": train_rate, "final": True, "job_end": True, **ledger.figures(),
                           **job.sample_figures()})
     return out
+
+
+def _steady_figures(job: _Job, steps: int, steady_steps: int, steady_wall: float, val_s: float,
+                    wall: float) -> dict:
+    """What the budget projects from (``policy.budget``): the task's start-up apart (launch → its first step), the
+    epoch's steps, of them the steady ones and their mean wall (data wait + compute), the epoch's training at that
+    pace over all its steps (``steady_epoch_s``: the first step's start-up left out), its validation seconds (with
+    precise BN; 0 when it did not validate) and its own wall."""
+    step_s = steady_wall / steady_steps if steady_steps else None
+    return {"startup_s": None if job.startup_s is None else round(job.startup_s, 3), "steps": steps,
+            "steady_steps": steady_steps, "steady_step_s": None if step_s is None else round(step_s, 5),
+            "steady_epoch_s": None if step_s is None else round(step_s * steps, 4), "val_s": round(val_s, 4),
+            "epoch_wall_s": round(wall, 4)}
 
 
 def _mean(values: list) -> float | None:
@@ -345,6 +359,7 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
         epoch_start = time.perf_counter()
         losses, times, samples, seconds, steps = [], [], 0, 0.0, 0
         step_time = 0.0
+        micro, steady_n, steady_wall = 0, 0, 0.0  # micro-batches; those after the task's first, and their wall
         fetch_start = time.perf_counter()
         for batch in fold.train_loader:
             waited = time.perf_counter() - fetch_start
@@ -357,6 +372,12 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
                 continue
             # the task's first step pays for kernels, autotuning and the optimizer's state: set-up, not training
             ledger.add("setup" if not job.stepped else "train", r.seconds)
+            micro += 1
+            if job.stepped:  # a steady step: its wait for data and its compute, the pace the budget projects
+                steady_n += 1
+                steady_wall += waited + r.seconds
+            else:
+                job.startup_s = ledger.clock() - ledger.start
             job.stepped = True
             tuning.after_step(trainer, sampler, trainer.optimizer_steps)
             window.add(r.samples, r.seconds, waited)
@@ -384,7 +405,9 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
                 times.append(step_time)
         epochs_run = epoch + 1
         validated = inputs.validates(epochs_run, last, spec.patience)
+        val_start = time.perf_counter()
         val_pred, score = validate() if validated else (None, None)
+        val_s = time.perf_counter() - val_start
         train_rate = samples / seconds if seconds > 0 else None
         wall = time.perf_counter() - epoch_start
         fold_samples += samples
@@ -400,7 +423,8 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
                  "step_time_s": float(statistics.median(times)) if times else None,
                  "batch_size": tuning.tuner.batch_size, "compute_batch_size": sampler.batch_size,
                  "optimizer_steps": trainer.optimizer_steps, "gpu_mem_peak_mib": peak,
-                 "gpu_mem_simulated": bool(tuning.memory and tuning.memory.simulated), "validated": validated}
+                 "gpu_mem_simulated": bool(tuning.memory and tuning.memory.simulated), "validated": validated,
+                 **_steady_figures(job, micro, steady_n, steady_wall, val_s if validated else 0.0, wall)}
         if validated:
             event["val_score"] = score
         ctx.report("epoch", event)

@@ -64,9 +64,11 @@ def test_the_budget_cuts_by_its_measured_margin_when_that_is_wider_than_the_defa
     assert not _cuts_with(s, at, budget.DEFAULT_MARGIN) and _cuts_with(s, at, 0.5)
     out = s.handle(rl.Tick(at))
     cuts = [i for i in out if isinstance(i, rl.Record) and i.kind == "budget_cut"]
-    assert [(c.fields["what"], c.fields["old"], c.fields["new"]) for c in cuts] == [("folds", 5, 3)]
-    assert cuts[0].fields["margin"] == 0.5 and "+50%, the estimate's measured error" in cuts[0].fields["reason"]
-    assert rl.SetLimits("r18", {"folds": 3}) in out
+    # epochs before folds (issue 32): the one cut that loses least
+    assert [(c.fields["what"], c.fields["old"], c.fields["new"]) for c in cuts] == [("epochs", 10, 7)]
+    assert cuts[0].fields["margin"] == 0.5 and "+50%, the estimate's error" in cuts[0].fields["reason"]
+    assert cuts[0].fields["margin_source"] == "measured" and cuts[0].fields["errors"] == 3
+    assert rl.SetLimits("r18", {"epochs": 7}) in out
 
 
 # --- a lane's cores --------------------------------------------------------------------------------------------

@@ -117,13 +117,17 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     from scheduler.store.record import RunRecord
     from scheduler.cli.views import run_table
 
+    from scheduler.policy import budget
+
     record = RunRecord.open_existing(run_dir(args.run))
     info = settle(record)
     jobs = record.jobs()
+    spent = budget.summary(record.events())
     if args.json:
-        return print_json({**_ids(record), **info, "jobs": jobs})
+        return print_json({**_ids(record), **info, "jobs": jobs, "budget": spent})
     else:
         console.print(run_table(jobs, f"{record.dir}  ({info.get('status', '?')})"))
+        console.print(budget.describe(spent))
         if info.get("driver_lost"):
             console.print(f"[bold red]{info['reason']}[/]")
     return 0

@@ -45,6 +45,15 @@ class _Lines:
                 self.console.print(f"[dim]{elapsed:>7}[/] {text}")
 
 
+def _basis(ev: dict) -> str:
+    """A budget decision's footing: its margin, measured or assumed, and the finish it estimates."""
+    if ev.get("margin") is None:
+        return ""
+    finish = ev.get("estimated_finish_s")
+    return (f", {ev.get('margin_source', 'assumed')} margin {ev['margin']:.0%}"
+            + ("" if finish is None else f", estimated finish {format_duration(finish)}"))
+
+
 def _describe(ev: dict) -> str | None:
     job, kind = ev.get("job", ""), ev["event"]
     if kind == "state":
@@ -75,9 +84,11 @@ def _describe(ev: dict) -> str | None:
     if kind == "estimate_replaced":
         return f"{job}: memory {ev['old_mib']:,} → {ev['new_mib']:,} MiB, {ev.get('source', 'measured')}"
     if kind == "budget_cut":
-        return f"[yellow]budget:[/] {job}: {ev['what']} {ev['old']} → {ev['new']} ({ev.get('reason', '')})"
+        return (f"[yellow]budget ✂[/] {job}: {ev['what']} {ev['old']} → {ev['new']}{_basis(ev)} "
+                f"({ev.get('reason', '')})")
     if kind == "budget_restore":
-        return f"[green]budget:[/] {job}: {ev['what']} {ev['old']} → {ev['new']} again ({ev.get('reason', '')})"
+        return (f"[green]budget ↺[/] {job}: {ev['what']} {ev['old']} → {ev['new']} again{_basis(ev)} "
+                f"({ev.get('reason', '')})")
     if kind == "launch" and ev.get("attempt", 1) > 1:
         return f"{job}: retry, attempt {ev['attempt']}"
     return None
