@@ -239,6 +239,12 @@ def run_plan(label: str, plan: Path, data: Path, run_dir: Path, budget_s: float 
 
 
 def _last_json(text: str) -> dict | None:
+    """The JSON document a ``--json`` verb printed: the whole of stdout, else its last line that is one object."""
+    try:
+        doc = json.loads(text)
+        return doc if isinstance(doc, dict) else None
+    except json.JSONDecodeError:
+        pass
     for line in reversed(text.strip().splitlines()):
         try:
             doc = json.loads(line)
