@@ -1,9 +1,11 @@
 """The benchmarks are not run by the suite (they print figures and take minutes), so a restructuring could break
 them unseen: here every name a benchmark takes from gpupack must exist — ``from scheduler.x import y`` and each
-``module.attribute`` used on a gpupack module it imported."""
+``module.attribute`` used on a gpupack module it imported. The budget benchmark's parts that need no run are tested
+too: the competition it builds, and the figures it reads from a run's events."""
 
 import ast
 import importlib
+import json
 
 import pytest
 from conftest import ROOT
@@ -119,7 +121,7 @@ def _events():
          "margin_source": "measured"},
         {"time": 1100.0, "event": "budget_restore", "job": "effnet_b4", "what": "epochs", "old": 5, "new": 6,
          "reason": "room came back", "margin": 0.1},
-        {"time": 1150.0, "event": "fold", "job": "lgbm", "fold": 0, "kept": True},  # kept from before: no work
+        {"time": 1195.0, "event": "fold", "job": "lgbm", "fold": 0, "kept": True},  # kept from before: no work
         {"time": 1160.0, "event": "fold", "job": "effnet_b4", "fold": 0},
         {"time": 1170.0, "event": "state", "job": "resnet50/f1", "old": "RUNNING", "new": "SUCCEEDED"},
         {"time": 1210.0, "event": "state", "job": "effnet_b4", "old": "RUNNING", "new": "CANCELLED"},  # stopped
@@ -147,6 +149,9 @@ def test_budget_figures_come_from_the_runs_events():
     # the run's own deadline (status --json) places the window; submit --json's held-out comes first
     assert b.window(events, {"deadline": 1200.5}) == (1000.5, 1200.5)
     assert b.figures(events, {"deadline": 1200.5}, {"held_out_score": 0.96})["held_out"] == 0.96
+    # submit --json's answer, one line after progress or one indented document: never an inner object of it
+    assert b._last_json('progress\n{"held_out_score": 0.9}\n') == {"held_out_score": 0.9}
+    assert b._last_json(json.dumps({"held_out_score": 0.9, "jobs": [{"a": 1}]}, indent=2))["held_out_score"] == 0.9
 
     runs = {"uncut": {"held_out": 0.955, "share_used": 0.1}, "floor": {"held_out": 0.94}, "budgeted": fig}
     assert b.goals(runs)["budgeted"] == {"share_used_at_least_75pct": True, "held_out_within_0.01_of_uncut": True,
