@@ -188,8 +188,9 @@ def _progress_line(label: str, t0: float, e: dict) -> str | None:
     if kind == "fold" and not e.get("kept"):
         return f"{at} {job}: fold {e.get('fold')} finished, score {e.get('score')}"
     if kind == "budget_cut":
-        return (f"{at} ✂ {job}: {e.get('what')} {e.get('old')} → {e.get('new')} ({e.get('reason')}; "
-                f"estimated finish {e.get('estimated_finish_s', '—')} s)")
+        est = e.get("estimated_finish_s")
+        return (f"{at} ✂ {job}: {e.get('what')} {e.get('old')} → {e.get('new')} ({e.get('reason')}"
+                + (f"; estimated finish {est:.0f} s, {e.get('margin_source')} margin)" if est is not None else ")"))
     if kind == "budget_restore":
         return f"{at} ↺ {job}: {e.get('what')} {e.get('old')} → {e.get('new')} ({e.get('reason')})"
     if kind == "state" and e.get("new") in ("SUCCEEDED", "FAILED", "CANCELLED"):
