@@ -8,8 +8,8 @@ sitting (issue 32):
 Each is ``python -m scheduler submit PLAN --data DIR --json --run-dir …`` in a subprocess, as a user runs it; the
 figures come from what the run wrote (``events.jsonl`` and ``status RUN --json``), not from inside the controller, so
 the benchmark measures any controller. For each run it prints the wall time, the training window and the share of it
-used (the last training activity — a task's last sample, epoch or fold, or its success — ÷ the window; goal ≥ 75 %
-for the budgeted run), the held-out score (the submission against the competition's ``solution.csv``; goals: the
+used (the last training activity — a task's last sample, epoch or fold, or its success — ÷ the window; goal
+≥ 75 % for the budgeted run), the held-out score (the submission against the competition's ``solution.csv``; goals: the
 budgeted run within 0.01 of the uncut one and never below the floor), every cut and undo (``budget_cut`` /
 ``budget_restore``: what, old → new, reason, margin) and the estimate's error at the first cut: (the actual last
 training activity − ``estimated_finish_s``) ÷ ``estimated_finish_s``, both in seconds from the window's start. A

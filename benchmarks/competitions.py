@@ -127,8 +127,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--size", type=int, default=32, help="side of each image in pixels (default 32)")
     args = ap.parse_args(argv)
     root = build(args.dir, args.images, args.seed, args.size)
-    print(f"{root}: {args.images} images of {args.size}×{args.size} (train {args.images - round(args.images * TEST_FRACTION)}, "
-          f"test {round(args.images * TEST_FRACTION)}), seed {args.seed}")
+    test = round(args.images * TEST_FRACTION)
+    print(f"{root}: {args.images} images of {args.size}×{args.size} (train {args.images - test}, test {test}), "
+          f"seed {args.seed}")
 
 
 if __name__ == "__main__":
