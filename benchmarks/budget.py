@@ -99,11 +99,11 @@ def decisions(events: list[dict], start: float | None = None) -> list[dict]:
     return out
 
 
-def estimate_error(events: list[dict]) -> dict:
+def estimate_error(events: list[dict], status: dict | None = None) -> dict:
     """The estimate's error at the first cut: (actual last training activity − ``estimated_finish_s``) ÷
     ``estimated_finish_s``, both from the window's start. ``error`` is None, and ``why`` says why, when there was no
     cut, the cut carries no estimate, or nothing trained."""
-    w = window(events)
+    w = window(events, status)
     first = next((e for e in events if e.get("event") == "budget_cut"), None)
     if first is None:
         return {"error": None, "why": "no cut was made"}
@@ -139,7 +139,7 @@ def figures(events: list[dict], status: dict | None = None, summary: dict | None
            "submission_source": end.get("submission_source"),
            "window_s": None, "last_activity_s": None, "share_used": None,
            "decisions": decisions(events, w[0] if w else None),
-           "first_cut_estimate": estimate_error(events)}
+           "first_cut_estimate": estimate_error(events, status)}
     if w is not None:
         out["window_s"] = round(w[1] - w[0], 1)
         if last is not None:

@@ -148,7 +148,8 @@ def test_budget_figures_come_from_the_runs_events():
     assert est["error"] == round((170 - 150) / 150, 4) and est["margin_source"] == "measured"
     # the run's own deadline (status --json) places the window; submit --json's held-out comes first
     assert b.window(events, {"deadline": 1200.5}) == (1000.5, 1200.5)
-    assert b.figures(events, {"deadline": 1200.5}, {"held_out_score": 0.96})["held_out"] == 0.96
+    placed = b.figures(events, {"deadline": 1200.5}, {"held_out_score": 0.96})
+    assert placed["held_out"] == 0.96 and placed["first_cut_estimate"]["actual_finish_s"] == 169.5
     # submit --json's answer, one line after progress or one indented document: never an inner object of it
     assert b._last_json('progress\n{"held_out_score": 0.9}\n') == {"held_out_score": 0.9}
     assert b._last_json(json.dumps({"held_out_score": 0.9, "jobs": [{"a": 1}]}, indent=2))["held_out_score"] == 0.9
