@@ -13,7 +13,7 @@ from rich.console import Console
 
 from scheduler.cli.common import RUN_HELP, json_flag, print_json, run_dir
 from scheduler.core.errors import UserError
-from scheduler.core.states import JobState
+from scheduler.core.states import JobState, RunStatus
 
 
 def add_verbs(verbs) -> None:
@@ -269,11 +269,11 @@ def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
     record = RunRecord.open_existing(run_dir(args.run))
     units = _units(record, args.job) if args.job else []
     info = settle(record)
-    if info.get("driver_lost") and info.get("status") == "interrupted":  # nothing runs: mark it, and say so
+    if info.get("driver_lost") and info.get("status") == RunStatus.CRASHED.value:  # nothing runs: mark it, say so
         left = stop_leftovers(record)
-        record.set_run(status="cancelled")
+        record.set_run(status=RunStatus.CANCELLED.value)
         record.event("cancel", reason="cancel requested; the run's driver was already gone", stopped=left)
-        msg = {**_ids(record), "cancel": args.job or "*", "requested": False, "status": "cancelled",
+        msg = {**_ids(record), "cancel": args.job or "*", "requested": False, "status": RunStatus.CANCELLED.value,
                "driver_lost": True, "reason": info["reason"], "stopped": left}
         done = f"stopped the scripts its jobs left running ({', '.join(left)})" if left else "nothing was running"
         print(json.dumps(msg) if args.json else f"{info['reason']}\n{done}: {record.dir} is marked cancelled")

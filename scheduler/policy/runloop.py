@@ -56,6 +56,9 @@ class RunState:
         self.grace_s = budget.grace_s(plan.budget, plan.reserve_for_inference)
         self.best_fit = best_fit or (lambda mib, room: None)
         self.interrupted = False
+        # why each stopped task was stopped: "cancel" (the person) or "deadline" (the training window), for the
+        # run's end (``core.states.run_end``)
+        self.stopped_by: dict[str, str] = {}
         self.modelled: dict[str, float] = {}  # seconds per epoch from the time model, until an epoch is measured
         self.errors: list[float] = []  # each measured epoch against what the estimate said: the budget's margin
         self._known: set | None = None
@@ -116,8 +119,9 @@ class RunState:
         if self.done():
             return []  # a resumed run whose jobs had all SUCCEEDED: nothing to start
         if self._past_deadline(ev.now):  # a resumed run whose window was spent: blend what was saved
-            return [self._set(n, JobState.CANCELLED, reason="no training time left in the budget")
-                    for n, j in self.jobs.items() if not j.state.terminal]
+            left = [n for n, j in self.jobs.items() if not j.state.terminal]
+            self.stopped_by.update(dict.fromkeys(left, "deadline"))
+            return [self._set(n, JobState.CANCELLED, reason="no training time left in the budget") for n in left]
         return [self._launch(a.job) for a in sorted(self.where.values(), key=lambda a: a.wave)
                 if not self.jobs[a.job].state.terminal]
 
@@ -247,6 +251,8 @@ class RunState:
         # stopped by a cancel or by the deadline (which the job may notice before the driver asks): CANCELLED, and
         # what it finished is kept all the same
         cancelled = j.cancelling_since is not None or self._past_deadline(ev.now)
+        if cancelled:  # a job that noticed the deadline itself, before the driver asked it
+            self.stopped_by.setdefault(ev.job, "deadline")
         out.append(self._set(ev.job, JobState.CANCELLED if cancelled else JobState.SUCCEEDED, folds=ev.folds,
                              cv_score=ev.cv_score))
         return out
@@ -310,12 +316,13 @@ class RunState:
                     self._launch(name, count_attempt=False)]
         return out
 
-    def _cancel(self, names, why: str, now: float) -> list:
+    def _cancel(self, names, why: str, now: float, cause: str = "cancel") -> list:
         out: list = []
         for name in names:
             j = self.jobs[name]
             if j.state.terminal or j.cancelling_since is not None:
                 continue
+            self.stopped_by[name] = cause
             out.append(Record("cancel", name, {"reason": why}))
             if not j.launched:
                 out.append(self._set(name, JobState.CANCELLED, reason=why))
@@ -351,7 +358,7 @@ class RunState:
         for stop in budget.deadline_actions(now, self.window.deadline, self.grace_s, unfinished):
             j = self.jobs[stop.job]
             if stop.action == "ask":
-                out += self._cancel([stop.job], stop.reason, now)
+                out += self._cancel([stop.job], stop.reason, now, cause="deadline")
             elif j.launched:
                 j.launched = False
                 out += [Kill(stop.job, stop.reason, drain=True), Log(stop.job, f"{stop.reason}: killed"),
