@@ -19,6 +19,7 @@ import math
 import os
 import statistics
 import time
+from typing import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,14 +102,14 @@ class _Job:
         else:
             gc.collect()
 
-    def predict(self, trainer: Trainer, loader) -> np.ndarray:
+    def predict(self, trainer: Trainer, loader, check: Callable[[], None] | None = None) -> np.ndarray:
         def shrink(old: int, new: int, why: str) -> None:
             self.eval_batch = min(self.eval_batch, new)
             self.ctx.report("batch", {"action": "halve_eval", "batch_size": new, "previous_batch_size": old,
                                       "reason": f"out of memory predicting at batch {old}: {why}"})
             log.info("%s: out of memory predicting at batch %d, halved to %d", self.ctx.name, old, new)
 
-        return predict_shrinking(trainer, loader, self.recover, shrink)
+        return predict_shrinking(trainer, loader, self.recover, shrink, check)
 
     def batches(self, rows: np.ndarray, sampler: ResizableBatchSampler):
         """Batches of some training rows: gathered on the device when the images live there, else a loader's."""
@@ -146,6 +147,8 @@ class _Fold:
     bn_loader: object | None  # training images for precise BN, when the fold has few steps
     steps_per_epoch: int
     tuning: Tuning
+    # the last finished epoch when it was not validated: (its weights on the CPU, epoch), for a stop to fall back on
+    last: tuple | None = None
 
 
 def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
@@ -176,13 +179,15 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
             best_state, best_val, best_score, epochs_run, fold_rate = _train_fold(job, fold, window)
         except Stopped:
             notes.append(f"stopped during fold {k}: {len(out.folds)} of {len(mine)} folds finished")
-            if not out.folds and fold.tuning.best is not None:  # nothing finished: the fold's best epoch, last resort
-                state, val, score, epochs = fold.tuning.best
+            kept = _finished_epoch(job, fold) if not out.folds else None  # nothing finished: the last resort
+            if kept is not None:
+                state, val, score, epochs = kept
                 fold.trainer.model.load_state_dict(state)
                 test_pred = job.predict_test(fold.trainer)
                 out.partial = FoldOutput(fold=k, val_ids=ids[va], val_pred=val, test_pred=test_pred, score=score,
                                          epochs=epochs, val_true=y[va])
-                notes.append(f"kept fold {k}'s best epoch ({epochs}, {ctx.metric} {score:.4f}) as a partial model")
+                notes.append(f"kept fold {k}'s best finished epoch ({epochs}, {ctx.metric} {score:.4f}) as a "
+                             "partial model")
             break
         # the real card's figures, read before prediction: the runtime keeps them in the measurements cache
         measured = measured_figures(job.memory, fold.train_loader.batch_sampler.batch_size)
@@ -331,6 +336,30 @@ def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) 
     return _Fold(k, tr, va, y[va], trainer, train_loader, val_loader, bn_loader, steps_per_epoch, tuning)
 
 
+def _cpu_state(model: torch.nn.Module) -> dict:
+    return {n: t.detach().to("cpu", copy=True) for n, t in model.state_dict().items()}
+
+
+def _finished_epoch(job: _Job, fold: _Fold) -> tuple | None:
+    """A stopped fold's model, from its finished epochs only (the one stopped under way is dropped): (weights, its
+    validation predictions, score, epoch) of the better of its best validated epoch and its last finished epoch when
+    that one was not validated (validated here, the stop no longer asked). None: no epoch finished."""
+    best, last = fold.tuning.best, fold.last
+    if last is None or (best is not None and best[3] >= last[1]):
+        return best
+    state, epoch = last
+    fold.trainer.model.load_state_dict(state)
+    if fold.bn_loader is not None:
+        with job.ledger.phase("precise_bn"):
+            guarded(lambda: fold.trainer.precise_bn(fold.bn_loader))
+    with job.ledger.phase("validation"):
+        pred = job.predict(fold.trainer, fold.val_loader)
+    score = job.metric.fn(fold.y_val, pred)
+    if best is not None and not job.metric.better(score, best[2]):
+        return best
+    return state, pred, score, epoch
+
+
 def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
     """Train one fold; returns (best state, its validation predictions, its score, epochs run, train samples/s).
 
@@ -343,12 +372,17 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
     fold_samples, fold_seconds, fold_start = 0, 0.0, time.perf_counter()
     sampler = fold.train_loader.batch_sampler
 
-    def validate() -> tuple[np.ndarray, float]:
+    def validate(stoppable: bool = False) -> tuple[np.ndarray, float]:
+        # a stop may drop this pass only when a validated epoch's predictions are in hand: handing those back costs
+        # the test pass alone, where any other fallback costs a validation pass as this one does
+        check = ctx.check_stop if stoppable and tuning.best is not None else None
         if fold.bn_loader is not None:
+            if check is not None:
+                check()
             with ledger.phase("precise_bn"):
                 guarded(lambda: trainer.precise_bn(fold.bn_loader))
         with ledger.phase("validation"):
-            pred = job.predict(trainer, fold.val_loader)
+            pred = job.predict(trainer, fold.val_loader, check)
         return pred, job.metric.fn(fold.y_val, pred)
 
     for epoch in range(scale.epochs):
@@ -406,7 +440,7 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
         epochs_run = epoch + 1
         validated = inputs.validates(epochs_run, last, spec.patience)
         val_start = time.perf_counter()
-        val_pred, score = validate() if validated else (None, None)
+        val_pred, score = validate(stoppable=True) if validated else (None, None)
         val_s = time.perf_counter() - val_start
         train_rate = samples / seconds if seconds > 0 else None
         wall = time.perf_counter() - epoch_start
@@ -431,11 +465,13 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
         log.info("%s fold %d epoch %d/%d: loss %.4f, %s %s, %.1f train samples/s", spec.name, k, epochs_run,
                  scale.epochs, event["loss"] or float("nan"), ctx.metric,
                  f"{score:.5f}" if validated else "not validated", train_rate or float("nan"))
-        if not validated:
+        if not validated:  # a finished epoch all the same: a stop in the next falls back on its weights
+            fold.last = (_cpu_state(trainer.model), epochs_run)
             continue
+        fold.last = None
         if best_score is None or job.metric.better(score, best_score):
             best_score, best_val, best_epoch = score, val_pred, epochs_run
-            best_state = {n: t.detach().to("cpu", copy=True) for n, t in trainer.model.state_dict().items()}
+            best_state = _cpu_state(trainer.model)
             tuning.best = (best_state, best_val, best_score, epochs_run)
             torch.save(best_state, ctx.workdir / f"{spec.name}_fold{k}.pt")
         elif epochs_run - best_epoch >= spec.patience:
@@ -444,7 +480,7 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
             break
     if best_state is None and epochs_run:  # cut by the budget before any validation: the last epoch's model
         best_val, best_score = validate()
-        best_state = {n: t.detach().to("cpu", copy=True) for n, t in trainer.model.state_dict().items()}
+        best_state = _cpu_state(trainer.model)
     job.train_rates.append(fold_samples / fold_seconds if fold_seconds > 0 else None)
     wall = time.perf_counter() - fold_start
     job.wall_rates.append(fold_samples / wall if wall > 0 else None)
