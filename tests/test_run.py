@@ -125,8 +125,8 @@ def test_cancel_in_the_middle_leaves_a_consistent_folder(ray_cluster, tmp_path, 
     assert (run_dir / "submission.csv").is_file()
     assert (run_dir / "jobs" / "quick" / "oof.csv").is_file()
     events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
-    assert events[-1]["event"] == "run_end"
-    assert RunRecord.open_existing(run_dir).run_info()["status"] == "finished"
+    assert events[-1]["event"] == "run_end" and events[-1]["status"] == "cancelled"
+    assert RunRecord.open_existing(run_dir).run_info()["status"] == "cancelled"  # was "finished": the end is named
 
 
 EPOCH_S = 10.0  # what one of r18's epochs costs on the made-up machine of the budget test
@@ -183,6 +183,7 @@ def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_d
     assert any(n.startswith("stopped after") for n in notes), notes  # its process was stopped: it did not end
     info = RunRecord.open_existing(run_dir).run_info()
     assert info["finished"] - info["started"] <= 30  # the run ended inside its budget (on the run's own clock)
+    assert info["status"] == summary["status"] == "deadline"  # the budget ended it: the end says so
     sub = pd.read_csv(run_dir / "submission.csv")
     assert len(sub) == 360 and sub["label"].between(0, 9).all()
     assert summary["ensemble_cv"] is not None
