@@ -66,7 +66,7 @@ def test_a_run_the_training_deadline_stops_ends_deadline(tmp_path, digits_dir, r
     speed, stops it; what finished before (quick) is the submission."""
     from scheduler.policy import dryrun
     from scheduler.core import plan as planmod
-    from scheduler.runtime.inprocess import InProcessDriver
+    from scheduler.runtime.driver import InProcessDriver
     from scheduler.runtime.runner import RunOptions
     from scheduler.runtime.submit import submit
 
