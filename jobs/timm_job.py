@@ -440,7 +440,8 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
         epochs_run = epoch + 1
         validated = inputs.validates(epochs_run, last, spec.patience)
         val_start = time.perf_counter()
-        val_pred, score = validate(stoppable=True) if validated else (None, None)
+        # the last epoch's validation finishes the fold: it runs on through a stop (within the grace), never dropped
+        val_pred, score = validate(stoppable=epochs_run < last) if validated else (None, None)
         val_s = time.perf_counter() - val_start
         train_rate = samples / seconds if seconds > 0 else None
         wall = time.perf_counter() - epoch_start
