@@ -60,16 +60,20 @@ def test_late_cuts_a_plan_that_fits_until_its_steady_steps_say_it_wont():
 
 
 def test_one_cut_per_look_epochs_before_folds():
-    """Two looks → two cuts, not both at once; the rungs of epochs go before any fold."""
+    """One cut a look, and a task cut once is cut again only on an epoch it reported since (a look a moment later,
+    on the same figures, cuts nothing); the rungs of epochs go before any fold."""
     s = machine(timm("r18"), budget="100s")  # an 85 s window
     started(s, "r18")
     s.handle(epoch("r18", 1, T0 + 5, steady_s=4.0))
     first = s.handle(rl.Tick(T0 + 5))
-    second = s.handle(rl.Tick(T0 + 5.5))
-    third = s.handle(rl.Tick(T0 + 6))
+    again = s.handle(rl.Tick(T0 + 5.2))  # nothing new measured since the cut
+    s.handle(epoch("r18", 2, T0 + 9, steady_s=4.0))
+    second = s.handle(rl.Tick(T0 + 9))
+    s.handle(epoch("r18", 3, T0 + 13, steady_s=4.0))
+    third = s.handle(rl.Tick(T0 + 13))
     got = [[(c.fields["what"], c.fields["old"], c.fields["new"]) for c in records(o, "budget_cut")]
-           for o in (first, second, third)]
-    assert got == [[("epochs", 10, 7)], [("epochs", 7, 5)], [("folds", 5, 3)]]
+           for o in (first, again, second, third)]
+    assert got == [[("epochs", 10, 7)], [], [("epochs", 7, 5)], [("folds", 5, 3)]]
     assert [i for i in second if isinstance(i, rl.SetLimits)] == [rl.SetLimits("r18", {"epochs": 5})]
     assert s.jobs["r18"].progress["cut"] == "folds 5 → 3, epochs 10 → 5"
 
@@ -94,12 +98,12 @@ def test_the_weakest_job_is_cut_first():
 def test_an_undo_when_time_comes_back_gives_epochs_then_folds_one_step_a_look():
     s = machine(timm("r18"), budget="100s")
     started(s, "r18")
-    s.handle(epoch("r18", 1, T0 + 5, steady_s=4.0))
-    for at in (5, 5.5, 6):
-        s.handle(rl.Tick(T0 + at))  # epochs 10 → 7 → 5, folds 5 → 3
+    for k, at in ((1, 5), (2, 9), (3, 13)):  # one cut an epoch: epochs 10 → 7 → 5, folds 5 → 3
+        s.handle(epoch("r18", k, T0 + at, steady_s=4.0))
+        s.handle(rl.Tick(T0 + at))
     assert s.jobs["r18"].limits == {"planned_epochs": 10, "epochs": 5, "planned_folds": 5, "folds": 3}
-    at = T0 + 6
-    for k in range(2, 5):  # steady steps much faster than feared
+    at = T0 + 13
+    for k in range(4, 7):  # steady steps much faster than feared
         at += 0.25
         s.handle(epoch("r18", k, at, steady_s=0.25))
     back = []

@@ -129,7 +129,7 @@ def test_cancel_in_the_middle_leaves_a_consistent_folder(ray_cluster, tmp_path, 
     assert RunRecord.open_existing(run_dir).run_info()["status"] == "cancelled"  # was "finished": the end is named
 
 
-EPOCH_S = 10.0  # what one of r18's epochs costs on the made-up machine of the budget test
+EPOCH_S = 5.0  # what one of r18's epochs costs on the made-up machine of the budget test
 
 
 def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_dir, monkeypatch):
@@ -169,12 +169,16 @@ def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_d
     # once r18's steady epochs (10 s each) show its 5 folds passing the 25.5 s window, one cut a look, the one that
     # loses least: its epochs first (a CPU rehearsal plans 3 a fold: 3 → 2, half the plan at most), then its folds
     # 5 → 3 → 1, until it fits the window with the estimate's margin
+    # once r18's steady epochs (5 s each) show its 5 folds passing the 25.5 s window: one cut a look, each on an epoch
+    # measured after the last cut, the one that loses least — its epochs first (a CPU rehearsal plans 3 a fold: 3 → 2,
+    # half the plan), then its folds 5 → 3, then its epochs below half (2 → 1: the fold under way keeps its folds)
     assert [(e["job"], e["what"], e["old"], e["new"]) for e in cuts] == [
-        ("r18", "epochs", 3, 2), ("r18", "folds", 5, 3), ("r18", "folds", 3, 1)]
+        ("r18", "epochs", 3, 2), ("r18", "folds", 5, 3), ("r18", "epochs", 2, 1)]
+    assert [round(b["time"] - a["time"]) for a, b in zip(cuts, cuts[1:])] == [EPOCH_S, EPOCH_S]  # an epoch apart
     assert all(e["margin_source"] in ("assumed", "measured") and e["estimated_finish_s"] > 0 for e in cuts)
     by_name = {j["name"]: j for j in summary["jobs"]}
-    assert by_name["r18"]["folds"] == 1  # the cuts reached the job: one fold, of the epochs left to it
-    assert sum(e["event"] == "epoch" and e["job"] == "r18" for e in events) == cuts[0]["new"]
+    assert by_name["r18"]["folds"] == 3  # the cuts reached the job: three folds, of the epochs left to each
+    assert sum(e["event"] == "epoch" and e["job"] == "r18" for e in events) == 2 + 1 + 1
     final = states(run_dir)
     assert final == {"lgbm": "SUCCEEDED", "r18": "SUCCEEDED", "hangs": "CANCELLED"}
     asked = [e for e in events if e["event"] == "cancel" and e["job"] == "hangs"]

@@ -63,6 +63,7 @@ class JobProgress:
     fold_overhead_s: float = 0.0  # seconds per fold change: its test prediction and the next fold's set-up
     startup_s: float = 0.0  # launch → first step: paid again when a job that ended is started again
     strength: float | None = None  # CV so far, higher is stronger (the driver turns lower-is-better metrics round)
+    fresh: bool = True  # it has reported an epoch since it was last cut: a new cut is judged on what that cut did
 
     @property
     def per_epoch(self) -> tuple[float | None, bool]:
@@ -198,12 +199,14 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
                 error_margin: float = DEFAULT_MARGIN) -> list[Cut]:
     """At most one cut: the one that loses least (``CUT_STEPS`` in order, the weakest job first within each), when
     the plan's estimated finish from steady figures, stretched by the estimate's error, passes the window. Jobs
-    whose estimate is tentative are neither judged nor cut."""
+    whose estimate is tentative are neither judged nor cut, and a job cut before is cut again only once it has
+    reported an epoch since (``fresh``): a second cut stands on a measurement made after the first, not on the same
+    figures a moment later."""
     steady = [p for p in jobs if p.steady]
     finish = plan_finish(steady, now)
     if _fits(finish, now, deadline, error_margin):
         return []
-    candidates = weakest_first([p for p in steady if p.cuttable and not p.finished and remaining_s(p)])
+    candidates = weakest_first([p for p in steady if p.cuttable and p.fresh and not p.finished and remaining_s(p)])
     for what, step in CUT_STEPS:
         for p in candidates:
             new = step(p)

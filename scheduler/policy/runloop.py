@@ -387,7 +387,8 @@ class RunState:
             planned_epochs=j.limits.get("planned_epochs", planned_epochs), validation_s=val,
             patience=getattr(spec, "patience", None) if t.get("val_s") else None,
             fold_overhead_s=statistics.mean(t["fold_gap_s"]) if t.get("fold_gap_s") else 0.0,
-            startup_s=t.get("startup_s", 0.0), strength=strength, cuttable=spec.kind == "timm")
+            startup_s=t.get("startup_s", 0.0), strength=strength, cuttable=spec.kind == "timm",
+            fresh=len(t.get("epoch_s", ())) > t.get("cut_at_epoch", -1))
 
     def _cut_short(self, j: JobRun) -> bool:
         """A task that ended with folds the budget cut still to run."""
@@ -410,6 +411,7 @@ class RunState:
             j = self.jobs[cut.job]
             j.limits.setdefault(f"planned_{cut.what}", cut.old)
             j.limits[cut.what] = cut.new
+            j.timing["cut_at_epoch"] = len(j.timing.get("epoch_s", ()))  # cut again only on a newer measurement
             j.progress.update({"folds" if cut.what == "folds" else "epochs_limit": cut.new,
                                "cut": self._cut_text(j), "cut_reason": cut.reason})
             out += [SetLimits(cut.job, {cut.what: cut.new}),
