@@ -1,4 +1,5 @@
-"""A command job: a script run as a subprocess that writes oof.csv and test.csv."""
+"""A command job: a script run as a process of the one process backend (``scheduler.execute.local``, driven by
+``scheduler.execute.command``) that writes oof.csv and test.csv."""
 
 import json
 import sys
@@ -9,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs import JobContext, run_job
-from jobs import command_job
+from jobs import JobContext
+from scheduler.execute import local
+from scheduler.execute.command import run as run_job
 from jobs.data import load_competition, write_digits
 from scheduler.core.plan import CommandJob
 from waiting import HANG_S, wait_until
@@ -81,7 +83,7 @@ def test_command_job_reads_its_folds(comp, tmp_path):
     # the test rows were shuffled in the file and come back in test.csv's order
     truth = comp.class_index(comp.solution.label)
     assert (out.test_mean().argmax(1) == truth).mean() > 0.8
-    assert "done" in (work / "command.log").read_text()
+    assert "done" in (work / "command" / "log").read_text()
 
     env = json.loads((work / "output" / "env.json").read_text())
     assert env["GPUPACK_JOB"] == "cmd"
@@ -129,7 +131,7 @@ def test_should_stop_terminates_the_process_group(comp, tmp_path, monkeypatch):
     """Asked to stop once its grandchild exists (an event, not a second of the clock); the script ignores SIGTERM and
     never ends on its own, so only SIGKILL to the group after the grace can end it. (How long that takes is
     benchmarks/speeds.py's figure.)"""
-    monkeypatch.setattr(command_job, "TERM_GRACE_S", 0.5)
+    monkeypatch.setattr(local, "TERM_GRACE_S", 0.5)
     script = _script(tmp_path, """\
         import signal, subprocess, sys, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a stubborn script: only SIGKILL ends it
@@ -137,7 +139,7 @@ def test_should_stop_terminates_the_process_group(comp, tmp_path, monkeypatch):
         print("child", child.pid, flush=True)
         time.sleep(600)
     """)
-    log = tmp_path / "w" / "command.log"
+    log = tmp_path / "w" / "command" / "log"
     ctx = JobContext("cmd", tmp_path / "w", should_stop=lambda: log.exists() and "child" in log.read_text())
     result = {}
     runner = threading.Thread(target=lambda: result.update(out=run_job(_spec([sys.executable, script]), comp, ctx)),
@@ -161,7 +163,7 @@ def _gone(pid: int) -> bool:
 
 def test_a_stopped_command_keeps_the_folds_it_wrote(comp, tmp_path):
     script = _script(tmp_path, CENTROIDS.replace('print("done")', 'import time; print("done", flush=True); time.sleep(60)'))
-    ctx = JobContext("cmd", tmp_path / "w", should_stop=lambda: "done" in (tmp_path / "w" / "command.log").read_text())
+    ctx = JobContext("cmd", tmp_path / "w", should_stop=lambda: "done" in (tmp_path / "w" / "command" / "log").read_text())
     out = run_job(_spec([sys.executable, script]), comp, ctx)
     assert [f.fold for f in out.folds] == [0, 1] and any("stopped" in n for n in out.notes)
 

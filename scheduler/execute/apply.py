@@ -1,6 +1,7 @@
 """What a job's own process does with its launch record, whichever backend started that process: set its threads
 and device, turn its share in MiB into a fraction of the card *it* sees (once, here), write a built-in competition
-a node lacks, and run the job (``jobs.run_job``) with a context made from the record alone.
+a node lacks, and run the job (``jobs.run_job``; a ``command``'s script through the process backend,
+:mod:`scheduler.execute.command`) with a context made from the record alone.
 
 The fraction is taken of the physical card (NVML, for the device ``CUDA_VISIBLE_DEVICES`` names): a plan for an
 A100-40GB run on an 80 GB card caps each job at its planned MiB, not at the same fraction of the larger card. On a
@@ -11,6 +12,7 @@ the real card would. A timm job caps its allocator itself against the same card 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -88,4 +90,10 @@ def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: 
     report("log", {"line": f"{record.task}: {'CUDA' if cuda else 'CPU rehearsal'}, {threads} thread(s), "
                            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}"})
     with LoggerTap(report):
-        return run_job(record.spec, load_competition(data_dir, record.metric), ctx)
+        comp = load_competition(data_dir, record.metric)
+        if record.kind == "command":  # a script: a process of the one process backend, run from here
+            from scheduler.execute import command
+
+            ctx.started_at = ctx.started_at or time.perf_counter()
+            return command.run(record.spec, comp, ctx)
+        return run_job(record.spec, comp, ctx)
