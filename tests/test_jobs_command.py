@@ -187,3 +187,73 @@ def test_a_command_job_predicts_numbers_for_a_regression(tmp_path):
     assert out.classes == ["target"] and out.test_mean().shape == (111, 1)
     y = comp.train["target"].to_numpy()
     assert out.cv_score() == pytest.approx(np.sqrt(np.mean((y - y.mean()) ** 2)))  # the spread of the target
+
+
+def test_a_command_runs_as_a_process_of_the_local_backend(comp, tmp_path, monkeypatch):
+    """The script is an argv record of ``scheduler.execute.local`` (the handle that ran it is a LocalHandle, its
+    files in ``<workdir>/command``): its progress line arrives while it runs, read on after the backend emptied its
+    log past the bound; the budget's cuts reach it through ``GPUPACK_LIMITS``; its ``pid`` file names it while it
+    runs; the stop is SIGTERM to the script, and the child it forked, which ignores SIGTERM, is ended too."""
+    handles = []
+    submit = local.LocalExecutor.submit
+    monkeypatch.setattr(local.LocalExecutor, "submit", lambda self, r: handles.append(submit(self, r)) or handles[-1])
+    monkeypatch.setattr(local, "LOG_LIMIT_BYTES", 4096)
+    monkeypatch.setattr(local, "TERM_GRACE_S", 0.5)
+    script = _script(tmp_path, """\
+        import json, os, pathlib, signal, subprocess, sys, time
+        out = pathlib.Path(os.environ["GPUPACK_OUTPUT_DIR"])
+        folder = pathlib.Path(os.environ["GPUPACK_LIMITS"]).parent
+        signal.signal(signal.SIGTERM, lambda *a: ((out / "sigterm").write_text("1"), sys.exit(0)))
+        child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                  "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+        for i in range(200):
+            print("filler", i, "x" * 40, flush=True)  # 10 KB: past the log's bound
+        end = time.time() + 60  # a hang guard: the test fails on what is missing
+        while time.time() < end and not ((folder / "log.1").exists() and (folder / "limits.json").exists()):
+            time.sleep(0.02)
+        (out / "limits.json").write_text((folder / "limits.json").read_text())
+        print("GPUPACK " + json.dumps({"event": "epoch", "epoch": 1, "epochs": 3, "loss": 0.5}), flush=True)
+        (out / "child.pid").write_text(str(child.pid))
+        time.sleep(600)
+    """)
+    work = tmp_path / "w"
+    reported, pid_file = [], work / "command" / local.PID_FILE
+    named = []
+
+    def should_stop():  # once the script is past its progress line (the test then asks whether it arrived)
+        named.append(pid_file.is_file())
+        return (work / "output" / "child.pid").is_file()
+
+    ctx = JobContext("cmd", work, should_stop=should_stop, limits=lambda: {"folds": 1},
+                     report=lambda k, f: reported.append((k, f)))
+    out = run_job(_spec([sys.executable, script]), comp, ctx)
+
+    assert [type(h) for h in handles] == [local.LocalHandle]
+    h = handles[0]
+    assert h.record.argv == (sys.executable, str(script)) and h.folder == work / "command"
+    assert [f for k, f in reported if k == "epoch"] == [{"epoch": 1, "epochs": 3, "loss": 0.5}]
+    assert json.loads((work / "output" / "limits.json").read_text()) == {"folds": 1}
+    assert (work / "output" / "sigterm").is_file()  # the stop reached the script as SIGTERM
+    assert out.folds == [] and any("stopped" in n for n in out.notes)
+    child = int((work / "output" / "child.pid").read_text())
+    assert _gone(child), f"the child {child}, which ignores SIGTERM, outlived the job"
+    log = work / "command" / "log"
+    assert (work / "command" / "log.1").is_file() and log.stat().st_size <= 4096  # the log was kept to its bound
+    assert named and all(named) and not pid_file.exists()  # named while it ran, gone once it ended
+
+
+def test_a_fold_line_is_the_one_fold_event_with_its_predictions(comp, tmp_path):
+    """A script's ``fold`` line is reported as every job kind reports a fold (``fold``, with its output, which the
+    run loop keeps at once), as soon as the files hold it, and only once, though the files are read again at the end;
+    its score is the one computed from the files, its other figures go with it."""
+    script = _script(tmp_path, CENTROIDS.replace(
+        'print("done")', 'print("GPUPACK " + json.dumps({"event": "fold", "fold": 1, "score": 9.0, "epochs": 4}),'
+                         ' flush=True)\nimport time; time.sleep(0.5)\nprint("done")'))
+    reported = []
+    ctx = JobContext("cmd", tmp_path / "w", report=lambda k, f: reported.append((k, f)))
+    out = run_job(_spec([sys.executable, script]), comp, ctx)
+    folds = [f for k, f in reported if k == "fold"]
+    assert [f["fold"] for f in folds] == [1, 0]  # fold 1 at its line; fold 0, never announced, at the end
+    assert all("output" in f for f in folds) and "fold_score" not in {k for k, _ in reported}
+    assert folds[0]["epochs"] == 4 and folds[0]["score"] == out.folds[0].score != 9.0
+    assert sorted(f.fold for f in out.folds) == [0, 1]

@@ -137,14 +137,16 @@ def note_process(d: Path, task: str, pid: int, started: float) -> Path:
 
 
 def end_group(pgid: int, task: str, grace_s: float) -> bool:
-    """SIGTERM to what is left of a job's group, SIGKILL to what is still there ``grace_s`` later; True when
-    something was there."""
+    """SIGTERM to what is left of a job's group, SIGKILL to what is still there ``grace_s`` later, and back once
+    it has gone (or a grace after the SIGKILL); True when something was there."""
     if not signal_group(pgid, task, signal.SIGTERM):
         return False
-    end = time.time() + grace_s
-    while time.time() < end and group_members(pgid, task):
-        time.sleep(0.05)
-    signal_group(pgid, task, signal.SIGKILL)  # stragglers would keep holding GPU memory
+    for sig in (signal.SIGKILL, None):
+        end = time.time() + grace_s
+        while time.time() < end and group_members(pgid, task):
+            time.sleep(0.05)
+        if sig is not None:
+            signal_group(pgid, task, sig)  # stragglers would keep holding GPU memory
     return True
 
 
