@@ -25,7 +25,8 @@ def run_job(spec, comp, ctx: JobContext) -> JobOutput:
     try:
         module = _MODULES[spec.kind]
     except KeyError:
-        raise ValueError(f"job '{spec.name}': unknown kind {spec.kind!r}; allowed: {', '.join([*_MODULES, 'command'])}") from None
+        allowed = ", ".join([*_MODULES, "command"])
+        raise ValueError(f"job '{spec.name}': unknown kind {spec.kind!r}; allowed: {allowed}") from None
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     if ctx.started_at is None:  # the kind's imports (torch and timm: seconds) are the job's set-up
         ctx.started_at = time.perf_counter()
