@@ -13,7 +13,8 @@ process group, with the parent's environment plus ``spec.env`` plus:
 ``GPUPACK_OUTPUT_DIR``     where to write ``oof.csv`` and ``test.csv`` (created; ``<workdir>/output``)
 ``GPUPACK_DEADLINE``       unix time (float) by which training must end; empty when there is none
 ``GPUPACK_GPU_MEMORY_MIB`` the GPU memory the job was given, in MiB; empty on none
-``GPUPACK_MEMORY_FRACTION`` its fraction of the device, for ``torch.cuda.set_per_process_memory_fraction``
+``GPUPACK_ALLOCATOR_MIB``  of it, what PyTorch's allocator may reserve (the rest: CUDA context, libraries); empty on none
+``GPUPACK_MEMORY_FRACTION`` that allocator MiB as a fraction of the device, for ``torch.cuda.set_per_process_memory_fraction``
 ``GPUPACK_CPUS``           CPU cores the job may use (also ``OMP_NUM_THREADS``)
 ``GPUPACK_FOLDS``          the number of folds asked for
 ``GPUPACK_SEED``           the plan's seed
@@ -77,8 +78,9 @@ def environment(spec: CommandJob, comp: Competition, ctx: JobContext, output_dir
         "GPUPACK_DATA_DIR": str(Path(comp.root).resolve()),
         "GPUPACK_OUTPUT_DIR": str(output_dir.resolve()),
         "GPUPACK_DEADLINE": text(ctx.deadline),
-        "GPUPACK_GPU_MEMORY_MIB": text(ctx.gpu_memory_mib),
-        "GPUPACK_MEMORY_FRACTION": text(ctx.memory_fraction),
+        "GPUPACK_GPU_MEMORY_MIB": text(ctx.cap.share_mib if ctx.cap else ctx.gpu_memory_mib),
+        "GPUPACK_ALLOCATOR_MIB": text(ctx.cap and ctx.cap.allocator_mib),
+        "GPUPACK_MEMORY_FRACTION": text(ctx.cap and ctx.cap.fraction),
         "GPUPACK_CPUS": cpus,
         "GPUPACK_FOLDS": str(spec.folds),
         "GPUPACK_SEED": str(ctx.seed),

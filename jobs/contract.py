@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from scheduler.core.memcap import Cap
 from scheduler.core.scoring import get as get_metric
 
 
@@ -101,10 +102,15 @@ class JobContext:
     seed: int = 42
     deadline: float | None = None  # time.time() by which training must end
     gpu_memory_mib: int | None = None
-    memory_fraction: float | None = None
-    # the MiB packed ÷ the estimator's computed MiB: 1 unless a real card's measurement packed the job; the simulated
-    # device of a rehearsal scales the estimator's peaks by it, so the job fills its share as the packer expected
-    memory_scale: float = 1.0
+    # the memory cap the job's process applied (``core.memcap``; None: no share): what the allocator may reserve,
+    # and the MiB and fraction a command script is handed
+    cap: Cap | None = None
+    # the largest batch the tuner may grow to, decided by the planner (``policy.settle.batch_ceiling``); None: the
+    # record said none, so the batch does not grow past the one it starts at
+    max_batch: int | None = None
+    # a rehearsal's simulated device's memory model: peak MiB at a batch (``policy.estimate.SimulatedPeak``, scaled so
+    # the job fills its share as the packer expected), handed in by the job's process; None: no simulated device
+    simulated_peak: Callable[[int], float] | None = None
     report: Callable[[str, dict], None] = _no_report  # ("epoch" | "fold" | "log", {...}) → the run's events
     should_stop: Callable[[], bool] = _never  # True once cancelled or past the deadline
     limits: Callable[[], dict] = _no_limits  # the budget's cuts: {"folds": n, "epochs": m}, read at each fold/epoch

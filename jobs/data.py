@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.forms import CompetitionError, Form, check_ids, examples, recognise
+from scheduler.core.folds import HOLDOUT_FRACTION
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 IMAGE_FOLDERS = (("train", "test"), ("train_images", "test_images"), ("images", "images"))
@@ -353,7 +354,7 @@ def split_folds(y: np.ndarray, folds: int, seed: int) -> list[tuple[np.ndarray, 
     _, counts = np.unique(y, return_counts=True)
     stratify = counts.min() >= max(folds, 2) and len(counts) < len(y) // 2
     if folds == 1:
-        tr, va = train_test_split(rows, test_size=0.2, random_state=seed, stratify=y if stratify else None)
+        tr, va = train_test_split(rows, test_size=HOLDOUT_FRACTION, random_state=seed, stratify=y if stratify else None)
         return [(np.sort(tr), np.sort(va))]
     splitter = (StratifiedKFold(folds, shuffle=True, random_state=seed) if stratify
                 else KFold(folds, shuffle=True, random_state=seed))

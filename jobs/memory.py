@@ -5,29 +5,20 @@ a step at batch ``b`` uses the estimator's peak for ``b`` (at the plan's image s
 step whose peak passes the job's share raises ``torch.cuda.OutOfMemoryError`` with CUDA's message, exactly what the
 capped allocator would raise. So the batch-size loop (halve on OOM, grow when memory sits idle) runs here as it
 runs on a GPU.
+
+The cap itself is not set here: the job's process applies it once, before the job runs (``scheduler.execute.apply``,
+with ``core.memcap``'s rule), and :class:`CudaMemory` measures against the allocator MiB it leaves.
 """
 
 from __future__ import annotations
 
 import gc
-import math
 import os
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from scheduler.core.hardware import Nvml, memory_fraction, visible_index
-
-def outside_allocator_mib(card: str | None, torch_version: str | None = None) -> float:
-    """What a process holds on the card outside PyTorch's allocator: the CUDA context and the libraries' handles and
-    kernels (``scheduler.policy.overhead``: 612 + 148 = 760 MiB NVML showed on an H100 with torch 2.11 and lazy
-    loading; over 1 GiB with eager loading). A job's planned MiB counts them (the estimator adds them), so the
-    allocator is capped at the plan less this, and NVML's figure for the process stays inside the plan."""
-    from scheduler.policy.overhead import overhead_for
-
-    o = overhead_for(card, torch_version)
-    return o.context_mib + o.libraries_mib
+from scheduler.core.hardware import Nvml, visible_index
 
 
 def cuda_device(name: str = "cuda") -> torch.device:
@@ -37,36 +28,6 @@ def cuda_device(name: str = "cuda") -> torch.device:
     if dev.type != "cuda":
         raise ValueError(f"not a CUDA device: {name}")
     return dev if dev.index is not None else torch.device("cuda", 0)
-
-
-@dataclass(frozen=True)
-class Cap:
-    device_index: int
-    card_mib: int  # the physical card's total memory, read in this process
-    share_mib: int  # the job's planned MiB
-    allocator_mib: int  # what PyTorch's allocator may reserve: the share less what the process holds outside it
-    fraction: float
-    outside_mib: int  # the CUDA context and libraries (outside_allocator_mib)
-
-    def describe(self) -> str:
-        return (f"memory cap: {self.allocator_mib:,} MiB for the allocator ({self.fraction:.4f} of this "
-                f"{self.card_mib:,} MiB card) + ~{self.outside_mib} MiB CUDA context and libraries = the planned "
-                f"{self.share_mib:,} MiB")
-
-
-def cap_process_memory(share_mib: int, device: torch.device, cuda=torch.cuda) -> Cap:
-    """Cap this process's allocator so the job uses its planned MiB on whatever card runs it.
-
-    The fraction is taken of the physical card (``get_device_properties``), not of the plan's card: a plan for an
-    A100-40GB on an 80 GB H100 still caps each job at its planned MiB. ``cuda`` is ``torch.cuda`` (a fake in tests).
-    """
-    index = device.index if device.index is not None else 0
-    props = cuda.get_device_properties(index)
-    card_mib = int(props.total_memory // 2**20)
-    outside = math.ceil(outside_allocator_mib(getattr(props, "name", None)))
-    allocator = max(int(share_mib) // 2, int(share_mib) - outside)
-    cuda.set_per_process_memory_fraction(min(1.0, allocator / card_mib), index)
-    return Cap(index, card_mib, int(share_mib), allocator, memory_fraction(allocator, card_mib), outside)
 
 
 class CudaMemory:

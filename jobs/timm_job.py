@@ -19,6 +19,7 @@ import math
 import os
 import statistics
 import time
+from typing import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,13 +28,13 @@ import torch
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from jobs.data import Competition, split_folds
 from jobs.images import DeviceImages, ImageSet, LoaderSettings, ResizableBatchSampler
-from jobs.memory import cap_process_memory, cuda_device, measured_figures
+from jobs.memory import cuda_device, measured_figures
 from jobs.models import new_model
 from jobs.throughput import ThroughputWindow
 from jobs.timm_tuning import REHEARSAL_BATCH_SIZE, Tuning, compute_batch, job_memory, starting_batch
 from jobs.trainer import OutOfMemory, StepSettings, Trainer, guarded, predict_shrinking
 from scheduler.policy.autotune import (PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS, BatchTuner, lr_factor,
-                                       optimizer_steps, statistical_cap)
+                                       optimizer_steps)
 from scheduler.core.scoring import get as get_metric
 from scheduler.core.plan import TimmJob
 from scheduler.core.walltime import Ledger
@@ -93,6 +94,7 @@ class _Job:
     wall_rates: list[float] = field(default_factory=list)
     peaks: list[float] = field(default_factory=list)
     stepped: bool = False  # the task's first step was taken (it counts as set-up)
+    startup_s: float | None = None  # launch → the end of the task's first step: the budget keeps it apart
 
     def recover(self) -> None:
         if self.memory is not None:
@@ -100,14 +102,14 @@ class _Job:
         else:
             gc.collect()
 
-    def predict(self, trainer: Trainer, loader) -> np.ndarray:
+    def predict(self, trainer: Trainer, loader, check: Callable[[], None] | None = None) -> np.ndarray:
         def shrink(old: int, new: int, why: str) -> None:
             self.eval_batch = min(self.eval_batch, new)
             self.ctx.report("batch", {"action": "halve_eval", "batch_size": new, "previous_batch_size": old,
                                       "reason": f"out of memory predicting at batch {old}: {why}"})
             log.info("%s: out of memory predicting at batch %d, halved to %d", self.ctx.name, old, new)
 
-        return predict_shrinking(trainer, loader, self.recover, shrink)
+        return predict_shrinking(trainer, loader, self.recover, shrink, check)
 
     def batches(self, rows: np.ndarray, sampler: ResizableBatchSampler):
         """Batches of some training rows: gathered on the device when the images live there, else a loader's."""
@@ -145,6 +147,8 @@ class _Fold:
     bn_loader: object | None  # training images for precise BN, when the fold has few steps
     steps_per_epoch: int
     tuning: Tuning
+    # the last finished epoch when it was not validated: (its weights on the CPU, epoch), for a stop to fall back on
+    last: tuple | None = None
 
 
 def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
@@ -175,13 +179,15 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
             best_state, best_val, best_score, epochs_run, fold_rate = _train_fold(job, fold, window)
         except Stopped:
             notes.append(f"stopped during fold {k}: {len(out.folds)} of {len(mine)} folds finished")
-            if not out.folds and fold.tuning.best is not None:  # nothing finished: the fold's best epoch, last resort
-                state, val, score, epochs = fold.tuning.best
+            kept = _finished_epoch(job, fold) if not out.folds else None  # nothing finished: the last resort
+            if kept is not None:
+                state, val, score, epochs = kept
                 fold.trainer.model.load_state_dict(state)
                 test_pred = job.predict_test(fold.trainer)
                 out.partial = FoldOutput(fold=k, val_ids=ids[va], val_pred=val, test_pred=test_pred, score=score,
                                          epochs=epochs, val_true=y[va])
-                notes.append(f"kept fold {k}'s best epoch ({epochs}, {ctx.metric} {score:.4f}) as a partial model")
+                notes.append(f"kept fold {k}'s best finished epoch ({epochs}, {ctx.metric} {score:.4f}) as a "
+                             "partial model")
             break
         # the real card's figures, read before prediction: the runtime keeps them in the measurements cache
         measured = measured_figures(job.memory, fold.train_loader.batch_sampler.batch_size)
@@ -216,6 +222,19 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
     return out
 
 
+def _steady_figures(job: _Job, steps: int, steady_steps: int, steady_wall: float, val_s: float,
+                    wall: float) -> dict:
+    """What the budget projects from (``policy.budget``): the task's start-up apart (launch → its first step), the
+    epoch's steps, of them the steady ones and their mean wall (data wait + compute), the epoch's training at that
+    pace over all its steps (``steady_epoch_s``: the first step's start-up left out), its validation seconds (with
+    precise BN; 0 when it did not validate) and its own wall."""
+    step_s = steady_wall / steady_steps if steady_steps else None
+    return {"startup_s": None if job.startup_s is None else round(job.startup_s, 3), "steps": steps,
+            "steady_steps": steady_steps, "steady_step_s": None if step_s is None else round(step_s, 5),
+            "steady_epoch_s": None if step_s is None else round(step_s * steps, 4), "val_s": round(val_s, 4),
+            "epoch_wall_s": round(wall, 4)}
+
+
 def _mean(values: list) -> float | None:
     values = [v for v in values if v]
     return float(np.mean(values)) if values else None
@@ -231,18 +250,15 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext, ledger: Ledger |
         ctx = copy.copy(ctx)
         ctx.device, ctx.rehearsal = "cpu", True
     device = cuda_device(ctx.device) if cuda else torch.device("cpu")
-    cap = cap_process_memory(ctx.gpu_memory_mib, device) if cuda and ctx.gpu_memory_mib else None
-    if cap is not None:
-        notes.append(cap.describe())
-        ctx.report("log", {"line": f"{ctx.name}: {cap.describe()}"})
-    memory = job_memory(spec, ctx, cuda, device, None if cap is None else cap.allocator_mib)
+    if cuda and ctx.cap is not None:  # applied by the job's process before the job began (execute.apply)
+        notes.append(ctx.cap.describe())
+        ctx.report("log", {"line": f"{ctx.name}: {ctx.cap.describe()}"})
+    memory = job_memory(spec, ctx, cuda, device)
     start_batch = starting_batch(spec)  # the planner's: the statistics rule and the fit already chose it
     scale, scale_notes = _scale(spec, ctx, start_batch)
     notes += scale_notes
-    # the tuner may grow the batch into idle memory, never past the statistics rule's cap (autotune's)
-    fold_rows = len(split_folds(comp.y, spec.folds, ctx.seed)[0][0])
-    stat_cap = statistical_cap(fold_rows, spec.epochs, spec.grad_accum)
-    ceiling = max(1, min(len(comp.train_ids), stat_cap)) if not spec.fixed_batch else start_batch
+    # the tuner may grow the batch into idle memory, never past the planner's ceiling (the record's max_batch)
+    ceiling = start_batch if spec.fixed_batch or ctx.max_batch is None else ctx.max_batch
     tuner = BatchTuner(start_batch, max_batch=max(ceiling, start_batch), grown=not spec.fixed_batch)
     cpus = max(1, ctx.cpus)
     if cuda:
@@ -320,6 +336,30 @@ def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) 
     return _Fold(k, tr, va, y[va], trainer, train_loader, val_loader, bn_loader, steps_per_epoch, tuning)
 
 
+def _cpu_state(model: torch.nn.Module) -> dict:
+    return {n: t.detach().to("cpu", copy=True) for n, t in model.state_dict().items()}
+
+
+def _finished_epoch(job: _Job, fold: _Fold) -> tuple | None:
+    """A stopped fold's model, from its finished epochs only (the one stopped under way is dropped): (weights, its
+    validation predictions, score, epoch) of the better of its best validated epoch and its last finished epoch when
+    that one was not validated (validated here, the stop no longer asked). None: no epoch finished."""
+    best, last = fold.tuning.best, fold.last
+    if last is None or (best is not None and best[3] >= last[1]):
+        return best
+    state, epoch = last
+    fold.trainer.model.load_state_dict(state)
+    if fold.bn_loader is not None:
+        with job.ledger.phase("precise_bn"):
+            guarded(lambda: fold.trainer.precise_bn(fold.bn_loader))
+    with job.ledger.phase("validation"):
+        pred = job.predict(fold.trainer, fold.val_loader)
+    score = job.metric.fn(fold.y_val, pred)
+    if best is not None and not job.metric.better(score, best[2]):
+        return best
+    return state, pred, score, epoch
+
+
 def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
     """Train one fold; returns (best state, its validation predictions, its score, epochs run, train samples/s).
 
@@ -332,12 +372,17 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
     fold_samples, fold_seconds, fold_start = 0, 0.0, time.perf_counter()
     sampler = fold.train_loader.batch_sampler
 
-    def validate() -> tuple[np.ndarray, float]:
+    def validate(stoppable: bool = False) -> tuple[np.ndarray, float]:
+        # a stop may drop this pass only when a validated epoch's predictions are in hand: handing those back costs
+        # the test pass alone, where any other fallback costs a validation pass as this one does
+        check = ctx.check_stop if stoppable and tuning.best is not None else None
         if fold.bn_loader is not None:
+            if check is not None:
+                check()
             with ledger.phase("precise_bn"):
                 guarded(lambda: trainer.precise_bn(fold.bn_loader))
         with ledger.phase("validation"):
-            pred = job.predict(trainer, fold.val_loader)
+            pred = job.predict(trainer, fold.val_loader, check)
         return pred, job.metric.fn(fold.y_val, pred)
 
     for epoch in range(scale.epochs):
@@ -348,6 +393,7 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
         epoch_start = time.perf_counter()
         losses, times, samples, seconds, steps = [], [], 0, 0.0, 0
         step_time = 0.0
+        micro, steady_n, steady_wall = 0, 0, 0.0  # micro-batches; those after the task's first, and their wall
         fetch_start = time.perf_counter()
         for batch in fold.train_loader:
             waited = time.perf_counter() - fetch_start
@@ -360,6 +406,12 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
                 continue
             # the task's first step pays for kernels, autotuning and the optimizer's state: set-up, not training
             ledger.add("setup" if not job.stepped else "train", r.seconds)
+            micro += 1
+            if job.stepped:  # a steady step: its wait for data and its compute, the pace the budget projects
+                steady_n += 1
+                steady_wall += waited + r.seconds
+            else:
+                job.startup_s = ledger.clock() - ledger.start
             job.stepped = True
             tuning.after_step(trainer, sampler, trainer.optimizer_steps)
             window.add(r.samples, r.seconds, waited)
@@ -387,7 +439,10 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
                 times.append(step_time)
         epochs_run = epoch + 1
         validated = inputs.validates(epochs_run, last, spec.patience)
-        val_pred, score = validate() if validated else (None, None)
+        val_start = time.perf_counter()
+        # the last epoch's validation finishes the fold: it runs on through a stop (within the grace), never dropped
+        val_pred, score = validate(stoppable=epochs_run < last) if validated else (None, None)
+        val_s = time.perf_counter() - val_start
         train_rate = samples / seconds if seconds > 0 else None
         wall = time.perf_counter() - epoch_start
         fold_samples += samples
@@ -403,18 +458,21 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
                  "step_time_s": float(statistics.median(times)) if times else None,
                  "batch_size": tuning.tuner.batch_size, "compute_batch_size": sampler.batch_size,
                  "optimizer_steps": trainer.optimizer_steps, "gpu_mem_peak_mib": peak,
-                 "gpu_mem_simulated": bool(tuning.memory and tuning.memory.simulated), "validated": validated}
+                 "gpu_mem_simulated": bool(tuning.memory and tuning.memory.simulated), "validated": validated,
+                 **_steady_figures(job, micro, steady_n, steady_wall, val_s if validated else 0.0, wall)}
         if validated:
             event["val_score"] = score
         ctx.report("epoch", event)
         log.info("%s fold %d epoch %d/%d: loss %.4f, %s %s, %.1f train samples/s", spec.name, k, epochs_run,
                  scale.epochs, event["loss"] or float("nan"), ctx.metric,
                  f"{score:.5f}" if validated else "not validated", train_rate or float("nan"))
-        if not validated:
+        if not validated:  # a finished epoch all the same: a stop in the next falls back on its weights
+            fold.last = (_cpu_state(trainer.model), epochs_run)
             continue
+        fold.last = None
         if best_score is None or job.metric.better(score, best_score):
             best_score, best_val, best_epoch = score, val_pred, epochs_run
-            best_state = {n: t.detach().to("cpu", copy=True) for n, t in trainer.model.state_dict().items()}
+            best_state = _cpu_state(trainer.model)
             tuning.best = (best_state, best_val, best_score, epochs_run)
             torch.save(best_state, ctx.workdir / f"{spec.name}_fold{k}.pt")
         elif epochs_run - best_epoch >= spec.patience:
@@ -423,7 +481,7 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
             break
     if best_state is None and epochs_run:  # cut by the budget before any validation: the last epoch's model
         best_val, best_score = validate()
-        best_state = {n: t.detach().to("cpu", copy=True) for n, t in trainer.model.state_dict().items()}
+        best_state = _cpu_state(trainer.model)
     job.train_rates.append(fold_samples / fold_seconds if fold_seconds > 0 else None)
     wall = time.perf_counter() - fold_start
     job.wall_rates.append(fold_samples / wall if wall > 0 else None)

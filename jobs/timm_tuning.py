@@ -21,20 +21,15 @@ log = logging.getLogger("gpupack.job")
 REHEARSAL_BATCH_SIZE = 32
 
 
-def job_memory(spec: TimmJob, ctx: JobContext, cuda: bool, device: torch.device, allocator_mib: int | None):
-    """What measures the job's GPU memory: the CUDA allocator (against what the cap lets it reserve), the simulated
-    device on the CPU, or nothing when the job has no share to measure against."""
+def job_memory(spec: TimmJob, ctx: JobContext, cuda: bool, device: torch.device):
+    """What measures the job's GPU memory: the CUDA allocator (against what its process's cap, ``ctx.cap``, lets it
+    reserve), the simulated device on the CPU (``ctx.simulated_peak``, against the whole share: the estimator's peaks
+    count the context), or nothing when the job has no share to measure against."""
     if cuda:
-        return CudaMemory(device, allocator_mib)
-    if not ctx.gpu_memory_mib:
+        return CudaMemory(device, ctx.cap.allocator_mib if ctx.cap else None)
+    if not ctx.gpu_memory_mib or ctx.simulated_peak is None:
         return None
-    from scheduler.policy.estimate import estimate
-
-    def peak(batch: int) -> float:  # scaled when a real card's measurement packed the job (JobContext.memory_scale)
-        return estimate(spec.model, spec.image_size, batch, amp=spec.amp, optimizer=spec.optimizer,
-                        channels_last=spec.channels_last).peak_mib * ctx.memory_scale
-
-    return SimulatedDevice(peak, ctx.gpu_memory_mib)
+    return SimulatedDevice(ctx.simulated_peak, ctx.gpu_memory_mib)
 
 
 def starting_batch(spec: TimmJob) -> int:

@@ -173,10 +173,14 @@ class Trainer:
         return seen
 
     @torch.inference_mode()
-    def predict(self, loader: DataLoader) -> np.ndarray:
+    def predict(self, loader: DataLoader, check: Callable[[], None] | None = None) -> np.ndarray:
+        """Class probabilities for every row of ``loader``; ``check`` (e.g. ``ctx.check_stop``) is called before
+        each batch, so a stop reaches a pass the caller can afford to drop."""
         self.model.eval()
         out = []
         for batch in loader:
+            if check is not None:
+                check()
             x = batch[0] if isinstance(batch, (list, tuple)) else batch
             with self._autocast():
                 logits = self.forward(self._to_device(x))
@@ -185,13 +189,14 @@ class Trainer:
 
 
 def predict_shrinking(trainer: Trainer, loader: DataLoader, recover: Callable[[], None],
-                      on_shrink: Callable[[int, int, str], None] = lambda old, new, why: None) -> np.ndarray:
+                      on_shrink: Callable[[int, int, str], None] = lambda old, new, why: None,
+                      check: Callable[[], None] | None = None) -> np.ndarray:
     """Predict every row of ``loader``; on an out-of-memory error halve its batch (its ``batch_sampler`` is a
     ResizableBatchSampler) and start the pass again, down to batch 1. Validation runs at twice the training batch, so
     it is often the first to meet the cap."""
     sampler = loader.batch_sampler
     while True:
-        result = guarded(lambda: trainer.predict(loader))
+        result = guarded(lambda: trainer.predict(loader, check))
         if not isinstance(result, OutOfMemory):
             return result
         recover()

@@ -1,9 +1,11 @@
 """The benchmarks are not run by the suite (they print figures and take minutes), so a restructuring could break
 them unseen: here every name a benchmark takes from gpupack must exist — ``from scheduler.x import y`` and each
-``module.attribute`` used on a gpupack module it imported."""
+``module.attribute`` used on a gpupack module it imported. The budget benchmark's parts that need no run are tested
+too: the competition it builds, and the figures it reads from a run's events."""
 
 import ast
 import importlib
+import json
 
 import pytest
 from conftest import ROOT
@@ -57,3 +59,139 @@ def test_the_check_sees_a_missing_name(tmp_path):
     bad.write_text("from scheduler import runtime\nruntime.device_resources(None, 0.9)\n")
     assert (2, "scheduler.runtime", "device_resources") in names_used(bad)
     assert not hasattr(importlib.import_module("scheduler.runtime"), "device_resources")
+
+
+# --- benchmarks/competitions.py and benchmarks/budget.py (issue 32) -----------------------------------------------
+
+
+def _bench(name: str):
+    """A benchmark module by name (benchmarks/ is no package of the product; the repository root is its parent)."""
+    import sys
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module(f"benchmarks.{name}")
+
+
+def test_the_built_competition_loads_scores_and_is_learnable(tmp_path):
+    """What the budget benchmark trains on: gpupack reads the folder (images, pixel columns, labels), submit's
+    held-out scorer reads its solution.csv, the same seed writes the same files, and the labels are learnable from
+    the pixels by a linear model well above chance (0.1) on test images derived from digits no training image was."""
+    import numpy as np
+    import pandas as pd
+    from PIL import Image
+    from sklearn.linear_model import LogisticRegression
+
+    from jobs.data import load_competition
+
+    build = _bench("competitions").build
+    root = build(tmp_path / "a", 300, seed=3, size=28)
+    comp = load_competition(root, "accuracy")
+    assert (len(comp.train), len(comp.test)) == (240, 60) and comp.form.kind == "label"
+    assert len(comp.feature_cols) == 64 and comp.warnings == []
+    assert sorted(map(int, comp.classes)) == list(range(10))
+    assert all(p.is_file() for p in comp.train_images) and len(comp.test_images) == 60
+    assert Image.open(comp.train_images[0]).size == (28, 28)
+    solution = pd.read_csv(root / "solution.csv")
+    assert comp.held_out(solution, "accuracy") == 1.0
+    wrong = solution.assign(label=(solution["label"] + 1) % 10)
+    assert comp.held_out(wrong, "accuracy") == 0.0
+
+    small = [build(tmp_path / d, 40, seed=s, size=28) for d, s in (("b", 3), ("c", 3), ("d", 4))]
+    assert (small[0] / "train.csv").read_bytes() == (small[1] / "train.csv").read_bytes()
+    assert (small[0] / "test" / "35.png").read_bytes() == (small[1] / "test" / "35.png").read_bytes()
+    assert (small[2] / "train.csv").read_bytes() != (small[0] / "train.csv").read_bytes()
+
+    def pixels(ids, split):
+        return np.stack([np.asarray(Image.open(root / split / f"{i}.png"), dtype=np.float32).ravel() / 255
+                         for i in ids])
+
+    model = LogisticRegression(max_iter=3000).fit(pixels(comp.train["id"], "train"), comp.train["label"])
+    accuracy = model.score(pixels(solution["id"], "test"), solution["label"])
+    assert accuracy > 0.4, accuracy
+
+
+def _events():
+    """A budgeted run's events as a controller with the issue's fields writes them: window 200 s from t=1000."""
+    return [
+        {"time": 1000.0, "event": "run_start", "training_deadline_s": 200.0},
+        {"time": 1010.0, "event": "sample", "job": "resnet50/f1"},
+        {"time": 1040.0, "event": "budget_cut", "job": "effnet_b4", "what": "epochs", "old": 8, "new": 5,
+         "reason": "estimated finish 250 s > window 200 s", "margin": 0.25, "estimated_finish_s": 150.0,
+         "margin_source": "measured"},
+        {"time": 1100.0, "event": "budget_restore", "job": "effnet_b4", "what": "epochs", "old": 5, "new": 6,
+         "reason": "room came back", "margin": 0.1},
+        {"time": 1195.0, "event": "fold", "job": "lgbm", "fold": 0, "kept": True},  # kept from before: no work
+        {"time": 1160.0, "event": "fold", "job": "effnet_b4", "fold": 0},
+        {"time": 1170.0, "event": "state", "job": "resnet50/f1", "old": "RUNNING", "new": "SUCCEEDED"},
+        {"time": 1210.0, "event": "state", "job": "effnet_b4", "old": "RUNNING", "new": "CANCELLED"},  # stopped
+        {"time": 1220.0, "event": "ensemble", "held_out_score": 0.951},
+        {"time": 1221.0, "event": "run_end", "status": "deadline", "submission_source": "folds"},
+    ]
+
+
+def test_budget_figures_come_from_the_runs_events():
+    """The figures the benchmark prints: the window from run_start, the last training work (a kept fold and a
+    cancelled task's end are not work), the share used, every cut and undo with its fields, the estimate's error at
+    the first cut, held-out, and the goals judged against the uncut run and the floor."""
+    b = _bench("budget")
+    events = _events()
+    fig = b.figures(events)
+    assert (fig["window_s"], fig["last_activity_s"], fig["share_used"]) == (200.0, 170.0, 0.85)
+    assert fig["held_out"] == 0.951 and fig["status"] == "deadline" and fig["submission_source"] == "folds"
+    cut, undo = fig["decisions"]
+    assert cut == {"at_s": 40.0, "kind": "cut", "task": "effnet_b4", "what": "epochs", "old": 8, "new": 5,
+                   "reason": "estimated finish 250 s > window 200 s", "margin": 0.25, "estimated_finish_s": 150.0,
+                   "margin_source": "measured"}
+    assert (undo["kind"], undo["old"], undo["new"], undo["at_s"]) == ("undo", 5, 6, 100.0)
+    est = fig["first_cut_estimate"]
+    assert est["error"] == round((170 - 150) / 150, 4) and est["margin_source"] == "measured"
+    # the run's own deadline (status --json) places the window; submit --json's held-out comes first
+    assert b.window(events, {"deadline": 1200.5}) == (1000.5, 1200.5)
+    placed = b.figures(events, {"deadline": 1200.5}, {"held_out_score": 0.96})
+    assert placed["held_out"] == 0.96 and placed["first_cut_estimate"]["actual_finish_s"] == 169.5
+    # submit --json's answer, one line after progress or one indented document: never an inner object of it
+    assert b._last_json('progress\n{"held_out_score": 0.9}\n') == {"held_out_score": 0.9}
+    assert b._last_json(json.dumps({"held_out_score": 0.9, "jobs": [{"a": 1}]}, indent=2))["held_out_score"] == 0.9
+
+    runs = {"uncut": {"held_out": 0.955, "share_used": 0.1}, "floor": {"held_out": 0.94}, "budgeted": fig}
+    assert b.goals(runs)["budgeted"] == {"share_used_at_least_75pct": True, "held_out_within_0.01_of_uncut": True,
+                                         "held_out_not_below_floor": True}
+    runs["uncut"]["held_out"] = 0.97
+    runs["floor"]["held_out"] = 0.952
+    assert b.goals(runs)["budgeted"] == {"share_used_at_least_75pct": True, "held_out_within_0.01_of_uncut": False,
+                                         "held_out_not_below_floor": False}
+    assert "estimate's error at the first cut: +13.3%" in b.table(
+        {"runs": {"budgeted": {**fig, "wall_s": 230.0, "budget_s": 235, "status": "deadline"}},
+         "goals": b.goals(runs), "images": 6000, "load_before": [1.0], "load_after": [2.0]})
+
+
+def test_budget_figures_say_why_when_a_cut_has_no_estimate():
+    """Today's controller writes budget_cut without estimated_finish_s: the error is "—" with the reason, and a
+    run with no cut, or no events at all, still gives its figures (None), never a crash."""
+    b = _bench("budget")
+    events = [{k: v for k, v in e.items() if k not in ("estimated_finish_s", "margin_source")} for e in _events()]
+    est = b.figures(events)["first_cut_estimate"]
+    assert est["error"] is None and "estimated_finish_s" in est["why"]
+    text = b.table({"runs": {"budgeted": {**b.figures(events), "wall_s": 1.0, "budget_s": 2}}, "goals": {},
+                    "images": 1, "load_before": [], "load_after": []})
+    assert "estimate's error at the first cut: — (the budget_cut event has no estimated_finish_s" in text
+    no_cut = [e for e in events if e["event"] not in ("budget_cut", "budget_restore")]
+    assert b.figures(no_cut)["first_cut_estimate"] == {"error": None, "why": "no cut was made"}
+    empty = b.figures([])
+    assert empty["share_used"] is None and empty["held_out"] is None and empty["decisions"] == []
+    assert b.goals({"budgeted": empty})["budgeted"]["held_out_within_0.01_of_uncut"] is None
+
+
+def test_the_floor_plan_is_the_plan_with_one_fold_everywhere(tmp_path):
+    import yaml
+
+    b = _bench("budget")
+    plan = ROOT / "plans" / "option1.yaml"
+    floor = yaml.safe_load(b.floor_plan(plan, tmp_path / "floor.yaml").read_text())
+    original = yaml.safe_load(plan.read_text())
+    assert [j["folds"] for j in floor["jobs"]] == [1] * len(original["jobs"])
+    assert [{**j, "folds": 1} for j in original["jobs"]] == floor["jobs"]
+    from scheduler.core import plan as planmod
+
+    assert all(j.folds == 1 for j in planmod.load(tmp_path / "floor.yaml").jobs)

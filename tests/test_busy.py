@@ -14,7 +14,7 @@ from scheduler.core.plan import TimmJob
 from scheduler.core.walltime import PHASES, Ledger, largest_loss, merge, summarize
 from scheduler.policy import dryrun, inputs
 from scheduler.policy.advice import Observed, advise
-from scheduler.policy.estimate import estimate
+from scheduler.policy.estimate import estimate, simulated_peak
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def _simulated(comp, tmp_path, share_mib, **kw):
     spec = TimmJob(name="r18", kind="timm", model="resnet18", image_size=224, batch_size=64, folds=2, epochs=400,
                    images_on_device=True, **kw)
     ctx = JobContext("r18", tmp_path, cpus=1, device="cpu", rehearsal=True, gpu_memory_mib=share_mib,
-                     report=lambda kind, data: events.append((kind, data)))
+                     simulated_peak=simulated_peak(spec), report=lambda kind, data: events.append((kind, data)))
     return run_job(spec, comp, ctx), events
 
 
@@ -222,7 +222,7 @@ def test_every_job_kind_leaves_its_breakdown_in_the_record_and_the_report(tmp_pa
 
     from conftest import FAKE_TRAIN, TEST_HARDWARE
     from jobs import lightgbm_job
-    from scheduler.runtime.inprocess import InProcessDriver
+    from scheduler.runtime.driver import InProcessDriver
     from scheduler.runtime.runner import RunOptions
     from scheduler.runtime.submit import submit
     from scheduler.store import report

@@ -92,6 +92,15 @@ def test_every_run_verb_answers_json_by_id(in_run, run_cli):
     assert blended["run_id"] == rid and blended["ensemble_cv"] is not None
     assert parsed(run_cli("status", f"runs/{rid}", "--json"))["run_id"] == rid  # the folder works as ever
     assert "is not running" in failed(run_cli("cancel", rid, "--json"))
+    assert status["budget"] is None  # nothing cut
+    # a cut and its undo in the run's events: status says on which margin the last decision stood
+    with open(in_run[0] / "runs" / rid / "events.jsonl", "a") as f:
+        for kind, margin, source, errors in (("budget_cut", 0.25, "assumed", 1), ("budget_restore", 0.12, "measured", 4)):
+            f.write(json.dumps({"time": 1.0, "event": kind, "job": "fake", "what": "epochs", "old": 10, "new": 7,
+                                "reason": "r", "margin": margin, "margin_source": source, "errors": errors,
+                                "estimated_finish_s": 50.0}) + "\n")
+    assert parsed(run_cli("status", rid, "--json"))["budget"] == {
+        "margin": 0.12, "margin_source": "measured", "errors": 4, "estimated_finish_s": 50.0, "cuts": 1, "restores": 1}
 
 
 def test_the_plan_and_machine_verbs_answer_json(run_cli, tmp_path):

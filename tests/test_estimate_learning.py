@@ -280,6 +280,7 @@ def test_a_rehearsal_of_a_measured_job_simulates_the_measured_figure(tmp_path):
     peaks scaled to it: at its batch it fills its share and does not run out of memory there."""
     from jobs.contract import JobContext
     from jobs.timm_tuning import job_memory
+    from scheduler.policy.estimate import simulated_peak
     from scheduler.runtime.runner import Runner, RunOptions, prepare_folder
 
     db = tmp_path / "m.sqlite"
@@ -300,8 +301,9 @@ def test_a_rehearsal_of_a_measured_job_simulates_the_measured_figure(tmp_path):
     dry.images_mib.pop("r0")
     runner.run_state.where["r0"] = dataclasses.replace(runner.where["r0"],
                                                        gpu_memory_mib=runner.where["r0"].gpu_memory_mib - 150)
-    ctx = JobContext("r0", tmp_path, gpu_memory_mib=computed - 200, memory_scale=scale)
-    device = job_memory(dry.plan.job("r0"), ctx, False, None, None)
+    ctx = JobContext("r0", tmp_path, gpu_memory_mib=computed - 200,
+                     simulated_peak=simulated_peak(dry.plan.job("r0"), scale))
+    device = job_memory(dry.plan.job("r0"), ctx, False, None)
     device.before_step(64)  # would raise at the computed figure: it is 200 MiB over the share
     assert device.peak_mib() == pytest.approx(computed - 200, abs=1)
     assert Runner(dryrun.prepare(plan, from_profile("A10-24GB")), RunOptions(run_dir=tmp_path / "r2"),

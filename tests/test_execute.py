@@ -66,17 +66,16 @@ def test_a_record_is_frozen_typed_and_crosses_a_process_as_it_is(tmp_path, digit
 
 
 def test_in_process_backend_runs_the_record_and_reports_command_progress_as_it_runs(tmp_path, digits, script):
-    seen = []
-    ex = InProcessExecutor(on_report=lambda h: seen.append([e["event"] for e in h.events()]), cuda=False)
+    ex = InProcessExecutor(cuda=False)
     h = ex.submit(_record(tmp_path, digits, script))
-    assert not h.done()
-    out = h.result()
-    assert h.done() and h.exit_code == 0 and len(out.folds) == 1
+    out = h.result()  # waits for the executor's worker thread to run it
+    assert h.done() and h.started and h.exit_code == 0 and len(out.folds) == 1
+    kinds = [e["event"] for e in h.events()]
     epochs = [e for e in h.events() if e["event"] == "epoch"]
     assert [e["epoch"] for e in epochs] == [0, 1] and epochs[0]["loss"] == 1.0
-    # the epochs were reported before the job's end (its fold comes from the CSV files at the end)
-    first_epoch = next(i for i, evs in enumerate(seen) if "epoch" in evs)
-    assert first_epoch < next(i for i, evs in enumerate(seen) if "fold" in evs)
+    # the epochs were reported as they came, before the job's end (its fold comes from the CSV files at the end)
+    assert kinds.index("epoch") < kinds.index("fold")
+    ex.close()
 
 
 def test_in_process_failure_is_a_failed_job_with_a_reason(tmp_path, digits, script):
@@ -161,12 +160,18 @@ class Recording:
     def wait(self, handles, timeout):
         return self.inner.wait(handles, timeout)
 
+    def close(self):
+        self.inner.close()
+
+    def settled(self):
+        self.inner.settled()
+
 
 def test_a_plan_run_and_a_slot_job_go_through_the_same_executor_interface(tmp_path, digits, monkeypatch):
     from scheduler.core.plan import from_dict
     from scheduler.execute import local
     from scheduler.policy import dryrun
-    from scheduler.runtime.inprocess import InProcessDriver
+    from scheduler.runtime.driver import InProcessDriver
     from scheduler.runtime.runner import RunOptions, prepare_folder
 
     plan = from_dict({"name": "p", "hardware": {"profile": "A100-40GB"}, "budget": "5m",
@@ -175,7 +180,7 @@ def test_a_plan_run_and_a_slot_job_go_through_the_same_executor_interface(tmp_pa
     run_dir = tmp_path / "run"
     record = prepare_folder(dry, run_dir, None)
     driver = InProcessDriver(dry, RunOptions(run_dir=run_dir, data_dir=digits), record)
-    driver.executor = Recording(InProcessExecutor(on_report=driver._reported, cuda=False))
+    driver.executor = Recording(InProcessExecutor(cuda=False))
     driver.run()
     assert [type(r) for r in driver.executor.records] == [LaunchRecord]
     assert driver.state["g"].value == "SUCCEEDED"

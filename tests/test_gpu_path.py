@@ -14,9 +14,11 @@ import torch
 
 from jobs import JobContext, run_job, timm_job
 from jobs.data import load_competition
-from jobs.memory import cap_process_memory, cuda_device, outside_allocator_mib
-from scheduler.policy.overhead import overhead_for
-from scheduler.core.hardware import memory_fraction, physical_memory_mib, visible_index
+from jobs.memory import cuda_device
+from scheduler.core.hardware import physical_memory_mib, visible_index
+from scheduler.core.memcap import memory_cap
+from scheduler.execute.apply import hold_to, process_cap
+from scheduler.policy.overhead import outside_allocator_mib, overhead_for
 from scheduler.core.plan import TimmJob
 
 H100_MIB = 81_559  # what NVML reports for an H100 80GB HBM3
@@ -52,11 +54,14 @@ def test_torch_refuses_a_cuda_device_without_an_index_and_the_job_never_passes_o
 
 
 @pytest.mark.parametrize("card_mib", [H100_MIB, A100_40_MIB, 24 * 1024])
-def test_the_cap_is_the_planned_mib_on_whatever_card_runs_the_job(card_mib):
+def test_the_cap_is_the_planned_mib_on_whatever_card_runs_the_job(card_mib, monkeypatch):
     cuda = FakeCuda(card_mib)
-    cap = cap_process_memory(7_218, cuda_device("cuda"), cuda=cuda)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", cuda.get_device_properties)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", cuda.set_per_process_memory_fraction)
+    cap = process_cap(7_218, A100_40_MIB, cuda=True, torch_job=True)
+    hold_to(cap)
     (fraction, index), = cuda.calls
-    assert index == 0 and cap.card_mib == card_mib
+    assert index == 0 and cap.card_mib == card_mib and fraction == cap.fraction
     outside = cap.outside_mib
     assert fraction * card_mib == pytest.approx(7_218 - outside, abs=card_mib * 1e-4)
     # the same job, planned for an A100-40GB, may not take twice its share on the 80 GB card
@@ -66,10 +71,8 @@ def test_the_cap_is_the_planned_mib_on_whatever_card_runs_the_job(card_mib):
 def test_the_cap_leaves_outside_the_allocator_what_the_estimator_adds_there():
     """The estimator plans context + libraries outside the allocator (760 MiB on an H100 with lazy loading): the
     cap must leave exactly that, or NVML's figure for the process passes the plan (it once left 640)."""
-    cuda = FakeCuda(H100_MIB)
-    cuda.name = "NVIDIA H100 80GB HBM3"
-    cap = cap_process_memory(12_000, cuda_device("cuda"), cuda=cuda)
     o = overhead_for("NVIDIA H100 80GB HBM3", None)
+    cap = memory_cap(12_000, H100_MIB, outside_allocator_mib("NVIDIA H100 80GB HBM3"))
     assert cap.outside_mib == round(o.context_mib + o.libraries_mib) == 760
     assert cap.allocator_mib == 12_000 - 760
     assert "760 MiB CUDA context and libraries" in cap.describe()
@@ -78,17 +81,16 @@ def test_the_cap_leaves_outside_the_allocator_what_the_estimator_adds_there():
 
 
 def test_a_small_share_keeps_at_least_half_for_the_allocator():
-    cuda = FakeCuda(H100_MIB)
-    cap = cap_process_memory(1_000, cuda_device("cuda"), cuda=cuda)
-    assert cap.allocator_mib == 500
+    assert memory_cap(1_000, H100_MIB, 760).allocator_mib == 500
 
 
-def test_command_jobs_and_slots_take_the_fraction_of_the_physical_card():
-    assert memory_fraction(18_432, A100_40_MIB) == 0.45
-    assert memory_fraction(18_432, H100_MIB) == 0.2259  # rounded down: 18,424 MiB, never over
-    assert memory_fraction(0.29 * 1000, 1000) == 0.29
-    assert memory_fraction(None, H100_MIB) is None and memory_fraction(1000, None) is None
-    assert memory_fraction(100_000, H100_MIB) == 1.0
+def test_the_fraction_is_of_the_physical_card_rounded_down():
+    assert memory_cap(18_432, A100_40_MIB, 0).fraction == 0.45
+    assert memory_cap(18_432, H100_MIB, 0).fraction == 0.2259  # rounded down: 18,424 MiB, never over
+    assert memory_cap(290, 1000, 0).fraction == 0.29
+    assert memory_cap(100_000, H100_MIB, 760).fraction == 1.0
+    with pytest.raises(ValueError):
+        memory_cap(0, H100_MIB, 760)
     assert visible_index("3") == 3 and visible_index("2,5", 1) == 5 and visible_index(None) == 0
     assert visible_index("GPU-8c1f") == "GPU-8c1f" and visible_index("") is None
 
@@ -102,17 +104,16 @@ def test_the_physical_card_is_read_through_nvml_and_a_missing_nvml_is_a_value():
     assert physical_memory_mib(0, FakeNVML(fail_init=True)) is None
 
 
-def test_the_actor_recomputes_the_fraction_in_its_own_process(monkeypatch):
+def test_a_job_that_loads_no_torch_takes_its_card_from_nvml(monkeypatch):
     from scheduler.core import hardware
-    from scheduler.execute.apply import job_memory_fraction
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     seen = []
     monkeypatch.setattr(hardware, "physical_memory_mib", lambda dev: seen.append(dev) or H100_MIB)
     # 18 GiB of an A100-40GB (the launch record carries the MiB and the plan's card; the job's process the rest)
-    assert job_memory_fraction(18_432, A100_40_MIB, cuda=True) == 0.2259 and seen == [1]
-    assert job_memory_fraction(18_432, A100_40_MIB, cuda=False) == 0.45  # a rehearsal: the plan's card
-    assert job_memory_fraction(None, A100_40_MIB, cuda=True) is None
+    assert process_cap(18_432, A100_40_MIB, cuda=True, torch_job=False).card_mib == H100_MIB and seen == [1]
+    assert process_cap(18_432, A100_40_MIB, cuda=False, torch_job=False).card_mib == A100_40_MIB  # a rehearsal
+    assert process_cap(None, A100_40_MIB, cuda=True, torch_job=False) is None
 
 
 # --- out-of-memory anywhere in a step ------------------------------------------------------------------------------
@@ -198,7 +199,7 @@ def test_a_full_scale_run_of_a_seed_batch_on_small_data_is_capped_and_learns(com
     chance (0.0985). Run at full scale (no rehearsal reductions: every row, every epoch, the real batch) on the CPU at
     32 px, the planner's side caps the batch for statistics (``policy.settle``), recomputes BatchNorm statistics, and validates far above chance.
     (ResNet-10-T at 32 px here scored 0.99; 1-8 minutes on this shared 2-core machine, hence ``slow``.)"""
-    from scheduler.policy.dryrun import fold_train_rows
+    from scheduler.core.folds import fold_train_rows
     from scheduler.policy.settle import settle
 
     events = []

@@ -43,7 +43,7 @@ def test_sigterm_stops_cleanly(tmp_path, digits_dir):
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
     summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["status"] == "interrupted"
+    assert summary["status"] == "cancelled"
     states = {j["name"]: j["state"] for j in summary["jobs"]}
     assert states == {"quick": "SUCCEEDED", "slow": "CANCELLED"}
     assert (run_dir / "submission.csv").is_file() and (run_dir / "jobs" / "quick" / "oof.csv").is_file()

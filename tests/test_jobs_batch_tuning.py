@@ -9,7 +9,9 @@ import torch
 from jobs import JobContext, run_job, timm_job
 from jobs.data import load_competition, write_digits
 from jobs.memory import SimulatedDevice
-from scheduler.policy.estimate import estimate
+from scheduler.core.folds import fold_train_rows
+from scheduler.policy.estimate import estimate, simulated_peak
+from scheduler.policy.settle import batch_ceiling
 from scheduler.core.plan import TimmJob
 
 
@@ -33,9 +35,12 @@ def spec(batch, **kw):
 
 def run(comp, tmp_path, batch, share_mib, **kw):
     events = []
+    job = spec(batch, **kw)
+    # the planner's ceiling (the record's max_batch): 400 planned epochs put the statistics cap above 512
     ctx = JobContext("r18", tmp_path, cpus=1, device="cpu", rehearsal=True, gpu_memory_mib=share_mib,
+                     simulated_peak=simulated_peak(job), max_batch=batch_ceiling(job, 1437, fold_train_rows(1437, job.folds)),
                      report=lambda kind, data: events.append((kind, data)))
-    out = run_job(spec(batch, **kw), comp, ctx)
+    out = run_job(job, comp, ctx)
     return out, [d for k, d in events if k == "batch"]
 
 
@@ -81,10 +86,13 @@ def test_simulated_device_raises_cudas_error():
 @pytest.mark.gpu
 def test_real_cuda_oom_halves(comp, tmp_path):
     """On a GPU: a share far too small for batch 512 must halve down and still finish."""
-    total = torch.cuda.get_device_properties(0).total_memory / 2**20
+    from scheduler.execute.apply import hold_to, process_cap
+
+    cap = process_cap(3000, None, cuda=True, torch_job=True)
+    hold_to(cap)  # as the job's process does (execute.apply)
     events = []
     ctx = JobContext("r18", tmp_path, cpus=2, device="cuda", rehearsal=False, gpu_memory_mib=3000,
-                     memory_fraction=3000 / total, report=lambda kind, data: events.append((kind, data)),
+                     cap=cap, report=lambda kind, data: events.append((kind, data)),
                      limits=lambda: {"epochs": 1})  # one of spec()'s 400 epochs: no statistical cap on 512
     out = run_job(spec(512), comp, ctx)
     assert [f.fold for f in out.folds] == [0, 1] and out.throughput["batch_size"] < 512

@@ -14,6 +14,7 @@ from jobs import JobContext
 from scheduler.execute import local
 from scheduler.execute.command import run as run_job
 from jobs.data import load_competition, write_digits
+from scheduler.core.memcap import memory_cap
 from scheduler.core.plan import CommandJob
 from waiting import HANG_S, wait_until
 
@@ -70,7 +71,7 @@ def test_command_job_reads_its_folds(comp, tmp_path):
     script = _script(tmp_path, CENTROIDS)
     work = tmp_path / "work"
     ctx = JobContext("cmd", work, cpus=3, metric="accuracy", seed=7, deadline=1.9e9, gpu_memory_mib=4096,
-                     memory_fraction=0.25, rehearsal=True)
+                     cap=memory_cap(4096, 12_800, 896), rehearsal=True)
     out = run_job(_spec([sys.executable, script], env={"MY_FLAG": "x"}, cwd=str(tmp_path)), comp, ctx)
 
     assert [f.fold for f in out.folds] == [0, 1]
@@ -91,6 +92,7 @@ def test_command_job_reads_its_folds(comp, tmp_path):
     assert env["GPUPACK_OUTPUT_DIR"] == str((work / "output").resolve())
     assert float(env["GPUPACK_DEADLINE"]) == 1.9e9
     assert env["GPUPACK_GPU_MEMORY_MIB"] == "4096" and env["GPUPACK_MEMORY_FRACTION"] == "0.25"
+    assert env["GPUPACK_ALLOCATOR_MIB"] == "3200"  # 4096 less the 896 outside the allocator: 0.25 of 12,800
     assert env["GPUPACK_CPUS"] == env["OMP_NUM_THREADS"] == "3"
     assert (env["GPUPACK_FOLDS"], env["GPUPACK_SEED"], env["GPUPACK_METRIC"]) == ("2", "7", "accuracy")
     assert env["GPUPACK_REHEARSAL"] == "1" and env["MY_FLAG"] == "x"

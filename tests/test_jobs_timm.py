@@ -58,6 +58,13 @@ def test_timm_rehearsal_returns_folds_keyed_by_id(comp, tmp_path, few_steps, mon
                               "batch_size", "gpu_mem_peak_mib"}
     assert epochs[0]["batch_size"] == 64 and epochs[0]["compute_batch_size"] == 32
     assert epochs[0]["gpu_mem_peak_mib"] is None  # no share given: nothing to simulate
+    # the budget's steady figures, in the job's own events: start-up apart, the first step left out of the pace
+    first, second = epochs
+    assert 0 < first["startup_s"] == second["startup_s"] <= last["time_s"]["setup"] + 1e-3
+    assert first["steady_steps"] == first["steps"] - 1 and second["steady_steps"] == second["steps"] > 0
+    for e in epochs:
+        assert e["steady_epoch_s"] == pytest.approx(e["steady_step_s"] * e["steps"], rel=1e-3)
+        assert e["validated"] and 0 < e["val_s"] < e["epoch_wall_s"]
     note = " ".join(out.notes)
     assert "224→32" in note and "64→32" in note and "at most 3 optimizer steps" in note
     assert out.throughput["samples_per_s"] > 0 and out.throughput["step_time_s_median"] > 0
@@ -66,7 +73,7 @@ def test_timm_rehearsal_returns_folds_keyed_by_id(comp, tmp_path, few_steps, mon
 def test_a_batch_too_large_for_the_data_is_capped_once_before_the_job(comp, tmp_path, few_steps, monkeypatch):
     """Without the dry run's fitter (``--trust-plan-memory``, a slot's job spec) the record's maker applies the same
     rule (``policy.settle``); the job runs the batch it is given and caps nothing again."""
-    from scheduler.policy.dryrun import fold_train_rows
+    from scheduler.core.folds import fold_train_rows
     from scheduler.policy.settle import settle
 
     monkeypatch.setattr(timm_job, "REHEARSAL_EPOCHS", 1)

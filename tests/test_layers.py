@@ -57,6 +57,101 @@ def module_name(path: Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
+def import_graph(root: Path, paths: list[Path]) -> dict[str, dict[str, int]]:
+    """Module -> {module of gpupack it imports: first line}, module-level and function-level imports alike (a function
+    that imports a module when it runs closes a circle as surely as the top of the file does). ``from a.b import c``
+    is an edge to ``a.b.c`` when that is a module, else to ``a.b``; a package's ``__init__`` is the package's name."""
+    def name(path: Path) -> str:
+        parts = path.relative_to(root).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    named = {name(p): p for p in paths}
+    graph: dict[str, dict[str, int]] = {}
+    for mod, path in named.items():
+        edges = graph.setdefault(mod, {})
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in named else node.module
+                           for a in node.names]
+            else:
+                continue
+            for t in targets:
+                if t in named:
+                    edges.setdefault(t, node.lineno)
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The circles in ``graph``: each strongly connected set of two or more modules (or one that imports itself),
+    sorted, found by Tarjan's algorithm (iterative: the graph is a few hundred modules deep at most)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, {})))))
+                elif child in on_stack:
+                    low[v] = min(low[v], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                group = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    group.append(w)
+                    if w == v:
+                        break
+                if len(group) > 1 or v in graph.get(v, {}):
+                    found.append(sorted(group))
+    return sorted(found)
+
+
+def test_no_import_circle_in_scheduler_or_jobs():
+    """No module of ``scheduler/`` or ``jobs/`` reaches itself through imports, those inside functions included: a
+    circle means two ideas lean on each other, and a function-level import only hides it from the interpreter (the
+    policy had one: colocation -> timemodel -> dryrun, through ``fold_train_rows``, now in ``core/folds``)."""
+    graph = import_graph(ROOT, modules())
+    circles = [" -> ".join(c + [c[0]]) + "  (" + "; ".join(f"{a}:{graph[a][b]} imports {b}" for a in c for b in c
+                                                           if b in graph[a]) + ")" for c in import_cycles(graph)]
+    assert circles == [], "\n".join(circles)
+
+
+def test_the_circle_check_itself_sees_a_circle(tmp_path):
+    """A made-up pair that import each other, one of them inside a function, is a circle; a third that only imports
+    them is not in it, and a chain with no way back is none."""
+    pkg = tmp_path / "scheduler" / "policy"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from scheduler.policy import b\n")
+    (pkg / "b.py").write_text("def f():\n    from scheduler.policy.a import g\n    return g\n")
+    (pkg / "c.py").write_text("import scheduler.policy.a\nfrom scheduler.policy.b import f\n")
+    graph = import_graph(tmp_path, sorted(pkg.glob("*.py")))
+    assert graph["scheduler.policy.b"] == {"scheduler.policy.a": 2}
+    assert import_cycles(graph) == [["scheduler.policy.a", "scheduler.policy.b"]]
+    (pkg / "b.py").write_text("import math\n")
+    assert import_cycles(import_graph(tmp_path, sorted(pkg.glob("*.py")))) == []
+
+
 def test_every_scheduler_module_lives_in_a_layer():
     loose = [module_name(p) for p in (ROOT / "scheduler").glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
     assert loose == [], f"modules outside the layer folders: {loose}"

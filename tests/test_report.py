@@ -47,7 +47,8 @@ def _run_folder(tmp_path):
     events += [
         {"time": T0 + 20, "event": "state", "job": "lgbm", "old": "RUNNING", "new": "SUCCEEDED"},
         {"time": T0 + 30, "event": "budget_cut", "job": "cnn/f1", "what": "folds", "old": 2, "new": 1,
-         "reason": "estimated finish 410 s > window 300 s"},
+         "reason": "estimated finish 410 s > window 300 s", "margin": 0.12, "margin_source": "measured",
+         "errors": 5, "estimated_finish_s": 280.0},
         {"time": T0 + 31, "event": "note", "job": "cnn/f0", "note": LONG_NOTE},
         {"time": T0 + 32, "event": "note", "note": "colocation from the sets of ../shared/data/colocation-profiles"},
         {"time": T0 + 33, "event": "telemetry", "job": "cnn/f0", "device": 0, "gpu_memory_mib": 3900,
@@ -90,6 +91,11 @@ def test_timeline_shows_every_task_its_states_folds_epochs_and_cut(page):
     assert svg.count('class="fold"') == 5 and svg.count('class="epoch"') == 4
     assert 'class="cut"' in svg and "folds 2 → 1 (estimated finish 410 s &gt; window 300 s)" in svg
     assert "run ended 1m31" in svg and "training window ends 8m20" in svg  # the unused window shows
+
+
+def test_the_budget_section_says_the_margin_its_cut_stood_on(page):
+    assert "✂ cut folds 2 → 1 (measured margin 12%, estimated finish 280s into the window)" in page
+    assert "the last decision on a measured margin of 12% (5 epochs compared)" in page
 
 
 def test_scores_by_fold_and_throughput_per_job(page, folder):

@@ -13,7 +13,7 @@ from conftest import ROOT, TEST_HARDWARE
 from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
 from scheduler.policy import dryrun
-from scheduler.runtime.inprocess import InProcessDriver
+from scheduler.runtime.driver import InProcessDriver
 from scheduler.runtime.runner import RunOptions
 from scheduler.runtime.submit import submit
 from scheduler.store.record import FolderLock, RunRecord

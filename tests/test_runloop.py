@@ -102,24 +102,28 @@ def test_the_deadline_asks_then_kills_after_the_grace():
     assert s.done()
 
 
-def test_reported_epochs_make_a_budget_cut_folds_first():
-    s = machine(timm("r18"), budget="100s")  # a 90 s window: 80 % is 72 s
+def test_reported_steady_epochs_make_a_budget_cut_epochs_first():
+    """Changed from "folds first" (issue 32): the first cut takes a rung of epochs, and it needs steady steps."""
+    s = machine(timm("r18"), budget="100s")  # a 85 s window
     started(s, "r18")
-    out = s.handle(rl.JobReported("r18", "epoch", {"epoch": 1, "epochs": 10}, T0 + 11))
+    steady = {"epoch": 1, "epochs": 10, "steady_epoch_s": 10.0, "steady_steps": 24, "startup_s": 1.0}
+    out = s.handle(rl.JobReported("r18", "epoch", steady, T0 + 11))
     assert kinds(out) == ["Progress"] and out[0].progress["epoch"] == 1
-    # one epoch alone is provisional: 10 s × 50 epochs passes the deadline itself, so it counts
     out = s.handle(rl.Tick(T0 + 11))
     cuts = [i for i in out if isinstance(i, rl.Record)]
-    assert kinds(out)[:2] == ["SetLimits", "Record"] and cuts[0].fields["what"] == "folds"
-    assert out[0] == rl.SetLimits("r18", {"folds": 3}) and "measured error" in cuts[0].fields["reason"]
-    assert s.jobs["r18"].limits["folds"] < 5 and s.jobs["r18"].progress["eta_s"] > 0
+    assert kinds(out) == ["SetLimits", "Record", "Progress"] and cuts[0].fields["what"] == "epochs"
+    assert out[0] == rl.SetLimits("r18", {"epochs": 7}) and "estimate's error" in cuts[0].fields["reason"]
+    assert cuts[0].fields["margin_source"] == "assumed"
+    assert s.jobs["r18"].limits["epochs"] == 7 and s.jobs["r18"].progress["eta_s"] > 0
 
 
-def test_a_provisional_first_epoch_inside_the_deadline_cuts_nothing():
-    s = machine(timm("r18"), budget="10000s")
-    started(s, "r18")
-    s.handle(rl.JobReported("r18", "epoch", {"epoch": 1, "epochs": 10}, T0 + 60))  # start-up included
-    assert s.handle(rl.Tick(T0 + 60)) == []
+def test_a_provisional_first_epoch_cuts_nothing():
+    """A first epoch without steady figures holds the start-up: whatever it says, it cuts nothing."""
+    for budget in ("10000s", "100s"):
+        s = machine(timm("r18"), budget=budget)
+        started(s, "r18")
+        s.handle(rl.JobReported("r18", "epoch", {"epoch": 1, "epochs": 10}, T0 + 60))  # start-up included
+        assert s.handle(rl.Tick(T0 + 60)) == []
 
 
 def test_a_lost_nodes_job_moves_to_the_best_fitting_device():
@@ -187,23 +191,25 @@ def _records(out, event):
 
 
 def test_a_budget_cut_is_shown_then_undone_when_time_comes_back():
-    s = machine(timm("r18"), budget="100s")  # a 90 s window
+    s = machine(timm("r18"), budget="100s")  # a 85 s window
     started(s, "r18")  # at T0 + 1
-    s.handle(rl.JobReported("r18", "epoch", {"epoch": 1, "epochs": 10}, T0 + 11))  # a slow first epoch: 10 s
-    out = s.handle(rl.Tick(T0 + 11))
+    s.handle(rl.JobReported("r18", "epoch", {"epoch": 1, "epochs": 10, "steady_epoch_s": 2.0, "steady_steps": 20},
+                            T0 + 3))  # steady steps at 2 s an epoch: 49 epochs × 2 s do not fit
+    out = s.handle(rl.Tick(T0 + 3))
     cuts = _records(out, "budget_cut")
     shown = [i for i in out if isinstance(i, rl.Progress)][-1].progress
-    folds = [c.fields["new"] for c in cuts if c.fields["what"] == "folds"]
-    assert folds and shown["folds"] == folds[-1] < 5  # the live table shows 0/1, not 0/5
-    assert shown["cut"].startswith(f"folds 5 → {folds[-1]}") and "measured error" in shown["cut_reason"]
-    for k, at in ((2, 12), (3, 13), (4, 14)):  # later epochs take 1 s: five folds fit again
-        s.handle(rl.JobReported("r18", "epoch", {"epoch": k, "epochs": 10}, T0 + at))
-    out = s.handle(rl.Tick(T0 + 14))
-    restored = [(r.fields["what"], r.fields["new"]) for r in _records(out, "budget_restore")]
-    assert ("folds", 5) in restored and rl.SetLimits("r18", {"folds": 5}) in out
-    assert "cut" not in s.jobs["r18"].progress and s.jobs["r18"].progress["folds"] == 5
-    assert not s.jobs["r18"].limits.get("folds") and not s.jobs["r18"].limits.get("epochs")
-    assert not _records(s.handle(rl.Tick(T0 + 15)), "budget_cut")  # the restore holds: no cut at the next look
+    assert [(c.fields["what"], c.fields["new"]) for c in cuts] == [("epochs", 7)]
+    assert shown["epochs_limit"] == 7 and shown["cut"] == "epochs 10 → 7" and "estimate's error" in shown["cut_reason"]
+    for k, at in ((2, 4), (3, 5)):  # later epochs take 1 s: the ten epochs fit again, with two margins
+        s.handle(rl.JobReported("r18", "epoch", {"epoch": k, "epochs": 10, "steady_epoch_s": 1.0,
+                                                 "steady_steps": 20}, T0 + at))
+    out = s.handle(rl.Tick(T0 + 5))
+    restored = _records(out, "budget_restore")
+    assert [(r.fields["what"], r.fields["old"], r.fields["new"]) for r in restored] == [("epochs", 7, 10)]
+    assert rl.SetLimits("r18", {"epochs": 10}) in out
+    assert restored[0].fields["estimated_finish_s"] is not None and restored[0].fields["margin_source"] == "assumed"
+    assert "cut" not in s.jobs["r18"].progress and not s.jobs["r18"].limits
+    assert not _records(s.handle(rl.Tick(T0 + 6)), "budget_cut")  # the restore holds: no cut at the next look
 
 
 def test_a_task_that_ended_short_is_started_again_for_its_skipped_folds():

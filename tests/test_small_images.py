@@ -6,7 +6,7 @@ from conftest import TEST_HARDWARE
 from small_images import write_image_competition
 from scheduler.core import plan as planmod
 from scheduler.policy import dryrun
-from scheduler.runtime.inprocess import InProcessDriver
+from scheduler.runtime.driver import InProcessDriver
 from scheduler.runtime.runner import RunOptions
 from scheduler.runtime.submit import submit
 from scheduler.store import datasource

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from scheduler.cli.common import RUN_HELP, json_flag, print_json, run_dir
 from scheduler.core.errors import UserError
-from scheduler.core.states import JobState
+from scheduler.core.states import JobState, RunStatus
 
 
 def add_verbs(verbs) -> None:
@@ -117,13 +117,17 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     from scheduler.store.record import RunRecord
     from scheduler.cli.views import run_table
 
+    from scheduler.policy import budget
+
     record = RunRecord.open_existing(run_dir(args.run))
     info = settle(record)
     jobs = record.jobs()
+    spent = budget.summary(record.events())
     if args.json:
-        return print_json({**_ids(record), **info, "jobs": jobs})
+        return print_json({**_ids(record), **info, "jobs": jobs, "budget": spent})
     else:
         console.print(run_table(jobs, f"{record.dir}  ({info.get('status', '?')})"))
+        console.print(budget.describe(spent))
         if info.get("driver_lost"):
             console.print(f"[bold red]{info['reason']}[/]")
     return 0
@@ -266,11 +270,11 @@ def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
     record = RunRecord.open_existing(run_dir(args.run))
     units = _units(record, args.job) if args.job else []
     info = settle(record)
-    if info.get("driver_lost") and info.get("status") == "interrupted":  # nothing runs: mark it, and say so
+    if info.get("driver_lost") and info.get("status") == RunStatus.CRASHED.value:  # nothing runs: mark it, say so
         left = stop_leftovers(record)
-        record.set_run(status="cancelled")
+        record.set_run(status=RunStatus.CANCELLED.value)
         record.event("cancel", reason="cancel requested; the run's driver was already gone", stopped=left)
-        msg = {**_ids(record), "cancel": args.job or "*", "requested": False, "status": "cancelled",
+        msg = {**_ids(record), "cancel": args.job or "*", "requested": False, "status": RunStatus.CANCELLED.value,
                "driver_lost": True, "reason": info["reason"], "stopped": left}
         done = f"stopped the scripts its jobs left running ({', '.join(left)})" if left else "nothing was running"
         print(json.dumps(msg) if args.json else f"{info['reason']}\n{done}: {record.dir} is marked cancelled")

@@ -144,8 +144,14 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     dry.data = info
     dry.warnings += [f"data: {w}" for w in info["warnings"]]
     if args.dry_run:
-        if args.json:
-            print(json.dumps(dry.to_json()))
+        if args.json:  # with the launch records the run will save beside its tasks and launch as they are
+            from scheduler.execute import records
+
+            planned, notes = records.planned(dry)
+            doc = dry.to_json()
+            doc["records"] = [r.to_json() for r in planned.values()]
+            doc["changes"] += [n for task in planned for n in notes[task]]
+            print(json.dumps(doc))
         else:
             show_dry_run(dry, console)
         return 0

@@ -18,6 +18,7 @@ from rich.live import Live
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime.driver import Driver, RunOptions
 from scheduler.runtime.submit import default_run_dir, submit
+from scheduler.core.states import RunStatus
 from scheduler.core.units import format_duration
 from scheduler.cli.views import run_table, show_dry_run, show_summary
 
@@ -45,6 +46,15 @@ class _Lines:
                 self.console.print(f"[dim]{elapsed:>7}[/] {text}")
 
 
+def _basis(ev: dict) -> str:
+    """A budget decision's footing: its margin, measured or assumed, and the finish it estimates."""
+    if ev.get("margin") is None:
+        return ""
+    finish = ev.get("estimated_finish_s")
+    return (f", {ev.get('margin_source', 'assumed')} margin {ev['margin']:.0%}"
+            + ("" if finish is None else f", estimated finish {format_duration(finish)}"))
+
+
 def _describe(ev: dict) -> str | None:
     job, kind = ev.get("job", ""), ev["event"]
     if kind == "state":
@@ -66,6 +76,8 @@ def _describe(ev: dict) -> str | None:
         kept = ", ".join(f"{j} {len(f)}" for j, f in ev.get("kept_folds", {}).items() if f) or "none"
         return (f"resumed: running {', '.join(ev.get('jobs', [])) or 'nothing'} again (folds kept: {kept}); "
                 f"{format_duration(ev.get('training_left_s', 0))} of training left")
+    if kind == "run_end":
+        return f"run ended: {ev.get('status')}"
     if kind == "note":
         return f"{job or 'run'}: note: {ev.get('note')}"
     if kind == "memory_over_estimate":
@@ -75,9 +87,11 @@ def _describe(ev: dict) -> str | None:
     if kind == "estimate_replaced":
         return f"{job}: memory {ev['old_mib']:,} → {ev['new_mib']:,} MiB, {ev.get('source', 'measured')}"
     if kind == "budget_cut":
-        return f"[yellow]budget:[/] {job}: {ev['what']} {ev['old']} → {ev['new']} ({ev.get('reason', '')})"
+        return (f"[yellow]budget ✂[/] {job}: {ev['what']} {ev['old']} → {ev['new']}{_basis(ev)} "
+                f"({ev.get('reason', '')})")
     if kind == "budget_restore":
-        return f"[green]budget:[/] {job}: {ev['what']} {ev['old']} → {ev['new']} again ({ev.get('reason', '')})"
+        return (f"[green]budget ↺[/] {job}: {ev['what']} {ev['old']} → {ev['new']} again{_basis(ev)} "
+                f"({ev.get('reason', '')})")
     if kind == "launch" and ev.get("attempt", 1) > 1:
         return f"{job}: retry, attempt {ev['attempt']}"
     return None
@@ -137,36 +151,46 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
 
     driver = {}
     if args.in_process:
-        from scheduler.runtime.inprocess import InProcessDriver
+        from scheduler.runtime.driver import InProcessDriver
 
         driver = {"driver": InProcessDriver}
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
         summary = submit(dry, opts, on_update, on_start, on_ready=on_ready, **driver)
-        status = 1 if summary["status"] == "failed" else 0
     except KeyboardInterrupt as e:
         summary = e.args[0] if e.args and isinstance(e.args[0], dict) else None
-        status = 130
         if summary is None:
             raise
     finally:
         signal.signal(signal.SIGTERM, previous)
         if live is not None:
             live.stop()
+    end = RunStatus(summary["status"])
+    status = end.exit_code  # the README's table: 0 finished/deadline, 1 failed, 130 cancelled
     summary = {"run_id": Path(summary["run_dir"]).resolve().name, **summary}
     if getattr(args, "advised_plan", None):
         summary["advised_plan"] = args.advised_plan
     if args.json:
+        shown.print(end_line(end, summary["run_dir"]))
         print(json.dumps(summary))
     else:
         show_summary(summary, console)
-        if status == 130:
-            console.print("[yellow]interrupted: finished folds were kept and blended into the submission above[/]")
-        elif status:
-            console.print("[bold red]every job failed:[/] the submission above is a fallback; `python -m scheduler "
-                          f"logs {summary['run_dir']} JOB` shows why each failed")
+        console.print(end_line(end, summary["run_dir"]))
     sys.stdout.flush()
     return status
+
+
+def end_line(end: RunStatus, run_dir: str) -> str:
+    """The live view's last line: the run's end, in the word ``status``, ``runs`` and the report use."""
+    what = {
+        RunStatus.FINISHED: "[green]finished[/]: every job ran to the end it was given",
+        RunStatus.DEADLINE: "[yellow]deadline[/]: the training window ended it; the submission above is what "
+                            "finished in it",
+        RunStatus.CANCELLED: "[yellow]cancelled[/]: finished folds were kept and blended into the submission above",
+        RunStatus.FAILED: "[bold red]failed[/]: no job produced anything; the submission above is a fallback; "
+                          f"`python -m scheduler logs {run_dir} JOB` shows why each failed",
+    }
+    return what.get(end, f"[bold red]{end.value}[/]")
 
 
 def _detached(args, run_dir: Path, data_dir: Path | None, builtin: str | None, console: Console) -> int:

@@ -8,7 +8,6 @@ its CPU cores and devices. Memory is counted in integer MiB, and card names are 
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -301,13 +300,3 @@ def physical_memory_mib(device: int | str | None, nvml=None) -> int | None:
             return int(nv.memory(nv.handle(device)).total // (1024 * 1024))
     except Exception:
         return None
-
-
-def memory_fraction(share_mib: int | float | None, card_mib: int | float | None) -> float | None:
-    """The fraction of a card a job of ``share_mib`` may take: its planned MiB over the card that is *present*.
-
-    A plan made for an A100-40GB and run on an 80 GB card caps each job at its planned MiB, not at the same fraction
-    of the larger card (which would let it take twice its share)."""
-    if not share_mib or not card_mib:
-        return None
-    return min(1.0, math.floor(float(share_mib) / float(card_mib) * 1e4 + 1e-6) / 1e4)  # rounded down: a cap

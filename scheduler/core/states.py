@@ -41,3 +41,65 @@ class SlotState(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+
+
+class RunStatus(str, enum.Enum):
+    """A plan run's status, one closed set (TorchX's AppState is the model): ``running`` while a driver runs it, then
+    exactly one end. The word is the same everywhere it is shown: the run folder, ``status``/``runs`` (``--json``
+    too), the live view's last line, ``report.html``, the ``run_end`` event; and each end has one exit status."""
+
+    RUNNING = "running"
+    FINISHED = "finished"  # every task ran to the end it was given (the budget's cuts included)
+    DEADLINE = "deadline"  # the training deadline stopped a task that had work left; the submission is what finished
+    CANCELLED = "cancelled"  # `cancel RUN` (or one of its jobs), Ctrl-C, SIGTERM
+    FAILED = "failed"  # no job produced anything: a task failed and no fold finished (the submission is a fallback)
+    CRASHED = "crashed"  # gpupack itself failed, or its driver was lost (killed, the machine gone)
+    ERROR = "error"  # refused before anything ran, or the submission could not be written: the person's to fix
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def terminal(self) -> bool:
+        return self is not RunStatus.RUNNING
+
+    @property
+    def is_end(self) -> bool:
+        """One of the five ways a run that ran ends (``error`` is a refusal, not an end)."""
+        return self in ENDS
+
+    @property
+    def exit_code(self) -> int:
+        """``submit``'s exit status for this end: 0 a submission from what ran, 1 nothing produced or gpupack's
+        fault, 130 stopped by the person (as Ctrl-C always was), 2 the person's mistake."""
+        return _EXIT[self]
+
+    @classmethod
+    def read(cls, word: str | None, driver_lost: bool = False) -> "RunStatus | None":
+        """A run folder's status word, folders from before this set included: ``interrupted`` (Ctrl-C, SIGTERM, or a
+        lost driver) reads as ``cancelled``, or ``crashed`` when the driver was lost. None: no status recorded."""
+        if word is None:
+            return None
+        if word == "interrupted":
+            return cls.CRASHED if driver_lost else cls.CANCELLED
+        return cls(word)
+
+
+ENDS = (RunStatus.FINISHED, RunStatus.DEADLINE, RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.CRASHED)
+_EXIT = {RunStatus.RUNNING: 0, RunStatus.FINISHED: 0, RunStatus.DEADLINE: 0, RunStatus.FAILED: 1,
+         RunStatus.CRASHED: 1, RunStatus.CANCELLED: 130, RunStatus.ERROR: 2}
+
+
+def run_end(*, crashed: bool, cancelled: bool, deadline: bool, failed: bool, produced: bool) -> RunStatus:
+    """How a run that ran ended, the rule written once, first match wins: gpupack's own failure (``crashed``); the
+    person stopped it, or one of its tasks (``cancelled``); a task failed and no fold finished anywhere
+    (``failed``); the training deadline stopped a task that had work left (``deadline``); else ``finished``."""
+    if crashed:
+        return RunStatus.CRASHED
+    if cancelled:
+        return RunStatus.CANCELLED
+    if failed and not produced:
+        return RunStatus.FAILED
+    if deadline:
+        return RunStatus.DEADLINE
+    return RunStatus.FINISHED

@@ -106,6 +106,10 @@ class Executor(ABC):
     def close(self) -> None:
         """Stop the backend's own threads; jobs that outlive their submitter go on."""
 
+    def settled(self) -> None:
+        """The driver has acted on every event it has taken so far (the in-process backend's jobs in lockstep wait
+        for this; other backends' jobs never wait for their driver)."""
+
     def wait(self, handles: Sequence[Handle], timeout: float) -> None:
         """Return once one of ``handles`` has new events or is done, or after ``timeout`` seconds."""
         import time

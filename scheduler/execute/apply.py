@@ -1,12 +1,16 @@
 """What a job's own process does with its launch record, whichever backend started that process: set its threads
-and device, turn its share in MiB into a fraction of the card *it* sees (once, here), write a built-in competition
-a node lacks, and run the job (``jobs.run_job``; a ``command``'s script through the process backend,
-:mod:`scheduler.execute.command`) with a context made from the record alone.
+and device, cap its GPU memory (once, here), write a built-in competition a node lacks, and run the job
+(``jobs.run_job``; a ``command``'s script through the process backend, :mod:`scheduler.execute.command`) with a
+context made from the record alone.
 
-The fraction is taken of the physical card (NVML, for the device ``CUDA_VISIBLE_DEVICES`` names): a plan for an
-A100-40GB run on an 80 GB card caps each job at its planned MiB, not at the same fraction of the larger card. On a
-CPU rehearsal it is of the plan's card (``record.card_mib``), and the simulated device holds the job to its share as
-the real card would. A timm job caps its allocator itself against the same card (``jobs.memory.cap_process_memory``).
+The cap is ``core.memcap``'s one rule, of the record's share, the card *this process* sees (torch's figure for a job
+that trains with torch here, NVML's for one that does not load torch) and what the process holds outside the
+allocator (``policy.overhead``): a plan for an A100-40GB run on an 80 GB card caps each job at its planned MiB, not
+at the same fraction of the larger card. On a CPU rehearsal the card is the plan's (``record.card_mib``), and the
+simulated device holds the job to its share as the real card would. A torch job's allocator is capped here, before
+the job runs (:func:`hold_to`, the one place a job's process calls ``set_per_process_memory_fraction``); every job
+gets the same :class:`~scheduler.core.memcap.Cap` in its context (``ctx.cap``): the timm job measures against its
+allocator MiB, a command script is handed its MiB and fraction.
 """
 
 from __future__ import annotations
@@ -16,20 +20,57 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from scheduler.core.memcap import Cap, memory_cap
 from scheduler.execute.channel import LoggerTap
 from scheduler.execute.launch import LaunchRecord
 
 
-def job_memory_fraction(share_mib: int | None, plan_card_mib: int | None, cuda: bool) -> float | None:
-    """The job's share as a fraction of the card in this process, or of the plan's card on a rehearsal."""
-    from scheduler.core.hardware import memory_fraction, physical_memory_mib, visible_index
+TORCH_KINDS = frozenset({"timm"})  # the kinds that train with torch in the job's own process
+
+
+def card_in_process(torch_job: bool, plan_card_mib: int | None) -> tuple[int | None, str | None]:
+    """(MiB, name) of the card this process sees: torch's figure where torch trains here (the fraction it applies
+    is of that ``total_memory``), NVML's for a job that does not load torch, the plan's when NVML cannot say."""
+    from scheduler.core.hardware import physical_memory_mib, visible_index
+
+    if torch_job:
+        import torch
+
+        props = torch.cuda.get_device_properties(0)
+        return int(props.total_memory // 2**20), getattr(props, "name", None)
+    physical = physical_memory_mib(visible_index(os.environ.get("CUDA_VISIBLE_DEVICES")))
+    return physical or plan_card_mib, None
+
+
+def process_cap(share_mib: int | None, plan_card_mib: int | None, cuda: bool, torch_job: bool) -> Cap | None:
+    """The job's cap in this process (None: no share, or no card to take it of): of the card it sees on CUDA, of
+    the plan's card on a rehearsal."""
+    from scheduler.policy.overhead import outside_allocator_mib
 
     if not share_mib:
         return None
-    if not cuda:
-        return memory_fraction(share_mib, plan_card_mib)
-    card = physical_memory_mib(visible_index(os.environ.get("CUDA_VISIBLE_DEVICES")))
-    return memory_fraction(share_mib, card or plan_card_mib)
+    card, name = card_in_process(torch_job, plan_card_mib) if cuda else (plan_card_mib, None)
+    if not card:
+        return None
+    return memory_cap(share_mib, card, outside_allocator_mib(name))
+
+
+def hold_to(cap: Cap) -> None:
+    """Cap this process's allocator at ``cap`` on its first visible device (``CUDA_VISIBLE_DEVICES`` has narrowed
+    that to the job's card)."""
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(cap.fraction, 0)
+
+
+def simulated_device_model(record: LaunchRecord, cuda: bool, torch_job: bool):
+    """The estimator's peaks for a torch job's rehearsal with a share (``policy.estimate.SimulatedPeak``); None on a
+    real card, or with no share to simulate."""
+    if cuda or not torch_job or not record.gpu_memory_mib or record.devices:
+        return None
+    from scheduler.policy.estimate import simulated_peak
+
+    return simulated_peak(record.spec, record.memory_scale)
 
 
 def nvml_sees_gpu() -> bool:
@@ -79,13 +120,16 @@ def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: 
     data_dir = Path(record.data_dir)
     if record.builtin and not (data_dir / "train.csv").is_file():
         shelf.write(record.builtin, data_dir)  # a node of a cluster without the built-in one yet
+    torch_job = record.kind in TORCH_KINDS
+    cap = None if record.devices else process_cap(record.gpu_memory_mib, record.card_mib, cuda, torch_job)
+    if cap is not None and cuda and torch_job:
+        hold_to(cap)
     ctx = JobContext(
         name=record.job, workdir=Path(record.workdir), cpus=threads, device="cuda" if cuda else "cpu",
         rehearsal=not cuda, metric=record.metric, seed=record.seed, deadline=record.deadline,
-        gpu_memory_mib=None if record.devices else record.gpu_memory_mib,
-        memory_fraction=None if record.devices else job_memory_fraction(record.gpu_memory_mib, record.card_mib, cuda),
-        memory_scale=record.memory_scale or 1.0, report=report, should_stop=should_stop, limits=limits,
-        kept_folds=dict(record.kept_folds), folds=record.folds)
+        gpu_memory_mib=None if record.devices else record.gpu_memory_mib, cap=cap, max_batch=record.max_batch,
+        simulated_peak=simulated_device_model(record, cuda, torch_job), report=report, should_stop=should_stop,
+        limits=limits, kept_folds=dict(record.kept_folds), folds=record.folds)
     Path(record.workdir).mkdir(parents=True, exist_ok=True)
     report("log", {"line": f"{record.task}: {'CUDA' if cuda else 'CPU rehearsal'}, {threads} thread(s), "
                            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}"})

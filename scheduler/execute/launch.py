@@ -22,6 +22,9 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 ENV = "GPUPACK_LAUNCH"  # a child process finds its record here (base64 of the pickle)
+FILE = "launch.json"  # a task's record, saved beside its folder by the planner (``scheduler.execute.records``)
+# what the runtime binds to a planned record when it launches it (``bind``); every other field is the planner's
+BOUND = ("data_dir", "workdir", "deadline", "threads", "builtin", "kept_folds", "attempt")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class LaunchRecord:
     whole_device_mib: int | None = None  # the memory resource of each of ``devices`` (MiB), for Ray's request
     card_mib: int | None = None  # the plan's card, which a CPU rehearsal's fraction is taken of
     folds: tuple[int, ...] | None = None  # the fold indices this task runs; None: every fold of the job
+    max_batch: int | None = None  # the largest batch the job's tuner may grow to (the planner's); None: no growth
     builtin: str | None = None  # the shelf's competition ``data_dir`` holds (written there if missing)
     memory_scale: float = 1.0  # packed MiB ÷ the estimator's MiB, for a rehearsal's simulated device
     kept_folds: Mapping[int, Any] = field(default_factory=dict)  # finished before (``jobs.FoldOutput`` by fold)
@@ -101,6 +105,36 @@ class LaunchRecord:
 
     def with_(self, **changes) -> "LaunchRecord":
         return replace(self, **changes)
+
+    def bind(self, **bound) -> "LaunchRecord":
+        """The planned record with what only the runtime knows: the data folder, the task's folder, the window's
+        deadline, a rehearsal's threads, the folds already kept, the attempt. Nothing the planner decided."""
+        wrong = set(bound) - set(BOUND)
+        if wrong:
+            raise ValueError(f"task '{self.task}': {sorted(wrong)} are the planner's to decide, not the runtime's")
+        return replace(self, **bound)
+
+    def to_json(self) -> dict:
+        """The record as JSON (``launch.json``, ``submit --dry-run --json``): the spec as its own dump; the folds
+        kept before are the run folder's, not the record's, and stay out."""
+        values = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "kept_folds"}
+        values["spec"] = None if self.spec is None else self.spec.model_dump(mode="json")
+        values["env"] = dict(self.env)
+        for k in ("devices", "argv", "folds"):
+            values[k] = None if values[k] is None else list(values[k])
+        return values
+
+    @classmethod
+    def from_json(cls, values: dict) -> "LaunchRecord":
+        from scheduler.core.plan import job_from_json
+
+        values = dict(values)
+        if values.get("spec") is not None:
+            values["spec"] = job_from_json(values["spec"])
+        unknown = set(values) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"a launch record does not know {sorted(unknown)}")
+        return cls(**values)
 
     def __reduce__(self):  # MappingProxyType does not pickle: plain dicts travel, the record freezes them again
         values = {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -31,10 +31,10 @@ from typing import Callable
 
 from scheduler.core import hardware as hw
 from scheduler.core.errors import UserError
+from scheduler.core.folds import fold_train_rows
 from scheduler.core.units import format_duration
 from scheduler.policy import colocation, timemodel
 from scheduler.policy.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps, statistical_cap
-from scheduler.policy.dryrun import fold_train_rows
 from scheduler.policy.fit import RUNGS
 from scheduler.policy.packing import Demand, pack
 from scheduler.policy.timemodel import Speed, Work

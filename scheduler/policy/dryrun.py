@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
 from scheduler.core import hardware as hw
 from scheduler.core.errors import UserError
+from scheduler.core.folds import fold_train_rows
 from scheduler.policy import tasks as tk
 from scheduler.policy.fit import SEARCH_STEPS, FitJob, fit
 from scheduler.policy.packing import Assignment, Demand, Placement, pack
@@ -205,13 +205,6 @@ def resolve_hardware(plan: Plan, override: str | None = None) -> hw.Hardware:
     """The plan's hardware, or ``override`` (``--hardware``) in its place; counts in the plan still apply."""
     spec = plan.hardware
     return hw.resolve(override or spec.profile, gpus_per_node=spec.gpus_per_node, nodes=spec.nodes, cpus=spec.cpus)
-
-
-def fold_train_rows(rows: int | None, folds: int) -> int | None:
-    """Training rows in one fold of ``split_folds``: (k-1)/k of them, or 80 % for a single hold-out."""
-    if not rows:
-        return None
-    return rows - math.ceil(0.2 * rows) if folds <= 1 else rows - math.ceil(rows / folds)
 
 
 def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None) -> list[FitJob]:

@@ -111,6 +111,29 @@ def estimate(model: str, image_size: int, batch_size: int, *, amp: bool = True, 
                     overhead=over.to_json())
 
 
+@dataclass(frozen=True)
+class SimulatedPeak:
+    """A job's peak MiB at a batch by the estimator, times ``scale`` (its packed MiB over the computed ones when a
+    real card's measurement packed it): the memory model of a CPU rehearsal's simulated device. The job's process
+    hands it to the job (``execute.apply``), so ``jobs/`` imports no estimator; a frozen value, so it pickles."""
+
+    model: str
+    image_size: int
+    amp: bool
+    optimizer: str
+    channels_last: bool
+    scale: float = 1.0
+
+    def __call__(self, batch: int) -> float:
+        return estimate(self.model, self.image_size, batch, amp=self.amp, optimizer=self.optimizer,
+                        channels_last=self.channels_last).peak_mib * self.scale
+
+
+def simulated_peak(spec, scale: float = 1.0) -> SimulatedPeak:
+    """The simulated device's memory model for a timm ``spec`` (at the plan's image size, not the rehearsal's)."""
+    return SimulatedPeak(spec.model, spec.image_size, spec.amp, spec.optimizer, spec.channels_last, scale or 1.0)
+
+
 # (model, image_size, batch_size, *, amp, optimizer, channels_last, card) -> (MiB, source) or None: a measured figure
 # from a real card (``store.measurements.memory_source``), handed in by the layer that reads the cache.
 MeasuredFn = Callable[..., "tuple[float, str] | None"]

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import asdict, dataclass
+from importlib.metadata import PackageNotFoundError, version
 
 SOURCE_H100 = ("measured on an H100 80GB HBM3, 2026-11-22 (torch 2.11.0+cu130, expandable segments): context "
                "612 MiB, NVML 760 MiB above reserved, reserved 50-250 MiB above allocated")
@@ -115,18 +117,27 @@ CLASSIC_ROUNDING = 0.015
 CUDNN_WORKSPACE_MIB = 0.0  # cuDNN's workspaces at the peak: none seen beyond the other terms on the H100
 
 
+def this_torch() -> str:
+    """This process's torch version, with its CUDA (``2.11.0+cu130``); read from the installed package's metadata,
+    without importing torch, when nothing here has imported it yet (seconds a command job or the service need not
+    spend: the version says the same of module loading)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            return version("torch")
+        except PackageNotFoundError:  # pragma: no cover - torch is a dependency
+            return "2.0"
+    torch_version = str(torch.__version__)
+    if getattr(torch.version, "cuda", None) and "+cu" not in torch_version:
+        torch_version += "+cu" + torch.version.cuda.replace(".", "")
+    return torch_version
+
+
 def overhead_for(card: str | None = None, torch_version: str | None = None) -> Overhead:
     """The overhead model for a card (hardware profile or NVML name; None: unknown) and a torch version (None:
     this process's)."""
     if torch_version is None:
-        try:
-            import torch
-
-            torch_version = str(torch.__version__)
-            if getattr(torch.version, "cuda", None) and "+cu" not in torch_version:
-                torch_version += "+cu" + torch.version.cuda.replace(".", "")
-        except ImportError:  # pragma: no cover - torch is a dependency
-            torch_version = "2.0"
+        torch_version = this_torch()
     lazy, expandable = lazy_loading(torch_version), expandable_segments(torch_version)
     basis = []
     if lazy:
@@ -143,6 +154,15 @@ def overhead_for(card: str | None = None, torch_version: str | None = None) -> O
     basis.append(f"cuBLAS/cuBLASLt workspaces {workspace:.0f} MiB for {architecture(card) or 'an unknown card'}")
     return Overhead(card=card or "", torch=torch_version, context_mib=context, libraries_mib=libraries,
                     workspace_mib=workspace, rounding=rounding, margin=MARGIN, basis="; ".join(basis))
+
+
+def outside_allocator_mib(card: str | None = None, torch_version: str | None = None) -> float:
+    """What a process holds on the card outside PyTorch's allocator: the CUDA context and the libraries' handles and
+    kernels (612 + 148 = 760 MiB NVML showed on an H100 with torch 2.11 and lazy loading; over 1 GiB with eager
+    loading). A job's planned MiB counts them (the estimator adds them), so its cap (``core.memcap``) leaves them
+    outside the allocator, and NVML's figure for the process stays inside the plan."""
+    o = overhead_for(card, torch_version)
+    return o.context_mib + o.libraries_mib
 
 
 def error(estimated: float, measured: float) -> float:

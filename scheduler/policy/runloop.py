@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
+from scheduler.core.scoring import METRICS
 from scheduler.core.states import JobState, legal
 
 from scheduler.policy import budget
@@ -54,6 +56,9 @@ class RunState:
         self.grace_s = budget.grace_s(plan.budget, plan.reserve_for_inference)
         self.best_fit = best_fit or (lambda mib, room: None)
         self.interrupted = False
+        # why each stopped task was stopped: "cancel" (the person) or "deadline" (the training window), for the
+        # run's end (``core.states.run_end``)
+        self.stopped_by: dict[str, str] = {}
         self.modelled: dict[str, float] = {}  # seconds per epoch from the time model, until an epoch is measured
         self.errors: list[float] = []  # each measured epoch against what the estimate said: the budget's margin
         self._known: set | None = None
@@ -114,8 +119,9 @@ class RunState:
         if self.done():
             return []  # a resumed run whose jobs had all SUCCEEDED: nothing to start
         if self._past_deadline(ev.now):  # a resumed run whose window was spent: blend what was saved
-            return [self._set(n, JobState.CANCELLED, reason="no training time left in the budget")
-                    for n, j in self.jobs.items() if not j.state.terminal]
+            left = [n for n, j in self.jobs.items() if not j.state.terminal]
+            self.stopped_by.update(dict.fromkeys(left, "deadline"))
+            return [self._set(n, JobState.CANCELLED, reason="no training time left in the budget") for n in left]
         return [self._launch(a.job) for a in sorted(self.where.values(), key=lambda a: a.wave)
                 if not self.jobs[a.job].state.terminal]
 
@@ -141,22 +147,59 @@ class RunState:
         return [Progress(ev.job, dict(j.progress))]
 
     def _time(self, j: JobRun, ev: JobReported) -> None:
-        """Seconds per epoch and epochs per fold, for the budget, from the job's own clock; each epoch measured after
-        two others is also compared with what they predicted (the budget's margin)."""
-        t, at = j.timing, ev.now
+        """What the budget knows of a task's time, from its own reports (``policy.budget``): per epoch its steady
+        training seconds (``steady_epoch_s``: the steady steps' pace over the epoch's steps), its validation seconds
+        and whether it validated, the task's start-up (``startup_s``); between two reports, the wall time, of which
+        a fold's first epoch beyond its steady figures is the fold change (test prediction, set-up). Each epoch after
+        the attempt's first is compared with what the estimate said it would take (the budget's margin). A job that
+        reports no steady figures is timed by the wall between its epochs, the first (start-up) left out."""
+        t, at, f = j.timing, ev.now, ev.fields
         if ev.kind == "epoch":
-            since = t.get("mark", j.started or at)
-            took = max(0.0, at - since)
-            predicted, provisional = budget.epoch_seconds(t.get("epoch_s", []))
-            if predicted and not provisional:
+            first = "mark" not in t  # the attempt's first epoch: its start-up is inside
+            took = max(0.0, at - t.get("mark", j.started or at))
+            fold_start = f.get("epoch") == 1 and t.get("folds_done", 0) > 0
+            predicted = self._predicted(t, bool(f.get("validated")), fold_start)
+            if predicted and not first:
                 self.errors.append((took - predicted) / predicted)
+            if f.get("steady_epoch_s") is not None and f.get("steady_steps"):
+                t.setdefault("steady_s", []).append(float(f["steady_epoch_s"]))
+                t["steady_steps"] = t.get("steady_steps", 0) + int(f["steady_steps"])
+                if f.get("validated") and f.get("val_s") is not None:
+                    t.setdefault("val_s", []).append(float(f["val_s"]))
+                if fold_start and not first:
+                    work = float(f["steady_epoch_s"]) + float(f.get("val_s") or 0.0)
+                    t.setdefault("fold_gap_s", []).append(max(0.0, took - work))
+            if f.get("startup_s") is not None:
+                t["startup_s"] = float(f["startup_s"])
             t.setdefault("epoch_s", []).append(took)
-            t["epoch_in_fold"], t["epochs"] = ev.fields.get("epoch", 0), ev.fields.get("epochs")
+            t["epoch_in_fold"], t["epochs"] = f.get("epoch", 0), f.get("epochs")
         else:
             t["folds_done"] = t.get("folds_done", 0) + 1
-            t.setdefault("fold_epochs", []).append(ev.fields.get("epochs") or t.get("epoch_in_fold", 0))
+            t.setdefault("fold_epochs", []).append(f.get("epochs") or t.get("epoch_in_fold", 0))
+            if f.get("score") is not None and not f.get("kept"):
+                t.setdefault("scores", []).append(float(f["score"]))
             t["epoch_in_fold"] = 0
         t["mark"] = at
+
+    @staticmethod
+    def _steady(t: dict) -> tuple[float | None, float, bool]:
+        """(training seconds per epoch, seconds per validation, provisional) from a task's timing: its steady
+        figures when it reported them, else the wall between its epochs (validation inside, the first left out)."""
+        if t.get("steady_s"):
+            recent = t["steady_s"][-5:]  # the pace now: a batch grown or halved mid-run changes it
+            val = statistics.mean(t["val_s"]) if t.get("val_s") else 0.0
+            steady = t.get("steady_steps", 0) >= budget.MIN_STEADY_STEPS or len(t["steady_s"]) >= 2
+            return statistics.median(recent), val, not steady
+        per_epoch, provisional = budget.epoch_seconds(t.get("epoch_s", []))
+        return per_epoch, 0.0, provisional
+
+    def _predicted(self, t: dict, validated: bool, fold_start: bool) -> float | None:
+        """What the estimate says the next epoch takes: steady training, its validation, a fold change."""
+        per_epoch, val, provisional = self._steady(t)
+        if per_epoch is None or provisional:
+            return None
+        gap = statistics.mean(t["fold_gap_s"]) if fold_start and t.get("fold_gap_s") else 0.0
+        return per_epoch + (val if validated else 0.0) + gap
 
     def _on_JobFigures(self, ev: JobFigures) -> list:
         j = self.jobs[ev.job]
@@ -208,6 +251,8 @@ class RunState:
         # stopped by a cancel or by the deadline (which the job may notice before the driver asks): CANCELLED, and
         # what it finished is kept all the same
         cancelled = j.cancelling_since is not None or self._past_deadline(ev.now)
+        if cancelled:  # a job that noticed the deadline itself, before the driver asked it
+            self.stopped_by.setdefault(ev.job, "deadline")
         out.append(self._set(ev.job, JobState.CANCELLED if cancelled else JobState.SUCCEEDED, folds=ev.folds,
                              cv_score=ev.cv_score))
         return out
@@ -271,12 +316,13 @@ class RunState:
                     self._launch(name, count_attempt=False)]
         return out
 
-    def _cancel(self, names, why: str, now: float) -> list:
+    def _cancel(self, names, why: str, now: float, cause: str = "cancel") -> list:
         out: list = []
         for name in names:
             j = self.jobs[name]
             if j.state.terminal or j.cancelling_since is not None:
                 continue
+            self.stopped_by[name] = cause
             out.append(Record("cancel", name, {"reason": why}))
             if not j.launched:
                 out.append(self._set(name, JobState.CANCELLED, reason=why))
@@ -312,7 +358,7 @@ class RunState:
         for stop in budget.deadline_actions(now, self.window.deadline, self.grace_s, unfinished):
             j = self.jobs[stop.job]
             if stop.action == "ask":
-                out += self._cancel([stop.job], stop.reason, now)
+                out += self._cancel([stop.job], stop.reason, now, cause="deadline")
             elif j.launched:
                 j.launched = False
                 out += [Kill(stop.job, stop.reason, drain=True), Log(stop.job, f"{stop.reason}: killed"),
@@ -327,15 +373,21 @@ class RunState:
     def _progress(self, name: str, j: JobRun, finished: bool = False) -> budget.JobProgress:
         spec, t, folds = self.spec(name), j.timing, self.folds(name)
         planned_epochs = t.get("epochs") or getattr(spec, "epochs", 1)
-        per_epoch, provisional = budget.epoch_seconds(t.get("epoch_s", []))
+        per_epoch, val, provisional = self._steady(t)
+        scores = t.get("scores")
+        higher = METRICS[self.plan.metric].greater_is_better if self.plan.metric in METRICS else True
+        strength = None if not scores else statistics.mean(scores) * (1 if higher else -1)
         return budget.JobProgress(
             name=name, folds=min(folds, j.limits.get("folds", folds)),
             epochs=min(planned_epochs, j.limits.get("epochs", planned_epochs)),
             folds_done=t.get("folds_done", 0), epoch_in_fold=0 if finished else t.get("epoch_in_fold", 0),
-            seconds_per_epoch=per_epoch, provisional=provisional,
+            seconds_per_epoch=per_epoch, provisional=provisional, finished=finished,
             modelled_seconds_per_epoch=self.modelled.get(name) if spec.kind == "timm" else None,
             epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
-            cuttable=spec.kind == "timm")
+            planned_epochs=j.limits.get("planned_epochs", planned_epochs), validation_s=val,
+            patience=getattr(spec, "patience", None) if t.get("val_s") else None,
+            fold_overhead_s=statistics.mean(t["fold_gap_s"]) if t.get("fold_gap_s") else 0.0,
+            startup_s=t.get("startup_s", 0.0), strength=strength, cuttable=spec.kind == "timm")
 
     def _cut_short(self, j: JobRun) -> bool:
         """A task that ended with folds the budget cut still to run."""
@@ -343,8 +395,9 @@ class RunState:
                 and j.timing.get("folds_done", 0) < j.limits.get("planned_folds", 0))
 
     def _budget(self, now: float) -> list:
-        """Estimate the plan's finish from measured epochs; cut folds, then epochs, when it passes the window by
-        the estimate's measured error; undo cuts when time comes back (``policy.budget``)."""
+        """Estimate the plan's finish from steady figures; when it passes the window by the estimate's error, make
+        the one cut that loses least; else give back one step of what was cut when time came back
+        (``policy.budget``). One decision per look: the next look estimates again with it made."""
         progress = [self._progress(name, j) for name, j in self.jobs.items()
                     if j.state == JobState.RUNNING and j.cancelling_since is None]
         for p in progress:
@@ -360,8 +413,7 @@ class RunState:
             j.progress.update({"folds" if cut.what == "folds" else "epochs_limit": cut.new,
                                "cut": self._cut_text(j), "cut_reason": cut.reason})
             out += [SetLimits(cut.job, {cut.what: cut.new}),
-                    Record("budget_cut", cut.job, {"what": cut.what, "old": cut.old, "new": cut.new,
-                                                   "reason": cut.reason, "margin": round(margin, 3)}),
+                    Record("budget_cut", cut.job, self._decision(cut, margin)),
                     Progress(cut.job, dict(j.progress))]
         if out:
             return out
@@ -374,6 +426,13 @@ class RunState:
                                         margin):
             out += self._restore(r, margin)
         return out
+
+    def _decision(self, c: budget.Cut, margin: float) -> dict:
+        """A cut's or an undo's record: what, old → new, why, and the estimate it stood on (``budget_cut`` /
+        ``budget_restore``; the live view, the report, ``status`` and the benchmark read these names)."""
+        return {"what": c.what, "old": c.old, "new": c.new, "reason": c.reason, "margin": round(margin, 3),
+                "margin_source": budget.margin_source(self.errors), "errors": len(self.errors),
+                "estimated_finish_s": c.estimated_finish_s}
 
     @staticmethod
     def _cut_text(j: JobRun) -> str:
@@ -395,11 +454,11 @@ class RunState:
             j.progress.pop("epochs_limit", None)
         else:
             j.progress["cut"] = self._cut_text(j)
-        out: list = [Record("budget_restore", r.job, {"what": r.what, "old": r.old, "new": r.new, "reason": r.reason,
-                                                       "margin": round(margin, 3)})]
+        out: list = [Record("budget_restore", r.job, self._decision(r, margin))]
         if j.state == JobState.SUCCEEDED:  # it ended short: started again for the folds it skipped
             # its kept folds are reported again by the new attempt (and skipped): counted afresh
-            j.timing = {"epoch_s": j.timing.get("epoch_s", [])}
+            j.timing = {k: v for k, v in j.timing.items()
+                        if k in ("epoch_s", "steady_s", "steady_steps", "val_s", "fold_gap_s", "startup_s", "scores")}
             j.progress["folds_done"] = 0
             out += [self._set(r.job, JobState.PENDING, reason=f"restarted: {r.reason}"), self._launch(r.job)]
             out.append(SetLimits(r.job, {r.what: r.new}))

@@ -10,7 +10,7 @@ already settled this changes nothing.
 
 from __future__ import annotations
 
-from scheduler.policy.autotune import lr_factor, optimizer_steps
+from scheduler.policy.autotune import lr_factor, optimizer_steps, statistical_cap
 from scheduler.policy.fit import statistics_batch, statistics_epochs
 
 AUTO_FALLBACK = 64  # ``auto`` with no share to fit (no estimate possible): a middling rung
@@ -52,3 +52,16 @@ def _auto(spec, share_mib: int | None) -> int:
         if found:
             return found
     return AUTO_FALLBACK
+
+
+def batch_ceiling(spec, train_rows: int | None, fold_rows: int | None) -> int | None:
+    """The largest batch a settled ``spec``'s tuner may grow to while it trains (None for a kind with no batch): the
+    batch itself when it is fixed or the data's rows are unknown; else the statistics rule's cap for a fold
+    (``autotune.statistical_cap``), within the training rows, and never below the batch it starts at. Decided here,
+    on the planner's side, and carried by the launch record: the job applies it and re-decides nothing."""
+    batch = getattr(spec, "batch_size", None)
+    if spec.kind != "timm" or not isinstance(batch, int):
+        return None
+    if spec.fixed_batch or not train_rows or not fold_rows:
+        return batch
+    return max(batch, min(train_rows, statistical_cap(fold_rows, spec.epochs, spec.grad_accum)))

@@ -254,7 +254,7 @@ class Work:
 def work_for(rows: int, test_rows: int, *, folds: int, epochs: int, batch: int) -> Work:
     """A timm job's work on ``rows`` training rows split in ``folds`` (precise BN when a fold has few steps)."""
     from scheduler.policy.autotune import PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS, optimizer_steps
-    from scheduler.policy.dryrun import fold_train_rows
+    from scheduler.core.folds import fold_train_rows
 
     train = fold_train_rows(rows, folds) or rows
     bn = min(PRECISE_BN_MAX_SAMPLES, train) if optimizer_steps(train, batch, epochs) < PRECISE_BN_UNDER_STEPS else 0

@@ -65,8 +65,9 @@ def check_torch() -> Check:
 
 _CAPPED = f"""
 import json, torch
-from jobs.memory import cap_process_memory, cuda_device
-cap = cap_process_memory({CAP_MIB}, cuda_device("cuda"))
+from scheduler.execute.apply import hold_to, process_cap
+cap = process_cap({CAP_MIB}, None, cuda=True, torch_job=True)
+hold_to(cap)
 got = 0
 try:
     blocks = [torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda") for _ in range({CAP_TRY_MIB} // 256)]
@@ -118,16 +119,21 @@ def check_oom_recovery(workdir: Path) -> Check:
     from jobs import JobContext, run_job
     from jobs.data import load_competition, write_digits
     from scheduler.core.plan import TimmJob
+    from scheduler.execute.apply import hold_to, process_cap
+    from scheduler.policy.estimate import simulated_peak
 
     cuda = torch.cuda.is_available()
     comp = load_competition(write_digits(workdir / "digits"))
     events: list[tuple[str, dict]] = []
     share = 1200 if cuda else 2600  # ResNet-18 at 128 px: batch 512 needs several GiB; 64 fits
-    ctx = JobContext("oom", workdir, cpus=2, device="cuda" if cuda else "cpu", rehearsal=not cuda,
-                     gpu_memory_mib=share, report=lambda k, d: events.append((k, d)),
-                     limits=lambda: {"folds": 1, "epochs": 1})
     spec = TimmJob(name="oom", kind="timm", model="resnet18", image_size=128, batch_size=512, epochs=100, folds=2,
                    grad_accum=1)
+    cap = process_cap(share, None, cuda=cuda, torch_job=True)
+    if cap is not None:  # as a job's process caps itself (execute.apply)
+        hold_to(cap)
+    ctx = JobContext("oom", workdir, cpus=2, device="cuda" if cuda else "cpu", rehearsal=not cuda,
+                     gpu_memory_mib=share, cap=cap, simulated_peak=None if cuda else simulated_peak(spec),
+                     report=lambda k, d: events.append((k, d)), limits=lambda: {"folds": 1, "epochs": 1})
     try:
         out = run_job(spec, comp, ctx)
     finally:
@@ -193,8 +199,12 @@ def check_first_steps(workdir: Path) -> Check:
               "('GPUPACK_GPU_MEMORY_MIB', 'GPUPACK_MEMORY_FRACTION', 'CUDA_VISIBLE_DEVICES')}))")
     out_dir = workdir / "cmd"
     cmd = CommandJob(name="cmd", kind="command", command=[sys.executable, "-c", script], folds=1)
-    ctx = JobContext("cmd", out_dir, cpus=1, gpu_memory_mib=4096, memory_fraction=0.05)
     from jobs.command_job import environment
+    from scheduler.execute.apply import process_cap
+
+    # 4 GiB of an 80 GB card, capped as a command job's process caps it (execute.apply)
+    ctx = JobContext("cmd", out_dir, cpus=1, gpu_memory_mib=4096,
+                     cap=process_cap(4096, 80 * 1024, cuda=False, torch_job=False))
 
     env = environment(cmd, comp, ctx, out_dir)
     res = subprocess.run(cmd.command, env=env, capture_output=True, text=True, timeout=60)

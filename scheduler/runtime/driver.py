@@ -1,11 +1,14 @@
-"""The Ray driver of one plan run: submit every task's launch record to an executor (Ray actors by default,
-``scheduler.execute.ray_actor``), watch them, and write what they report to the run
-folder (``store.record.RunRecord``). Every decision (retry, move, rebalance, cancel, deadline, budget) is
-``policy.runloop.RunState``'s: this module only turns what the executor reports into its events, and its
-instructions into executor calls.
+"""The driver of one plan run, whichever backend runs its tasks: submit every task's launch record to an executor
+(Ray actors by default, ``scheduler.execute.ray_actor``; this process, ``scheduler.execute.inprocess``, for tests
+and debuggers), watch them, and write what they report to the run folder (``store.record.RunRecord``). Every
+decision (retry, move, rebalance, cancel, deadline, budget) is ``policy.runloop.RunState``'s: this module only turns
+what the executor reports into its events, and its instructions into executor calls.
 
-Backfill is Ray's: every job's actor is created at once, asking for its cores and its MiB of its device's memory
-resource; those of later waves stay pending inside Ray until what they need is free, and then start.
+Where the tasks run is a *place*: :class:`RayPlace` (a local Ray shaped like the plan's hardware, or a joined
+cluster: nodes come and go, capacity and what is free are Ray's, a watcher samples the tasks' processes) or
+:class:`LocalPlace` (this process: the placement's devices are all there is). Backfill is Ray's: every job's actor
+is created at once, asking for its cores and its MiB of its device's memory resource; those of later waves stay
+pending inside Ray until what they need is free, and then start.
 """
 
 from __future__ import annotations
@@ -14,31 +17,114 @@ import signal
 import time
 from typing import Callable
 
-import ray
-
 from scheduler.core.hardware import Device
 from scheduler.execute.api import Executor, FailedJob, Handle
-from scheduler.execute.ray_actor import RayExecutor
 from scheduler.policy import runloop as rl
 from scheduler.policy.dryrun import DryRun
 from scheduler.execute.apply import nvml_sees_gpu
-from scheduler.runtime import cluster as runtime
-from scheduler.runtime import elastic, resume
+from scheduler.runtime import resume
 from scheduler.runtime.runner import (RunOptions, Runner, ensure_data, new_run_dir, prepare_folder,  # noqa: F401
                                       rehearsal_threads)
 from scheduler.store.record import RunRecord
 
+
+class RayPlace:
+    """Ray: a local one started for the run (or a cluster joined, ``--address``), read for the devices' capacity and
+    what is free, its nodes that are alive, and the tasks' processes (the watcher: telemetry and gauges)."""
+
+    def __init__(self):
+        from scheduler.runtime import elastic
+
+        self.elastic = elastic
+        self.best_fit = elastic.best_fit
+        self.cluster = None
+        self.watcher = None
+
+    def executor(self, plan_name: str) -> Executor:
+        from scheduler.execute.ray_actor import RayExecutor
+
+        return RayExecutor(plan_name)
+
+    def start(self, d: "Driver") -> None:
+        from scheduler.runtime import cluster as runtime
+        from scheduler.runtime.monitor import Watcher
+
+        self.cluster = runtime.start(d.dry.hardware, d.plan.band[1], d.opts.address, d.opts.dashboard)
+        d.record.set_run(dashboard=self.cluster.dashboard_url, ray_address=self.cluster.address)
+        self.watcher = Watcher(d.record, d.plan, d.dry.placement.devices, {n: d.spec(n).kind for n in d.dry.tasks})
+
+    def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.close()
+        if self.cluster is not None:
+            self.cluster.stop()
+
+    def view(self) -> rl.Cluster:
+        """Alive nodes, what is free and each device's capacity: where a failed task may go again."""
+        e = self.elastic
+        return rl.Cluster(frozenset(e.alive_nodes()), e.free(), e.capacity())
+
+    def capacity_seen(self) -> rl.Cluster:
+        return rl.Cluster(capacity=self.elastic.capacity(), free=self.elastic.free())
+
+    def device_total(self, node: str, index: int) -> int | None:
+        import ray
+
+        from scheduler.runtime.cluster import TOTAL_PREFIX
+
+        total = ray.cluster_resources().get(f"{TOTAL_PREFIX}{node}_{index}")
+        return int(total) if total else None
+
+
+class LocalPlace:
+    """This process alone, no Ray: the placement's devices are all there is, nothing joins or leaves, and nothing
+    samples the tasks (they are this process)."""
+
+    best_fit = None
+    cluster = None
+    watcher = None
+
+    def executor(self, plan_name: str) -> Executor:
+        from scheduler.execute.inprocess import InProcessExecutor
+
+        return InProcessExecutor(lockstep=True)
+
+    def start(self, d: "Driver") -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def view(self) -> None:
+        return None
+
+    def capacity_seen(self) -> None:
+        return None
+
+    def device_total(self, node: str, index: int) -> int | None:
+        return None
+
+
 class Driver(Runner):
-    def __init__(self, dry: DryRun, opts: RunOptions, record: RunRecord, on_update: Callable[["Driver"], None],
-                 on_start: Callable[["Driver"], None] = lambda d: None, executor: Executor | None = None):
-        super().__init__(dry, opts, record, best_fit=elastic.best_fit)
+    def __init__(self, dry: DryRun, opts: RunOptions, record: RunRecord,
+                 on_update: Callable[["Driver"], None] = lambda d: None,
+                 on_start: Callable[["Driver"], None] = lambda d: None, *, executor: Executor | None = None,
+                 place: RayPlace | LocalPlace | None = None):
+        self.place = place or RayPlace()
+        super().__init__(dry, opts, record, best_fit=self.place.best_fit)
         self.on_update, self.on_start = on_update, on_start
-        self.executor = executor or RayExecutor(self.plan.name)
+        self.executor = executor or self.place.executor(self.plan.name)
         self.live: dict[str, Handle] = {}  # each task's current attempt
         self.seen: dict[str, int] = {}  # events taken from it
-        self.cluster: runtime.Cluster | None = None
-        self.watcher = None
         self._last_beat = 0.0
+
+    @property
+    def cluster(self):
+        return self.place.cluster
+
+    @property
+    def watcher(self):
+        return self.place.watcher
 
     @property
     def interrupted(self) -> bool:
@@ -66,7 +152,7 @@ class Driver(Runner):
 
     def moved(self, ins: rl.Move) -> None:
         if ins.device is not None and not any(d.node == ins.node and d.index == ins.device for d in self.devices):
-            total = ray.cluster_resources().get(f"{runtime.TOTAL_PREFIX}{ins.node}_{ins.device}")
+            total = self.place.device_total(ins.node, ins.device)
             self.devices.append(Device(ins.node, ins.device, int(total or self.where[ins.job].gpu_memory_mib), "cluster"))
 
     # --- what the executor reports into events ---------------------------------------------------------------
@@ -103,8 +189,7 @@ class Driver(Runner):
         if error is None:
             self.finished(name, out)
             return
-        cluster = rl.Cluster(frozenset(elastic.alive_nodes()), elastic.free(), elastic.capacity())
-        self.handle(rl.JobFailed(name, error.reason, time.time(), cluster, detail=error.detail))
+        self.handle(rl.JobFailed(name, error.reason, time.time(), self.place.view(), detail=error.detail))
 
     def _wait_results(self, timeout: float) -> bool:
         """Sleep until a task has news (an event, a start, an end) or ``timeout``; take the ends."""
@@ -124,9 +209,13 @@ class Driver(Runner):
     def _rebalance(self) -> None:
         if not self.run_state.rebalance_due(time.time()):
             return  # Ray is asked only when the state machine would look
-        self.handle(rl.CapacitySeen(rl.Cluster(capacity=elastic.capacity(), free=elastic.free()), time.time()))
+        seen = self.place.capacity_seen()
+        if seen is not None:
+            self.handle(rl.CapacitySeen(seen, time.time()))
 
     def _watch(self) -> None:
+        if self.watcher is None:
+            return
         running = {n for n, s in self.state.items() if s.value == "RUNNING"}
         for name, figures in self.watcher.tick(running, self.where).items():
             self.handle(rl.JobFigures(name, figures))
@@ -146,12 +235,11 @@ class Driver(Runner):
         if self.run_state.done() or time.time() >= self.deadline:
             self.handle(rl.Start(time.time()))  # nothing to start, or no window left: what was saved is blended
             return
-        self.cluster = runtime.start(self.dry.hardware, self.plan.band[1], self.opts.address, self.opts.dashboard)
-        self.record.set_run(dashboard=self.cluster.dashboard_url, ray_address=self.cluster.address)
-        from scheduler.runtime.monitor import Watcher
-
-        self.watcher = Watcher(self.record, self.plan, self.dry.placement.devices,
-                               {n: self.spec(n).kind for n in self.dry.tasks})
+        try:
+            self.place.start(self)
+        except BaseException:
+            self.place.stop()
+            raise
         self.on_start(self)
         try:
             self.handle(rl.Start(time.time()))
@@ -164,12 +252,13 @@ class Driver(Runner):
                 self._watch()
                 self._beat()
                 self.on_update(self)
+                self.executor.settled()
         except KeyboardInterrupt:
             self._stop_all("interrupted (Ctrl-C)")
             raise
         finally:
-            self.watcher.close()
-            self.cluster.stop()
+            self.place.stop()
+            self.executor.close()
 
     def _stop_all(self, why: str) -> None:
         """Cancel everything, give running jobs a moment to hand back finished folds, then stop them by force."""
@@ -181,7 +270,15 @@ class Driver(Runner):
             while time.time() < end and not self.run_state.done():
                 self._wait_results(0.5)
                 self.handle(*self._cancel_requests(), rl.Tick(time.time()))
+                self.executor.settled()
             self.handle(rl.Abandon(why))
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def InProcessDriver(dry: DryRun, opts: RunOptions, record: RunRecord,  # noqa: N802 -- a driver, as callers name it
+                    on_update: Callable[[Driver], None] = lambda d: None,
+                    on_start: Callable[[Driver], None] = lambda d: None, *, executor: Executor | None = None) -> Driver:
+    """The same driver, its tasks run in this process one after the other, no Ray (``LocalPlace``)."""
+    return Driver(dry, opts, record, on_update, on_start, executor=executor, place=LocalPlace())

@@ -5,7 +5,8 @@
   driver) killed later loses no finished fold, and ``ensemble RUN`` blends them.
 - **A lost driver.** The driver records its pid, host and process start time in ``state.sqlite`` and a heartbeat
   every few seconds. A run still marked "running" whose driver is gone (SIGKILL, the OOM killer, a closed laptop) is
-  *settled* by whichever verb looks at it first: status "interrupted" with the reason, its unfinished jobs CANCELLED.
+  *settled* by whichever verb looks at it first: status "crashed" (``driver_lost``) with the reason, its unfinished
+  jobs CANCELLED.
 - **Resume.** ``submit --resume RUN`` runs again every job that had not SUCCEEDED, each with the folds it had
   finished (the job skips them), in what was left of the training window when the driver stopped (``--budget``
   gives a fresh budget instead), and blends everything.
@@ -23,7 +24,7 @@ from pathlib import Path
 from jobs.contract import FoldOutput, JobOutput
 from scheduler.store import advising, measurements, outputs
 from scheduler.core.errors import UserError
-from scheduler.core.states import JobState
+from scheduler.core.states import JobState, RunStatus
 from scheduler.store.record import RunRecord
 
 FOLDS_DIR = "folds"
@@ -177,8 +178,8 @@ def last_alive(info: dict) -> float:
 
 def settle(record: RunRecord) -> dict:
     """The run's info, after recording a lost driver: a run marked "running" whose driver is gone becomes
-    "interrupted" (reason, ``driver_lost``), its unfinished jobs CANCELLED. Any verb may call it; it writes only
-    then."""
+    "crashed" (reason, ``driver_lost``: it never named its end), its unfinished jobs CANCELLED. Any verb may call
+    it; it writes only then."""
     info = record.run_info()
     if info.get("status") != "running" or driver_alive(info) is not False:
         return info
@@ -189,7 +190,7 @@ def settle(record: RunRecord) -> dict:
     for job in record.jobs():
         if not JobState(job["state"]).terminal:
             record.transition(job["name"], JobState.CANCELLED, reason="driver lost")
-    record.set_run(status="interrupted", driver_lost=True, reason=reason, finished=seen)
+    record.set_run(status=RunStatus.CRASHED.value, driver_lost=True, reason=reason, finished=seen)
     record.event("driver_lost", reason=reason, pid=d["pid"], host=d["host"], last_alive=seen)
     return record.run_info()
 

@@ -16,8 +16,8 @@ from scheduler.core.hardware import card_name
 from scheduler.core.states import JobState
 from scheduler.policy import runloop as rl
 from scheduler.execute.launch import LaunchRecord
-from scheduler.policy.dryrun import DryRun, fold_train_rows
-from scheduler.policy.settle import settle
+from scheduler.execute import records
+from scheduler.policy.dryrun import DryRun
 from scheduler.runtime import resume
 from scheduler.store import measurements, outputs
 from scheduler.store.record import RunRecord
@@ -90,6 +90,9 @@ class Runner:
         self.cuda = False
         self.data_dir: Path | None = None
         self.builtin: str | None = None
+        self.records, notes = records.for_run(dry, record.dir)  # saved by the planner; planned here only if missing
+        for task, note in notes:
+            record.event("note", task, note=note)
 
     @property
     def state(self) -> dict[str, JobState]:
@@ -126,46 +129,26 @@ class Runner:
                                   + ", ".join(f"{k} {v:.1f}s" for k, v in self.run_state.modelled.items()))
 
     def launch_record(self, name: str, attempt: int = 1) -> LaunchRecord:
-        """The task's launch record, made once here: the fitted spec (settled if the fitter did not see it), its
-        share, cores, node and device, the window's deadline. The job applies it and decides none of it again."""
+        """The task's planned record (``jobs/<task>/launch.json``, made by the planner before the run) bound to what
+        only the runtime knows: the data folder, the task's folder, the window's deadline, a rehearsal's threads,
+        the folds kept before, the attempt. A task the run loop moved since gets its new device's share."""
         a = self.where[name]
+        record = self.records[name]
+        if not records.placed_as(record, a):  # moved (a lost node, a rebalance, a measured peak): its new place
+            device = next((d for d in self.devices if d.node == a.node and d.index == a.device), None)
+            record = record.with_(node=a.node, device=a.device, gpu_memory_mib=a.gpu_memory_mib or None, cpus=a.cpus,
+                                  card_mib=device.memory_mib if device else record.card_mib,
+                                  memory_scale=records.memory_scale(self.dry, record.job, a.gpu_memory_mib))
         wave_cpus = sum(x.cpus for x in self.dry.placement.assignments if x.wave == a.wave)
-        device = next((d for d in self.devices if d.node == a.node and d.index == a.device), None)
-        whole = self.dry.whole.get(name)
-        whole_mib = None
-        if whole:
-            whole_mib = min((int(d.memory_mib * self.plan.band[1]) for d in self.devices
-                             if d.node == whole[0] and d.index in whole[1]), default=None)
-        spec = self.spec(name)
-        spec, notes = settle(spec, a.gpu_memory_mib or None,
-                             fold_train_rows((self.dry.data or {}).get("train_rows"), spec.folds))
-        for note in notes:
-            self.record.event("note", name, note=note)
-        return LaunchRecord(
-            task=name, job=self.dry.tasks[name].job, spec=spec, data_dir=str(self.data_dir),
-            workdir=str(self.task_dir(name)), folds=self.dry.tasks[name].folds,
-            metric=self.plan.metric, seed=self.plan.seed, deadline=self.deadline, cpus=a.cpus,
-            threads=a.cpus if self.cuda else rehearsal_threads(a.cpus, wave_cpus),
-            node=whole[0] if whole else a.node, device=None if whole else a.device,
-            devices=tuple(whole[1]) if whole else (), gpu_memory_mib=None if whole else (a.gpu_memory_mib or None),
-            whole_device_mib=whole_mib, card_mib=device.memory_mib if device else None, builtin=self.builtin,
-            memory_scale=self._memory_scale(name), attempt=attempt,
-            kept_folds=self._kept(name))  # an earlier attempt's, or run's
+        return record.bind(
+            data_dir=str(self.data_dir), workdir=str(self.task_dir(name)), deadline=self.deadline,
+            threads=record.cpus if self.cuda else rehearsal_threads(record.cpus, wave_cpus), builtin=self.builtin,
+            attempt=attempt, kept_folds=self._kept(name))  # an earlier attempt's, or run's
 
     def _kept(self, name: str) -> dict:
         kept = resume.kept_folds(self.job_dir(name))
         folds = self.dry.tasks[name].folds
         return kept if folds is None else {k: v for k, v in kept.items() if k in folds}
-
-    def _memory_scale(self, name: str) -> float:
-        """The job's packed MiB over its computed estimate, when a measurement packed it (else 1); the decoded
-        images on the card, counted in the share apart from the model's peak, are left out (the simulated device
-        holds them itself)."""
-        job = self.dry.tasks[name].job
-        fig = self.dry.figures.get(job)
-        if fig is None or fig.measured_mib is None or not fig.computed_mib:
-            return 1.0
-        return (self.where[name].gpu_memory_mib - self.dry.images_mib.get(job, 0)) / fig.computed_mib
 
     def log(self, name: str, line: str) -> None:
         path = self.task_dir(name) / "log"
@@ -301,7 +284,11 @@ def prepare_folder(dry: DryRun, run_dir: Path, plan_file: Path | None, asked: di
     record.set_run(plan=dry.plan.name, started=time.time(), status="running", band=list(dry.plan.band),
                    budget_s=dry.plan.budget, hardware=dry.hardware.profile, metric=dry.plan.metric,
                    ensemble_method=dry.plan.ensemble.method, driver=resume.driver_identity(), **(asked or {}))
+    planned, notes = records.planned(dry)
     for a in dry.placement.assignments:
         record.add_job(a, dry.spec(a.job).kind)
         resume.forget_folds(run_dir / "jobs" / dry.tasks[a.job].job)
+        records.save(run_dir, planned[a.job])  # what the dry run showed, and what the driver will launch
+        for note in notes[a.job]:
+            record.event("note", a.job, note=note)
     return record

@@ -16,14 +16,15 @@ from scheduler.runtime import resume
 from scheduler.core.errors import UserError
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime.driver import Driver, RunOptions, new_run_dir, prepare_folder
-from scheduler.core.states import JobState
+from scheduler.core.states import JobState, RunStatus, run_end
 from scheduler.store.record import FolderLock, RunRecord, check_unused
 
 
 def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None],
            driver: type = Driver, on_ready: Callable[[RunRecord], None] | None = None) -> dict:
     """Run ``dry``'s placement to a submission. Always writes one, even after Ctrl-C (then re-raises), and always
-    leaves the run with an end status (finished, failed, interrupted, crashed), never "running". ``driver``: Ray's,
+    leaves the run with one end (``core.states.RunStatus``: finished, deadline, cancelled, failed, crashed), never
+    "running"; a refusal before anything ran is "error". ``driver``: Ray's,
     or ``inprocess.InProcessDriver`` (the same decisions, the jobs run in this process).
 
     A run folder belongs to one run: this process holds its lock (``run.lock``) from before the folder is touched
@@ -54,7 +55,7 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
         record = prepare_folder(dry, opts.run_dir, opts.plan_file, opts.asked)
     if on_ready is not None:
         on_ready(record)
-    interrupted, crash = False, None
+    interrupted, crash, runner = False, None, None
 
     def started(d: Driver) -> None:
         if getattr(d, "cluster", None) is not None and d.cluster.started_here:  # a local Ray of this driver's own
@@ -62,26 +63,30 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
         on_start(d)
 
     try:
-        driver(dry, opts, record, on_update, started).run()
+        runner = driver(dry, opts, record, on_update, started)
+        runner.run()
     except KeyboardInterrupt:
         interrupted = True
     except UserError:  # e.g. a cluster without the resources the placement needs: nothing ran
-        record.set_run(status="error", finished=time.time())
+        record.set_run(status=RunStatus.ERROR.value, finished=time.time())
         raise
     except Exception as e:  # the program's fault: keep its traceback, but first save what the jobs finished
         crash = e
-    status = "interrupted" if interrupted else ("crashed" if crash else _end_status(record))
+    stopped_by = dict(getattr(getattr(runner, "run_state", None), "stopped_by", {}))
     if crash is not None and "data_dir" not in record.run_info():
-        record.set_run(status=status, finished=time.time())
+        record.set_run(status=RunStatus.CRASHED.value, finished=time.time())
         raise crash  # it failed before there was anything to blend
     try:
         summary = write_submission(record, dry.plan.ensemble.method, dry.plan.metric)
     except BaseException as e:
-        record.set_run(status="error" if isinstance(e, UserError) else "crashed", finished=time.time())
+        status = RunStatus.ERROR if isinstance(e, UserError) else RunStatus.CRASHED
+        record.set_run(status=status.value, finished=time.time())
         raise
+    status = end_status(record, crashed=crash is not None, interrupted=interrupted, stopped_by=stopped_by,
+                        source=summary["submission_source"]).value
     record.set_run(status=status, finished=time.time())
     record.event("run_end", status=status, ensemble_cv=summary["ensemble_cv"],
-                 submission_source=summary["submission_source"])
+                 submission_source=summary["submission_source"], stopped_by=stopped_by)
     summary["status"] = status
     from scheduler.store.report import build, memory_rows
 
@@ -98,10 +103,15 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
     return summary
 
 
-def _end_status(record: RunRecord) -> str:
-    """"failed" when every job failed (the submission is then a fallback), else "finished"."""
+def end_status(record: RunRecord, *, crashed: bool, interrupted: bool, stopped_by: dict[str, str],
+               source: str) -> RunStatus:
+    """The run's end from what happened to it (``core.states.run_end`` holds the rule): Ctrl-C/SIGTERM
+    (``interrupted``) or a task stopped by a cancel is "cancelled"; a task stopped by the training window is
+    "deadline"; a failed task with no finished fold anywhere (``source`` is not "folds") is "failed"."""
     states = [j["state"] for j in record.jobs()]
-    return "failed" if states and all(s == JobState.FAILED.value for s in states) else "finished"
+    return run_end(crashed=crashed, cancelled=interrupted or "cancel" in stopped_by.values(),
+                   deadline="deadline" in stopped_by.values(), failed=JobState.FAILED.value in states,
+                   produced=source == "folds")
 
 
 SOURCES = {

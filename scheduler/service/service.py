@@ -23,8 +23,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from scheduler.core.hardware import LOCAL_NODE, Hardware, memory_fraction, physical_memory_mib
+from scheduler.core.hardware import LOCAL_NODE, Hardware, physical_memory_mib
+from scheduler.core.memcap import memory_cap
 from scheduler.core.states import JobState, SlotState
+from scheduler.policy.overhead import outside_allocator_mib
 from scheduler.service.auth import ADMIN, Identity, Tokens, admin_token, mint_token  # noqa: F401  (its interface)
 from scheduler.service.ledger import (  # noqa: F401  (place_online, estimate_starts, shadow: the service's policies)
     Claim, FixedBackend, LedgerBackend, QueueEstimates, RayBackend, estimate_starts, place_online, shadow,
@@ -35,6 +37,7 @@ from scheduler.service.reclaimer import Reclaimer
 from scheduler.service.specs import (  # noqa: F401  (DoesNotFit: a refusal of this interface)
     SPEC_FIELDS, DoesNotFit, check_fits, job_spec, outputs_of,
 )
+from scheduler.service import spec_job
 from scheduler.service.store import Job, Slot, Store, is_id
 from scheduler.service.supervisor import jobs_on_ray, make_supervisor, read_log
 from scheduler.service.views import device_json, job_json, slot_json
@@ -75,6 +78,7 @@ class Service:
         # as an A100-40GB on an 80 GB card must still hold each slot to its MiB
         self.card_mib = {k: (physical_memory_mib(d.index) if d.node == LOCAL_NODE else None)
                          or d.memory_mib for k, d in self.devices.items()}
+        self.outside_mib = outside_allocator_mib(self.card)  # what a slot's process holds outside its allocator
         self.node_cpus = {n.name: n.cpus for n in hardware.nodes if n.devices}
         self.backend = backend or FixedBackend()
         self.heartbeat_timeout_s = cfg.heartbeat_timeout_s
@@ -289,7 +293,7 @@ class Service:
                                "(a job in the plan's schema: timm, lightgbm, command)")
         spec = (job_spec(job, spec.get("data"), spec.get("metric"), spec.get("seed"), card=self.card)
                 if job is not None else None)
-        v = job_request(argv if spec is None else ["python", "-m", "scheduler.service.spec_job"], cwd, env)
+        v = job_request(argv if spec is None else list(spec_job.ARGV), cwd, env)
         now = time.time()
         with self._lock:
             s = self._owned(slot_id, who)
@@ -311,8 +315,12 @@ class Service:
             return job_json(j)
 
     def _start_job(self, j: Job, s: Slot, now: float) -> None:
+        """The service is the planner of a slot's job: its grant (share, the card, cores, deadline, node) is handed
+        on typed, and the job's record is made from it once."""
         j.node = s.device.rpartition(":")[0]
-        self.procs.start(j, self._slot_json(s, now)["env"], now)
+        grant = spec_job.Grant(share_mib=s.gpu_memory_mib, card_mib=self.card_mib[s.device], cpus=max(1, s.cpus),
+                               deadline=s.deadline, node=j.node, env=self._slot_json(s, now)["env"])
+        self.procs.start(j, grant, now)
 
     def cancel_job(self, job_id: str, who: Identity = ADMIN) -> dict:
         with self._lock:
@@ -372,13 +380,13 @@ class Service:
         return i + 1, self.queue.estimate_of(s, i, key)
 
     def _slot_json(self, s: Slot, now: float) -> dict:
-        dev = fraction = None
-        if s.device is not None:
+        dev = cap = None
+        if s.device is not None:  # the one cap rule (core.memcap), of the card really there
             dev = self.devices[s.device]
-            fraction = memory_fraction(s.gpu_memory_mib, self.card_mib[s.device])
+            cap = memory_cap(s.gpu_memory_mib, self.card_mib[s.device], self.outside_mib)
         reserved = self.backend.confirmed(s.slot_id) if s.state == SlotState.GRANTED else None
         place = self._estimate_of(s, now) if s.state == SlotState.QUEUED else None
-        return slot_json(s, dev, fraction, reserved, place)
+        return slot_json(s, dev, cap, reserved, place)
 
     def gpu_status(self, who: Identity = ADMIN) -> dict:
         now = time.time()

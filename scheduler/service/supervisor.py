@@ -8,27 +8,34 @@ folder's ``log`` either way (a Ray job's is brought home as it grows). Call unde
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from scheduler.core.states import JobState
 from scheduler.execute import local
-from scheduler.execute.launch import LaunchRecord
+from scheduler.execute import records
+from scheduler.execute.launch import FILE, LaunchRecord
 from scheduler.execute.local import failure_reason
 from scheduler.service.store import Job, Store
 
 
-def job_record(j: Job, env: dict[str, str] | None = None) -> LaunchRecord:
-    """The job's launch record, its files in its folder (``log``, ``exit_code``, ``output/``, ``work/``): a spec
-    settled to its slot (``env``: the slot's), or its raw command. Without ``env`` (a job found again after a
-    restart), the record that names it."""
+def job_record(j: Job, grant=None) -> LaunchRecord:
+    """The job's launch record, its files in its folder (``log``, ``exit_code``, ``output/``, ``work/``): made once,
+    when its slot is granted (``grant``: ``spec_job.Grant``) — a spec settled to the slot, or its raw command — and
+    saved as ``launch.json`` in its folder. Without ``grant`` (a job found again after a restart), the saved record;
+    a raw command's record from its stored argv where none was saved."""
     d = Path(j.dir)
-    slot_env = env
-    env = {**j.env, **(env or {}), "GPUPACK_SLOT": j.slot_id}
-    if j.spec and slot_env is not None:
+    if grant is None:
+        saved = records.load_file(d / FILE)
+        if saved is not None:
+            return saved
+    env = {**j.env, **(grant.env if grant else {}), "GPUPACK_SLOT": j.slot_id}
+    if j.spec and grant is not None:
         from scheduler.service.spec_job import spec_record
 
-        return spec_record(j.job_id, j.spec, env, d).with_(folder=str(d), cwd=j.cwd or str(d), node=j.node)
+        return spec_record(j.job_id, j.spec, d, replace(grant, env=env)).with_(folder=str(d), cwd=j.cwd or str(d),
+                                                                                node=j.node)
     return LaunchRecord(task=j.job_id, job=j.job_id, spec=None, argv=tuple(j.argv), cwd=j.cwd, env=env,
                         data_dir="", workdir=str(d / "work"), folder=str(d), output_dir=str(d / "output"),
                         metric="", seed=0, node=j.node)
@@ -63,9 +70,13 @@ class Supervisor:
         self.handles[j.job_id] = h
         return True
 
-    def start(self, j: Job, env: dict[str, str], now: float) -> None:
+    def start(self, j: Job, grant, now: float) -> None:
+        """Start ``j`` in its granted slot (``grant``: ``spec_job.Grant``); its record is saved first, so a
+        restarted service adopts the job with the record it was started with."""
+        record = job_record(j, grant)
+        records.save_file(Path(j.dir) / FILE, record)
         try:
-            h = self.executor.submit(job_record(j, env))
+            h = self.executor.submit(record)
         except OSError as e:
             j.state, j.ended, j.reason = JobState.FAILED, now, f"cannot start: {e}"
             self.store.save_job(j)

@@ -15,22 +15,24 @@ def iso(t: float | None) -> str | None:
     return None if t is None else datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
 
 
-def slot_json(s: Slot, dev, fraction: float | None, ray_reserved: bool | None, place: tuple | None) -> dict:
-    """A slot; ``dev`` its device (None while queued), ``fraction`` the memory fraction its process caps itself at,
-    ``ray_reserved`` whether Ray holds its lease (granted ones), ``place`` its (position, estimated start) (queued)."""
+def slot_json(s: Slot, dev, cap, ray_reserved: bool | None, place: tuple | None) -> dict:
+    """A slot; ``dev`` its device (None while queued), ``cap`` the memory cap its process caps itself at
+    (``core.memcap.Cap``: its fraction and allocator MiB), ``ray_reserved`` whether Ray holds its lease (granted
+    ones), ``place`` its (position, estimated start) (queued)."""
     d = {"slot_id": s.slot_id, "state": s.state.value, "owner": s.owner, "label": s.label, "priority": s.priority,
          "gpu_memory_mib": s.gpu_memory_mib, "cpus": s.cpus, "minutes": s.minutes,
          "client_request_id": s.client_request_id, "heartbeat_s": s.heartbeat_s, "created": s.created}
     if s.estimate:
         d["estimate"] = s.estimate
     if dev is not None:
-        d.update(node=dev.node, device=dev.index, cuda_visible_devices=str(dev.index), memory_fraction=fraction,
+        d.update(node=dev.node, device=dev.index, cuda_visible_devices=str(dev.index), memory_fraction=cap.fraction,
                  granted_at=s.granted_at, deadline=s.deadline, deadline_iso=iso(s.deadline),
                  renew_by=s.heartbeat + s.heartbeat_s if s.state == SlotState.GRANTED else None,
                  ray_reserved=ray_reserved)
         d["env"] = {
             "CUDA_VISIBLE_DEVICES": str(dev.index), "GPUPACK_SLOT": s.slot_id,
-            "GPUPACK_GPU_MEMORY_MIB": str(s.gpu_memory_mib), "GPUPACK_MEMORY_FRACTION": str(fraction),
+            "GPUPACK_GPU_MEMORY_MIB": str(cap.share_mib), "GPUPACK_ALLOCATOR_MIB": str(cap.allocator_mib),
+            "GPUPACK_MEMORY_FRACTION": str(cap.fraction),
             "GPUPACK_CPUS": str(max(1, s.cpus)), "OMP_NUM_THREADS": str(max(1, s.cpus)),
             "GPUPACK_DEADLINE": f"{s.deadline:.3f}", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
         }

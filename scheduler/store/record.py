@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scheduler.core.states import _LEGAL, JobState
+from scheduler.core.states import _LEGAL, JobState, RunStatus
 from scheduler.policy.packing import Assignment
 
 
@@ -124,7 +124,16 @@ class RunRecord:
     # --- reading (any process) --------------------------------------------------------------------------------
 
     def run_info(self) -> dict:
-        return {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM run")}
+        """The run's keys; its ``status`` one word of ``core.states.RunStatus`` (a folder from before the set says
+        ``interrupted``: read as ``cancelled``, or ``crashed`` when its driver was lost)."""
+        info = {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM run")}
+        try:
+            status = RunStatus.read(info.get("status"), bool(info.get("driver_lost")))
+        except ValueError:  # a word this version does not know: shown as it is
+            status = None
+        if status is not None:
+            info["status"] = status.value
+        return info
 
     def jobs(self) -> list[dict]:
         cur = self.db.execute("SELECT * FROM jobs ORDER BY wave, name")

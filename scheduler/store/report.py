@@ -20,6 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scheduler.policy import budget
 from scheduler.policy.tasks import job_of
 from scheduler.store.record import RunRecord
 
@@ -507,10 +508,15 @@ def _cuts_section(run: _Run) -> str:
     for e in run.events:
         if e["event"] in ("budget_cut", "budget_restore"):
             verb = "✂ cut" if e["event"] == "budget_cut" else "↺ undone"
+            finish = e.get("estimated_finish_s")
+            basis = ("" if e.get("margin") is None else
+                     f" ({_t(e.get('margin_source', 'assumed'))} margin {e['margin']:.0%}"
+                     + ("" if finish is None else f", estimated finish {finish:.0f}s into the window") + ")")
             items.append(f"<li><b>{_clock(run.at(e))}</b> {_t(e.get('job', ''))}: {verb} {_t(e.get('what', ''))} "
-                         f"{_t(e.get('old'))} → {_t(e.get('new'))}: <span class=\"dim\">{_t(e.get('reason', ''))}"
-                         "</span></li>")
-    body = f"<ul>{''.join(items)}</ul>" if items else "<p class=\"dim\">The budget cut nothing.</p>"
+                         f"{_t(e.get('old'))} → {_t(e.get('new'))}{basis}: <span class=\"dim\">"
+                         f"{_t(e.get('reason', ''))}</span></li>")
+    body = (f"<p>{_t(budget.describe(budget.summary(run.events)))}</p><ul>{''.join(items)}</ul>" if items
+            else "<p class=\"dim\">The budget cut nothing.</p>")
     return f"<h2 id=\"budget\">Budget</h2>{body}"
 
 

@@ -1,0 +1,21 @@
+"""How a job's rows split into folds, in numbers: the planner sizes a fold before any data is split.
+
+``jobs/data.split_folds`` makes the split itself (stratified K-fold, or one hold-out of ``HOLDOUT_FRACTION``); the
+planner (the dry run, the advisor, the time model, a slot's record) needs the rows one fold trains on to count its
+optimizer steps and seconds. Both read this module, so the count the planner decides on is the split the job makes.
+It lives in ``core`` because it is a fact of the split that every layer reads, not a decision of the policy (it sat in
+``policy/dryrun`` once, and the time model's import of it closed a circle colocation → timemodel → dryrun).
+"""
+
+from __future__ import annotations
+
+import math
+
+HOLDOUT_FRACTION = 0.2  # one fold (``folds: 1``): a stratified 80/20 hold-out, so the job still has a validation score
+
+
+def fold_train_rows(rows: int | None, folds: int) -> int | None:
+    """Training rows in one fold of ``split_folds``: (k-1)/k of them, or 80 % for a single hold-out."""
+    if not rows:
+        return None
+    return rows - math.ceil(HOLDOUT_FRACTION * rows) if folds <= 1 else rows - math.ceil(rows / folds)
