@@ -49,11 +49,13 @@ def pack_forty() -> float:
 
 
 def stop_stubborn_command(tmp: Path) -> float:
-    from jobs import JobContext, command_job, run_job
+    from jobs import JobContext
     from jobs.data import load_competition, write_digits
     from scheduler.core.plan import CommandJob
+    from scheduler.execute import local
+    from scheduler.execute.command import run as run_job
 
-    command_job.TERM_GRACE_S = 0.5
+    local.TERM_GRACE_S = 0.5
     script = tmp / "stubborn.py"
     script.write_text(textwrap.dedent("""\
         import signal, subprocess, sys, time
@@ -63,7 +65,7 @@ def stop_stubborn_command(tmp: Path) -> float:
         time.sleep(60)
     """))
     comp = load_competition(write_digits(tmp / "digits"))
-    log = tmp / "w" / "command.log"
+    log = tmp / "w" / "command" / "log"
     asked: list[float] = []
 
     def should_stop() -> bool:

@@ -1,4 +1,8 @@
-"""Any training script, run as a subprocess; it joins the ensemble through two CSV files.
+"""Any training script, run as a process; it joins the ensemble through two CSV files. This module is what is
+command-specific and pure: the environment a script is given (:func:`environment`, the contract below) and its two
+files read into the job's folds (:func:`read_outputs`). The process itself is the executor's, like every job kind's:
+``scheduler.execute.command`` runs it through the one process backend (``scheduler.execute.local``), which starts,
+signals, watches, logs and ends it.
 
 The script is started from ``spec.command`` (an argv, no shell) in ``spec.cwd`` (or the current folder), in its own
 process group, with the parent's environment plus ``spec.env`` plus:
@@ -17,20 +21,21 @@ process group, with the parent's environment plus ``spec.env`` plus:
 ``GPUPACK_METRIC``         the plan's metric (accuracy, log_loss, auc, f1_macro, qwk, rmse, mae)
 ``GPUPACK_REHEARSAL``      ``1`` when there is no CUDA and the script should run at a reduced scale, else ``0``
 ``GPUPACK_FOLD_INDICES``   the fold indices this task runs, comma-separated; empty: all ``GPUPACK_FOLDS``
+``GPUPACK_LIMITS``         a JSON file of the budget's cuts (``{"folds": n, "epochs": m}``), for a script that
+                           reads it at each fold or epoch; absent until the budget cuts (set by the backend)
 =========================  ============================================================================
 
 **Progress while it runs.** A line the script prints in the form ``GPUPACK {"event": "epoch", "epoch": 3,
 "loss": 0.41, "samples_per_s": 812}`` (the word ``GPUPACK``, a space, one JSON object with an ``event`` key) is
 reported at once as that event, through the same channel every job kind uses (``scheduler.core.progress``):
-``epoch``, ``fold`` (``{"fold": k, "score": …}``, reported as ``fold_score``: the fold itself joins from the CSV files),
-``throughput``, ``log`` (``{"line": …}``). Other lines only go to the log. So a command shows its epochs and its
-throughput in ``status`` and ``events.jsonl`` while it trains, not only its exit.
+``epoch``, ``throughput``, ``log`` (``{"line": …}``), and ``fold`` (``{"fold": k, …}``): a fold is reported once, as
+every job kind reports it, with its predictions read from the two files and its score computed from them (the
+script's own ``score`` is not taken), as soon as the files hold it, else when the script ends. Other lines only go
+to the log. So a command shows its epochs and its throughput in ``status`` and ``events.jsonl`` while it trains.
 
 ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` is set; ``CUDA_VISIBLE_DEVICES`` is inherited as the runtime set it.
-Output goes to ``<workdir>/command.log``, kept to at most ``LOG_LIMIT_BYTES`` (32 MiB) a file: past it, the file is
-copied to ``command.log.1`` (replacing the previous one) and emptied, so a script that prints without end costs at
-most twice that on disk, and the last 32–64 MiB of its output are kept. Lines written in the instant between the
-copy and the emptying may be lost.
+Output goes to ``<workdir>/command/log``, kept to at most 32 MiB a file by the backend (``local.rotate_log``): past
+it, the file is copied to ``log.1`` and emptied, so the last 32–64 MiB of the output are kept.
 
 **The two CSV files** (in ``GPUPACK_OUTPUT_DIR``):
 
@@ -40,36 +45,25 @@ copy and the emptying may be lost.
 - ``test.csv``: the test predictions of each finished fold; columns ``id``, ``fold``, then the same class columns.
   Every test id appears once per fold. A single prediction shared by all folds may be written once with fold ``-1``.
 
-Write them when training ends (or after each fold). On cancellation or at the deadline the process group receives
-SIGTERM, then SIGKILL 10 s later; whatever complete files exist by then are read.
+Write them when training ends (or after each fold, before its ``fold`` line). On cancellation or at the deadline the
+process group receives SIGTERM, then SIGKILL 10 s later; whatever complete files exist by then are read. When the
+script ends, what it left running in its group (a child it forked) is ended the same way.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
-import subprocess
-import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from jobs.contract import FoldOutput, JobContext, JobOutput
+from jobs.contract import FoldOutput, JobContext
 from jobs.data import Competition
-from scheduler.core.progress import PREFIX, parse
 from scheduler.core.scoring import get as get_metric
 from scheduler.core.plan import CommandJob
 
-log = logging.getLogger("gpupack.job")
-
-TERM_GRACE_S = 10.0
-POLL_S = 0.2
-LOG_TAIL_LINES = 20
-LOG_LIMIT_BYTES = 32 * 1024 * 1024
-PID_FILE = "command.pid"
+OUTPUTS = ("oof.csv", "test.csv")
 
 
 def environment(spec: CommandJob, comp: Competition, ctx: JobContext, output_dir: Path) -> dict[str, str]:
@@ -98,159 +92,20 @@ def environment(spec: CommandJob, comp: Competition, ctx: JobContext, output_dir
     }
 
 
-def _terminate(proc: subprocess.Popen) -> None:
-    """SIGTERM the process group; SIGKILL what is left of it once the leader exits or the grace period ends."""
+def missing_outputs(output_dir: Path) -> list[str]:
+    """The two files the script has not written (yet)."""
+    return [name for name in OUTPUTS if not (output_dir / name).is_file()]
+
+
+def read_folds(output_dir: Path, comp: Competition, metric: str) -> list[FoldOutput]:
+    """The folds the script's two files in ``output_dir`` hold; raises ``ValueError`` when they are malformed (a
+    parse error included) or absent."""
+    if missing_outputs(output_dir):
+        raise ValueError(f"no {' or '.join(missing_outputs(output_dir))} in {output_dir}")
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=TERM_GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # stragglers would keep holding GPU memory
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _note_process(workdir: Path, pid: int) -> Path:
-    """``command.pid``: the script's process group, while it runs. It runs in its own session, so it outlives a job
-    process killed by force; a resumed or cancelled run stops what this file names (``resume.stop_leftovers``)."""
-    import json
-    import socket
-
-    import psutil
-
-    path = workdir / PID_FILE
-    try:
-        started = psutil.Process(pid).create_time()
-    except psutil.NoSuchProcess:  # it has already ended
-        started = None
-    path.write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "started": started}))
-    return path
-
-
-class _Progress:
-    """The script's ``GPUPACK {…}`` lines, read from its log as it grows, reported as events."""
-
-    def __init__(self, path: Path, report):
-        self.path, self.report = path, report
-        self.offset, self.partial = path.stat().st_size if path.is_file() else 0, b""
-
-    def rotated(self) -> None:
-        """The log was emptied (``rotate_log``): its next line is at its start."""
-        self.offset, self.partial = 0, b""
-
-    def read(self) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except OSError:
-            return
-        self.offset += len(data)
-        *lines, self.partial = (self.partial + data).split(b"\n")
-        for raw in lines:
-            text = raw.decode(errors="replace")
-            if text.startswith(PREFIX):
-                ev = parse(text)
-                if ev["event"] != "log" or "line" in ev:
-                    kind = ev.pop("event")
-                    ev.pop("time", None)
-                    self.report("fold_score" if kind == "fold" else kind, ev)
-
-
-def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(deque(f, maxlen=n))
-    except OSError:
-        return ""
-
-
-def rotate_log(path: Path, limit: int = LOG_LIMIT_BYTES) -> bool:
-    """Past ``limit`` bytes, copy ``path`` to ``<path>.1`` and empty it. The script keeps writing through its own
-    descriptor, opened for appending, so its next line lands at the start of the emptied file. True when rotated."""
-    import shutil
-
-    try:
-        if path.stat().st_size <= limit:
-            return False
-        shutil.copyfile(path, path.with_name(path.name + ".1"))
-        os.truncate(path, 0)
-    except OSError:  # a log that cannot be kept small is no reason to stop the job
-        return False
-    return True
-
-
-def run(spec: CommandJob, comp: Competition, ctx: JobContext) -> JobOutput:
-    ctx.workdir.mkdir(parents=True, exist_ok=True)
-    output_dir = ctx.workdir / "output"
-    output_dir.mkdir(parents=True, exist_ok=True)
-    log_path = ctx.workdir / "command.log"
-    cwd = Path(spec.cwd).expanduser() if spec.cwd else Path.cwd()
-    if not cwd.is_dir():
-        raise ValueError(f"job '{spec.name}': cwd {cwd} is not a folder")
-    out = JobOutput(job=spec.name, classes=list(comp.classes), test_ids=comp.test_ids, folds=[], metric=ctx.metric)
-
-    stopped = False
-    t0 = time.time()
-    with open(log_path, "ab") as logfile:
-        try:
-            proc = subprocess.Popen(spec.command, cwd=cwd, env=environment(spec, comp, ctx, output_dir),
-                                    stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-        except OSError as e:
-            raise RuntimeError(f"job '{spec.name}': cannot start {spec.command[0]!r}: {e}") from None
-        ctx.report("log", {"message": f"started pid {proc.pid}: {' '.join(spec.command)}"})
-        pid_file = _note_process(ctx.workdir, proc.pid)
-        progress = _Progress(log_path, ctx.report)
-        try:
-            while proc.poll() is None:
-                progress.read()  # before a rotation empties the log
-                if rotate_log(log_path):
-                    progress.rotated()
-                if ctx.stop_requested():
-                    stopped = True
-                    _terminate(proc)
-                    break
-                time.sleep(POLL_S)
-            progress.read()
-        except BaseException:
-            _terminate(proc)
-            pid_file.unlink(missing_ok=True)
-            raise
-    code = proc.wait()
-    pid_file.unlink(missing_ok=True)
-    elapsed = time.time() - t0
-    ctx.report("log", {"message": f"exit status {code} after {elapsed:.1f} s", "stopped": stopped})
-    # what gpupack knows of a script's time: its wall time; where it went is the script's to say (a GPUPACK sample
-    # line with time_s and busy_share, as gpupack's own jobs send)
-    ctx.report("sample", {"wall_s": round(elapsed, 3), "final": True, "job_end": True})
-    if stopped:
-        out.notes.append(f"stopped after {elapsed:.0f} s (exit status {code}); reading whatever outputs were written")
-    elif code != 0:
-        raise RuntimeError(f"job '{spec.name}': {' '.join(spec.command)} exited with status {code}; "
-                           f"last lines of {log_path}:\n{_tail(log_path)}")
-
-    oof_path, test_path = output_dir / "oof.csv", output_dir / "test.csv"
-    missing = [p.name for p in (oof_path, test_path) if not p.is_file()]
-    if missing:
-        out.notes.append(f"no {' or '.join(missing)} in {output_dir}: the command's predictions cannot join the ensemble")
-        return out
-    try:
-        folds = read_outputs(oof_path, test_path, comp, ctx.metric)
-    except (ValueError, KeyError, pd.errors.ParserError) as e:
-        if not stopped:
-            raise RuntimeError(f"job '{spec.name}': {e}") from None
-        out.notes.append(f"outputs unreadable after the stop: {e}")
-        return out
-    for f in folds:
-        ctx.fold_finished(out, f)
-    out.throughput = {"seconds": round(elapsed, 3)}
-    return out
+        return read_outputs(output_dir / OUTPUTS[0], output_dir / OUTPUTS[1], comp, metric)
+    except (KeyError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise ValueError(str(e)) from None
 
 
 def _class_columns(frame: pd.DataFrame, classes: list, path: Path) -> list[str]:

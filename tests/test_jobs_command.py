@@ -1,4 +1,5 @@
-"""A command job: a script run as a subprocess that writes oof.csv and test.csv."""
+"""A command job: a script run as a process of the one process backend (``scheduler.execute.local``, driven by
+``scheduler.execute.command``) that writes oof.csv and test.csv."""
 
 import json
 import sys
@@ -9,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs import JobContext, run_job
-from jobs import command_job
+from jobs import JobContext
+from scheduler.execute import local
+from scheduler.execute.command import run as run_job
 from jobs.data import load_competition, write_digits
 from scheduler.core.memcap import memory_cap
 from scheduler.core.plan import CommandJob
@@ -82,7 +84,7 @@ def test_command_job_reads_its_folds(comp, tmp_path):
     # the test rows were shuffled in the file and come back in test.csv's order
     truth = comp.class_index(comp.solution.label)
     assert (out.test_mean().argmax(1) == truth).mean() > 0.8
-    assert "done" in (work / "command.log").read_text()
+    assert "done" in (work / "command" / "log").read_text()
 
     env = json.loads((work / "output" / "env.json").read_text())
     assert env["GPUPACK_JOB"] == "cmd"
@@ -131,7 +133,7 @@ def test_should_stop_terminates_the_process_group(comp, tmp_path, monkeypatch):
     """Asked to stop once its grandchild exists (an event, not a second of the clock); the script ignores SIGTERM and
     never ends on its own, so only SIGKILL to the group after the grace can end it. (How long that takes is
     benchmarks/speeds.py's figure.)"""
-    monkeypatch.setattr(command_job, "TERM_GRACE_S", 0.5)
+    monkeypatch.setattr(local, "TERM_GRACE_S", 0.5)
     script = _script(tmp_path, """\
         import signal, subprocess, sys, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a stubborn script: only SIGKILL ends it
@@ -139,7 +141,7 @@ def test_should_stop_terminates_the_process_group(comp, tmp_path, monkeypatch):
         print("child", child.pid, flush=True)
         time.sleep(600)
     """)
-    log = tmp_path / "w" / "command.log"
+    log = tmp_path / "w" / "command" / "log"
     ctx = JobContext("cmd", tmp_path / "w", should_stop=lambda: log.exists() and "child" in log.read_text())
     result = {}
     runner = threading.Thread(target=lambda: result.update(out=run_job(_spec([sys.executable, script]), comp, ctx)),
@@ -163,7 +165,7 @@ def _gone(pid: int) -> bool:
 
 def test_a_stopped_command_keeps_the_folds_it_wrote(comp, tmp_path):
     script = _script(tmp_path, CENTROIDS.replace('print("done")', 'import time; print("done", flush=True); time.sleep(60)'))
-    ctx = JobContext("cmd", tmp_path / "w", should_stop=lambda: "done" in (tmp_path / "w" / "command.log").read_text())
+    ctx = JobContext("cmd", tmp_path / "w", should_stop=lambda: "done" in (tmp_path / "w" / "command" / "log").read_text())
     out = run_job(_spec([sys.executable, script]), comp, ctx)
     assert [f.fold for f in out.folds] == [0, 1] and any("stopped" in n for n in out.notes)
 
@@ -187,3 +189,73 @@ def test_a_command_job_predicts_numbers_for_a_regression(tmp_path):
     assert out.classes == ["target"] and out.test_mean().shape == (111, 1)
     y = comp.train["target"].to_numpy()
     assert out.cv_score() == pytest.approx(np.sqrt(np.mean((y - y.mean()) ** 2)))  # the spread of the target
+
+
+def test_a_command_runs_as_a_process_of_the_local_backend(comp, tmp_path, monkeypatch):
+    """The script is an argv record of ``scheduler.execute.local`` (the handle that ran it is a LocalHandle, its
+    files in ``<workdir>/command``): its progress line arrives while it runs, read on after the backend emptied its
+    log past the bound; the budget's cuts reach it through ``GPUPACK_LIMITS``; its ``pid`` file names it while it
+    runs; the stop is SIGTERM to the script, and the child it forked, which ignores SIGTERM, is ended too."""
+    handles = []
+    submit = local.LocalExecutor.submit
+    monkeypatch.setattr(local.LocalExecutor, "submit", lambda self, r: handles.append(submit(self, r)) or handles[-1])
+    monkeypatch.setattr(local, "LOG_LIMIT_BYTES", 4096)
+    monkeypatch.setattr(local, "TERM_GRACE_S", 0.5)
+    script = _script(tmp_path, """\
+        import json, os, pathlib, signal, subprocess, sys, time
+        out = pathlib.Path(os.environ["GPUPACK_OUTPUT_DIR"])
+        folder = pathlib.Path(os.environ["GPUPACK_LIMITS"]).parent
+        signal.signal(signal.SIGTERM, lambda *a: ((out / "sigterm").write_text("1"), sys.exit(0)))
+        child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                  "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+        for i in range(200):
+            print("filler", i, "x" * 40, flush=True)  # 10 KB: past the log's bound
+        end = time.time() + 60  # a hang guard: the test fails on what is missing
+        while time.time() < end and not ((folder / "log.1").exists() and (folder / "limits.json").exists()):
+            time.sleep(0.02)
+        (out / "limits.json").write_text((folder / "limits.json").read_text())
+        print("GPUPACK " + json.dumps({"event": "epoch", "epoch": 1, "epochs": 3, "loss": 0.5}), flush=True)
+        (out / "child.pid").write_text(str(child.pid))
+        time.sleep(600)
+    """)
+    work = tmp_path / "w"
+    reported, pid_file = [], work / "command" / local.PID_FILE
+    named = []
+
+    def should_stop():  # once the script is past its progress line (the test then asks whether it arrived)
+        named.append(pid_file.is_file())
+        return (work / "output" / "child.pid").is_file()
+
+    ctx = JobContext("cmd", work, should_stop=should_stop, limits=lambda: {"folds": 1},
+                     report=lambda k, f: reported.append((k, f)))
+    out = run_job(_spec([sys.executable, script]), comp, ctx)
+
+    assert [type(h) for h in handles] == [local.LocalHandle]
+    h = handles[0]
+    assert h.record.argv == (sys.executable, str(script)) and h.folder == work / "command"
+    assert [f for k, f in reported if k == "epoch"] == [{"epoch": 1, "epochs": 3, "loss": 0.5}]
+    assert json.loads((work / "output" / "limits.json").read_text()) == {"folds": 1}
+    assert (work / "output" / "sigterm").is_file()  # the stop reached the script as SIGTERM
+    assert out.folds == [] and any("stopped" in n for n in out.notes)
+    child = int((work / "output" / "child.pid").read_text())
+    assert _gone(child), f"the child {child}, which ignores SIGTERM, outlived the job"
+    log = work / "command" / "log"
+    assert (work / "command" / "log.1").is_file() and log.stat().st_size <= 4096  # the log was kept to its bound
+    assert named and all(named) and not pid_file.exists()  # named while it ran, gone once it ended
+
+
+def test_a_fold_line_is_the_one_fold_event_with_its_predictions(comp, tmp_path):
+    """A script's ``fold`` line is reported as every job kind reports a fold (``fold``, with its output, which the
+    run loop keeps at once), as soon as the files hold it, and only once, though the files are read again at the end;
+    its score is the one computed from the files, its other figures go with it."""
+    script = _script(tmp_path, CENTROIDS.replace(
+        'print("done")', 'print("GPUPACK " + json.dumps({"event": "fold", "fold": 1, "score": 9.0, "epochs": 4}),'
+                         ' flush=True)\nimport time; time.sleep(0.5)\nprint("done")'))
+    reported = []
+    ctx = JobContext("cmd", tmp_path / "w", report=lambda k, f: reported.append((k, f)))
+    out = run_job(_spec([sys.executable, script]), comp, ctx)
+    folds = [f for k, f in reported if k == "fold"]
+    assert [f["fold"] for f in folds] == [1, 0]  # fold 1 at its line; fold 0, never announced, at the end
+    assert all("output" in f for f in folds) and "fold_score" not in {k for k, _ in reported}
+    assert folds[0]["epochs"] == 4 and folds[0]["score"] == out.folds[0].score != 9.0
+    assert sorted(f.fold for f in out.folds) == [0, 1]

@@ -202,3 +202,45 @@ def test_calls_stay_readable():
                 kw_without_default = [x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is None]
                 assert not kw_without_default or len(positional) + len(kw_without_default) <= MAX_POSITIONAL, \
                     f"{module_name(path)}.{node.name}: required {positional + kw_without_default}"
+
+
+PROCESS_CALLS = {"Popen", "run", "call", "check_call", "check_output", "killpg", "kill", "fork", "spawnv", "system",
+                 "execv", "execvp"}
+PROCESS_MODULES = {"subprocess", "os", "signal", "multiprocessing"}
+
+
+def process_uses(path: Path) -> list[str]:
+    """Where a module starts or signals a process itself: ``subprocess`` imported, or a call of ``Popen``,
+    ``subprocess.run``, ``os.killpg``/``os.kill``/``os.fork``/``os.system``/``os.exec…``, ``signal.…``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            word = "import" if isinstance(node, ast.Import) else "from"
+            found += [f"{node.lineno}: {word} {n}" for n in names
+                      if n.split(".")[0] in ("subprocess", "signal", "multiprocessing")]
+            if isinstance(node, ast.ImportFrom) and node.module == "os":
+                found += [f"{node.lineno}: from os import {a.name}" for a in node.names if a.name in PROCESS_CALLS]
+        elif isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id == "Popen":
+                found.append(f"{node.lineno}: Popen(")
+            elif (isinstance(f, ast.Attribute) and f.attr in PROCESS_CALLS and isinstance(f.value, ast.Name)
+                  and f.value.id in PROCESS_MODULES):
+                found.append(f"{node.lineno}: {f.value.id}.{f.attr}(")
+    return found
+
+
+def test_jobs_start_and_signal_no_process():
+    """Every process gpupack runs is the executor's (``scheduler.execute.local``: one supervisor, one way to end a
+    group): a job kind under ``jobs/`` starts, signals and ends no process of its own (a command's script included)."""
+    found = {module_name(p): process_uses(p) for p in (ROOT / "jobs").rglob("*.py")}
+    assert {m: f for m, f in found.items() if f} == {}
+
+
+def test_the_process_check_sees_a_job_that_runs_its_own_script(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os, subprocess\nfrom subprocess import Popen\np = Popen(['x'])\nsubprocess.run(['y'])\n"
+                   "os.killpg(p.pid, 9)\nos.environ.get('A')\n")
+    assert process_uses(bad) == ["1: import subprocess", "2: from subprocess", "3: Popen(", "4: subprocess.run(",
+                                 "5: os.killpg("]

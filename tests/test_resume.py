@@ -88,7 +88,7 @@ def test_a_lost_driver_is_recognised_and_the_run_resumed(ray_cluster, tmp_path, 
     assert code == 0 and info["status"] == "crashed" and info["driver_lost"] is True
     assert "driver lost" in info["reason"] and "--resume" in info["reason"]
     assert {j["name"]: j["state"] for j in info["jobs"]} == {"quick": "SUCCEEDED", "lgbm": "CANCELLED"}
-    assert not (run_dir / "jobs" / "quick" / "command.pid").exists()  # its script ended: nothing left to stop
+    assert not (run_dir / "jobs" / "quick" / "command" / "pid").exists()  # its script ended: nothing left to stop
     def waited(seconds):
         raise AssertionError("top waited for a refresh of a run that no driver runs")
 
@@ -128,20 +128,23 @@ def test_a_lost_driver_is_recognised_and_the_run_resumed(ray_cluster, tmp_path, 
 
 
 def test_cancel_of_a_lost_run_stops_the_scripts_its_jobs_left_running(tmp_path, run_cli):
-    from jobs.command_job import _note_process
+    from scheduler.execute import local
     from scheduler.runtime.driver import prepare_folder
 
     run_dir = tmp_path / "run"
     prepare_folder(_dry([QUICK]), run_dir, None)
-    script = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    script = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                              env={**os.environ, "GPUPACK_JOB": "quick"})  # as the process backend starts it
+    folder = run_dir / "jobs" / "quick" / "command"
     try:
-        (run_dir / "jobs" / "quick").mkdir(parents=True, exist_ok=True)
-        _note_process(run_dir / "jobs" / "quick", script.pid)  # as the command job does while its script runs
+        folder.mkdir(parents=True, exist_ok=True)
+        # the pid file the process backend keeps while a command's script runs
+        local.note_process(folder, "quick", script.pid, psutil.Process(script.pid).create_time())
         _lose_the_driver(run_dir)
         code, out, err = run_cli("cancel", run_dir, "--json")
         assert code == 0 and json.loads(out)["stopped"] == ["quick"]
         assert script.wait(10) is not None
-        assert not (run_dir / "jobs" / "quick" / "command.pid").exists()
+        assert not (folder / local.PID_FILE).exists()
     finally:
         if script.poll() is None:
             script.kill()

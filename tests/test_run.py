@@ -1,6 +1,5 @@
 """Running plans on Ray with logical GPUs: outputs, failures, devices, waves, cancel."""
 
-import dataclasses
 import json
 import os
 import sys
@@ -136,25 +135,25 @@ def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_d
     """The in-process driver on a clock that moves only by events: each of r18's epochs costs EPOCH_S, and the clock
     reaches the training deadline once the job that hangs is running. So the cut and the deadline fall where the
     events put them, however fast or busy the machine (a race against the wall clock, on Ray, before)."""
-    import jobs
+    from scheduler.execute import apply
     from scheduler.runtime.driver import InProcessDriver
 
     clock = Clock(time.time())
     monkeypatch.setattr(time, "time", clock.time)
-    real_run_job = jobs.run_job
+    real_run = apply.run
 
-    def run_job(spec, comp, ctx):
+    def run(record, job_report, *args, **kw):  # every kind's job, the command's script included, is run by apply.run
         def report(kind, fields):
-            if spec.name == "r18" and kind == "epoch":
+            if record.job == "r18" and kind == "epoch":
                 clock.advance(EPOCH_S)
-            elif spec.name == "hangs":  # its process runs: the training window ends now
-                clock.at_least(ctx.deadline)
-            ctx_report(kind, fields)
+            elif record.job == "hangs" and str(fields.get("message", "")).startswith("started pid"):
+                # its script's process runs: the training window ends now
+                clock.at_least(record.deadline)
+            job_report(kind, fields)
 
-        ctx_report = ctx.report
-        return real_run_job(spec, comp, dataclasses.replace(ctx, report=report))
+        return real_run(record, report, *args, **kw)
 
-    monkeypatch.setattr(jobs, "run_job", run_job)
+    monkeypatch.setattr(apply, "run", run)
     jobs_ = [
         {"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 30, "resources": {"cpus": 1}},
         {"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 32, "epochs": 20,

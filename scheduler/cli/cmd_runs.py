@@ -222,8 +222,9 @@ def cmd_logs(args: argparse.Namespace, console: Console) -> int:
 
     record = RunRecord.open_existing(run_dir(args.run))
     units = _units(record, args.job)
-    # gpupack's log of each of the job's tasks, then (a command job) the script's own output
-    paths = [record.dir / "jobs" / u / name for u in units for name in ("log", "command.log")]
+    # gpupack's log of each of the job's tasks, then (a command job) the script's own output (its process's log)
+    task_of = {record.dir / "jobs" / u / name: u for u in units for name in ("log", "command/log")}
+    paths = list(task_of)
     pos = {p: 0 for p in paths}
     text = {p: [] for p in paths}
     while True:
@@ -246,7 +247,7 @@ def cmd_logs(args: argparse.Namespace, console: Console) -> int:
         time.sleep(0.5)
     if args.json:
         return print_json({**_ids(record), "job": args.job, "tasks": units,
-                           "logs": [{"task": p.parent.relative_to(record.dir / "jobs").as_posix(), "file": str(p),
+                           "logs": [{"task": task_of[p], "file": str(p),
                                      "text": "".join(text[p])} for p in paths if p.is_file()]})
     return 0
 

@@ -1,8 +1,8 @@
 """The one form a job's process reports progress in, below everyone who reads or writes it: an event is a dict
 ``{"time": <epoch s>, "event": <kind>, …}``, and on a process's standard output it is one line,
 ``GPUPACK {"event": "epoch", …}`` (the word, a space, one JSON object with an ``event`` key). A ``command`` job's
-script and the local backend's child both write it; ``jobs.command_job`` and ``scheduler.execute`` read it. Any
-other line is a ``log`` event. Imports nothing heavy: a Ray actor loads it before its first answer.
+script and the local backend's child both write it; the local backend (``scheduler.execute.local``) reads it, for
+every process it runs. Any other line is a ``log`` event. Imports nothing heavy: a Ray actor loads it before its first answer.
 """
 
 from __future__ import annotations

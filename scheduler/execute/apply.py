@@ -1,6 +1,7 @@
 """What a job's own process does with its launch record, whichever backend started that process: set its threads
 and device, cap its GPU memory (once, here), write a built-in competition a node lacks, and run the job
-(``jobs.run_job``) with a context made from the record alone.
+(``jobs.run_job``; a ``command``'s script through the process backend, :mod:`scheduler.execute.command`) with a
+context made from the record alone.
 
 The cap is ``core.memcap``'s one rule, of the record's share, the card *this process* sees (torch's figure for a job
 that trains with torch here, NVML's for one that does not load torch) and what the process holds outside the
@@ -15,6 +16,7 @@ allocator MiB, a command script is handed its MiB and fraction.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -132,4 +134,10 @@ def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: 
     report("log", {"line": f"{record.task}: {'CUDA' if cuda else 'CPU rehearsal'}, {threads} thread(s), "
                            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}"})
     with LoggerTap(report):
-        return run_job(record.spec, load_competition(data_dir, record.metric), ctx)
+        comp = load_competition(data_dir, record.metric)
+        if record.kind == "command":  # a script: a process of the one process backend, run from here
+            from scheduler.execute import command
+
+            ctx.started_at = ctx.started_at or time.perf_counter()
+            return command.run(record.spec, comp, ctx)
+        return run_job(record.spec, comp, ctx)

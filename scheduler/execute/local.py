@@ -7,8 +7,14 @@ restarted service finds them again (:meth:`LocalExecutor.adopt`: by pid and star
 
 The child writes its events to standard output as ``GPUPACK {…}`` lines (:mod:`scheduler.execute.channel`), which
 the handle reads back from the log as it grows. ``cancel`` is SIGTERM (the child stops at its next step and keeps
-its finished folds), ``kill`` SIGKILL to the group, ``set_limits`` a ``limits.json`` the child reads at each fold or
-epoch. The output comes back pickled (``result.pickle``); a failure's reason is the child's ``error`` event.
+its finished folds), ``kill`` SIGKILL to the group, :meth:`LocalHandle.stop` the two a grace apart, and
+:meth:`LocalHandle.finish` ends what a job left running in its group once it ended; ``set_limits`` a ``limits.json``
+the child (or a script, through ``GPUPACK_LIMITS``) reads at each fold or epoch. The output comes back pickled
+(``result.pickle``); a failure's reason is the child's ``error`` event.
+
+A plan's ``command`` job runs here too (:mod:`scheduler.execute.command`, from the job's own process): its script is
+an argv record, its log kept to ``log_limit`` bytes (:func:`rotate_log`), and its process group named in the folder's
+``pid`` file while it runs, so that a resumed run ends what a lost driver left running (:func:`end_recorded`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from scheduler.execute.api import Executor, FailedJob, Handle
-from scheduler.execute.channel import parse
+from scheduler.execute.channel import PREFIX, parse
 from scheduler.execute.launch import ENV, LaunchRecord, dumps
 
 WRAPPER = r"""
@@ -57,7 +63,8 @@ with open(os.open(sys.argv[1] + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0
 os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 sys.exit(rc if rc >= 0 else 128 - rc)
 """
-LOG, EXIT_CODE, LIMITS, RESULT = "log", "exit_code", "limits.json", "result.pickle"
+LOG, EXIT_CODE, LIMITS, RESULT, PID_FILE = "log", "exit_code", "limits.json", "result.pickle", "pid"
+LOG_LIMIT_BYTES = 32 * 1024 * 1024  # a bounded log's size: past it, it is copied to ``log.1`` and emptied
 TERM_GRACE_S = 10.0  # from SIGTERM to SIGKILL, for a job asked to stop and for what lingers of an ended one
 NO_FOLD = 3  # the child's exit status when it ended with no finished fold (its output says why)
 
@@ -116,16 +123,82 @@ def signal_group(pgid: int, job_id: str, sig: int) -> bool:
     return True
 
 
-def failure_reason(d: Path, code: int | None) -> str:
-    """Why a process ended badly, in one line: the child's ``error`` event, else its log's last line."""
-    last = ""
+def note_process(d: Path, task: str, pid: int, started: float) -> Path:
+    """``d/pid``: the job's process group, its start time, host and task, while it runs. The group runs in its own
+    session, so it outlives a supervisor killed by force; whoever finds the file later ends what it names
+    (:func:`end_recorded`), never a later process that reuses the pid."""
+    import socket
+
+    path = d / PID_FILE
+    tmp = path.with_name(PID_FILE + ".tmp")
+    tmp.write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "started": started, "task": task}))
+    os.replace(tmp, path)
+    return path
+
+
+def end_group(pgid: int, task: str, grace_s: float) -> bool:
+    """SIGTERM to what is left of a job's group, SIGKILL to what is still there ``grace_s`` later, and back once
+    it has gone (or a grace after the SIGKILL); True when something was there."""
+    if not signal_group(pgid, task, signal.SIGTERM):
+        return False
+    for sig in (signal.SIGKILL, None):
+        end = time.time() + grace_s
+        while time.time() < end and group_members(pgid, task):
+            time.sleep(0.05)
+        if sig is not None:
+            signal_group(pgid, task, sig)  # stragglers would keep holding GPU memory
+    return True
+
+
+def end_recorded(path: Path, grace_s: float) -> dict | None:
+    """End the process group a ``pid`` file (:func:`note_process`) of this host names, if it still holds the job's
+    processes; the file goes. Returns the record when something was ended."""
+    import socket
+
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if d.get("host") != socket.gethostname():
+        return None  # another machine's: its own supervisor ends it
+    ended = bool(d.get("pid")) and end_group(int(d["pid"]), str(d.get("task")), grace_s)
+    path.unlink(missing_ok=True)
+    return d if ended else None
+
+
+def rotate_log(path: Path, limit: int = LOG_LIMIT_BYTES) -> bool:
+    """Past ``limit`` bytes, copy ``path`` to ``<path>.1`` (replacing the previous one) and empty it. The job keeps
+    writing through its own descriptor, opened for appending, so its next line lands at the start of the emptied
+    file: a job that prints without end costs at most twice ``limit`` on disk, and its last ``limit``–2×``limit``
+    bytes are kept (lines written in the instant between the copy and the emptying may be lost). True when rotated."""
+    import shutil
+
+    try:
+        if path.stat().st_size <= limit:
+            return False
+        shutil.copyfile(path, path.with_name(path.name + ".1"))
+        os.truncate(path, 0)
+    except OSError:  # a log that cannot be kept small is no reason to stop the job
+        return False
+    return True
+
+
+def log_tail(d: Path, lines: int | None = 20) -> list[str]:
+    """The last ``lines`` lines of a job's log (of its last 64 KiB; all of those when None)."""
     try:
         with open(d / LOG, "rb") as f:
             f.seek(0, 2)
             f.seek(max(0, f.tell() - 65536))
-            lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+            text = f.read().decode(errors="replace")
     except OSError:
-        lines = []
+        return []
+    return text.splitlines()[-lines:] if lines else text.splitlines()
+
+
+def failure_reason(d: Path, code: int | None) -> str:
+    """Why a process ended badly, in one line: the child's ``error`` event, else its log's last line."""
+    last = ""
+    lines = [ln for ln in log_tail(d, None) if ln.strip()]
     for ln in reversed(lines):
         ev = parse(ln)
         if ev["event"] == "error" and ev.get("reason"):
@@ -172,11 +245,16 @@ class _Adopted:
 
 
 class LogEvents:
-    """A job's log read as the progress channel, as it grows: ``GPUPACK {…}`` lines are events, others ``log``."""
+    """A job's log read as the progress channel, as it grows: ``GPUPACK {…}`` lines are events, others ``log``
+    (``plain=False``: others are left to the log, and a script that prints without end costs no memory here)."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, plain: bool = True):
+        self.path, self.plain = path, plain
         self._events: list[dict] = []
+        self._offset, self._partial = 0, b""
+
+    def rotated(self) -> None:
+        """The log was emptied (:func:`rotate_log`): its next line is at its start."""
         self._offset, self._partial = 0, b""
 
     def __call__(self, since: int = 0) -> list[dict]:
@@ -188,7 +266,8 @@ class LogEvents:
             data = b""
         self._offset += len(data)
         *lines, self._partial = (self._partial + data).split(b"\n")
-        self._events += [parse(ln.decode(errors="replace")) for ln in lines]
+        texts = [ln.decode(errors="replace") for ln in lines]
+        self._events += [parse(t) for t in texts if self.plain or t.startswith(PREFIX)]
         return self._events[since:]
 
     def __len__(self) -> int:
@@ -199,12 +278,13 @@ class LocalHandle(Handle):
     """A record's process group on this machine: the wrapper this process started (``proc``, a ``Popen``), or one
     found again after a restart (:meth:`LocalExecutor.adopt`: the wrapper, or what is left of its group)."""
 
-    def __init__(self, record: LaunchRecord, folder: Path, proc, started_at: float):
+    def __init__(self, record: LaunchRecord, folder: Path, proc, started_at: float, log_limit: int | None = None):
         self.record, self.folder, self.proc, self.started_at = record, folder, proc, started_at
         self.pid: int | None = proc.pid if not isinstance(proc, Orphans) else None
         self.pid_start = started_at
         self.pgid = self.pid
-        self._log = LogEvents(folder / LOG)
+        self.log_limit = log_limit  # bytes the log is kept to (read before each rotation); None: it grows
+        self._log = LogEvents(folder / LOG, plain=log_limit is None)
         self._seen: dict = {}  # the processes measured (cpu_percent needs them between calls)
 
     @property
@@ -216,7 +296,10 @@ class LocalHandle(Handle):
         return bool(len(self._log)) or self.proc.poll() is not None
 
     def events(self, since: int = 0) -> list[dict]:
-        return self._log(since)
+        out = self._log(since)
+        if self.log_limit is not None and rotate_log(self.folder / LOG, self.log_limit):
+            self._log.rotated()
+        return out
 
     def _signal(self, sig: int) -> None:
         if isinstance(self.proc, Orphans):  # only while the group still holds this job's processes
@@ -263,6 +346,25 @@ class LocalHandle(Handle):
     def end(self) -> bool:
         """Once it ended: SIGTERM to what is left of its group (its children end with it); True when something was."""
         return bool(self.pgid) and signal_group(self.pgid, self.record.task, signal.SIGTERM)
+
+    def stop(self, grace_s: float) -> None:
+        """SIGTERM to the group, SIGKILL ``grace_s`` later if the job has not ended by then (a script that ignores
+        SIGTERM, or takes too long to write what it made)."""
+        self.cancel()
+        end = time.time() + grace_s
+        while time.time() < end and not self.done():
+            time.sleep(0.05)
+        if not self.done():
+            self.kill()
+        if isinstance(self.proc, subprocess.Popen):
+            self.proc.wait()
+
+    def finish(self, grace_s: float) -> None:
+        """Once it ended: what it left running in its group (a child it forked) is ended, SIGTERM then SIGKILL
+        ``grace_s`` later, and its ``pid`` file goes."""
+        if self.pgid:
+            end_group(self.pgid, self.record.task, grace_s)
+        (self.folder / PID_FILE).unlink(missing_ok=True)
 
     def read(self, offset: int, chunk: int = 1 << 20) -> bytes:
         """Its log from byte ``offset``, at most ``chunk`` bytes."""
@@ -342,30 +444,33 @@ def _path() -> str:
 
 
 class LocalExecutor(Executor):
-    """``folder(record)`` is where a record's log, exit status, limits and result go (its ``home`` by default);
-    ``cwd(record)`` where it runs (its ``cwd`` by default). A raw command (``record.argv``) runs as it is, through
-    the same wrapper, in its own process group; a spec runs as ``python -m scheduler.execute.child``."""
+    """``folder(record)`` is where a record's log, exit status, limits, result and ``pid`` file go (its ``home`` by
+    default); ``cwd(record)`` where it runs (its ``cwd`` by default). A raw command (``record.argv``) runs as it is,
+    through the same wrapper, in its own process group; a spec runs as ``python -m scheduler.execute.child``.
+    ``log_limit``: the bytes a job's log is kept to, for a supervisor that reads it only as events (a plan's command);
+    None (the service, whose readers follow a log by offset): it grows."""
 
     def __init__(self, folder: Callable[[LaunchRecord], Path] | None = None,
-                 cwd: Callable[[LaunchRecord], str | None] | None = None):
+                 cwd: Callable[[LaunchRecord], str | None] | None = None, log_limit: int | None = None):
         self.folder = folder or (lambda r: Path(r.home))
         self.cwd = cwd or (lambda r: r.cwd)
+        self.log_limit = log_limit
         self.lingering: dict[int, tuple[str, float]] = {}  # process group → (task, SIGKILL time) after it ended
 
     def submit(self, record: LaunchRecord) -> LocalHandle:
         """Raises ``OSError`` when the process cannot be started."""
         d = Path(self.folder(record))
         d.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **record.env, "GPUPACK_JOB": record.task}
+        env = {**os.environ, **record.env, "GPUPACK_JOB": record.task, "GPUPACK_LIMITS": str(d / LIMITS)}
         if record.output_dir:
             env["GPUPACK_OUTPUT_DIR"] = record.output_dir
         if record.argv:
             proc, started = spawn(list(record.argv), self.cwd(record), env, d)
         else:
-            env.update({ENV: dumps(record), "PYTHONPATH": _path(), "GPUPACK_RESULT": str(d / RESULT),
-                        "GPUPACK_LIMITS": str(d / LIMITS)})
+            env.update({ENV: dumps(record), "PYTHONPATH": _path(), "GPUPACK_RESULT": str(d / RESULT)})
             proc, started = spawn([sys.executable, "-m", "scheduler.execute.child"], self.cwd(record), env, d)
-        return LocalHandle(record, d, proc, started)
+        note_process(d, record.task, proc.pid, started)
+        return LocalHandle(record, d, proc, started, self.log_limit)
 
     def adopt(self, record: LaunchRecord, pid: int | None, pid_start: float | None,
               node_id: str | None = None) -> LocalHandle | None:

@@ -149,14 +149,10 @@ def _stop_processes(recorded: list[dict], grace_s: float) -> None:
 
 def stop_leftovers(record: RunRecord, grace_s: float = 5.0) -> list[str]:
     """Stop what a lost driver left running: the scripts of ``command`` jobs (they run in their own process group, so
-    they survive a job process killed by force): SIGTERM to the group, SIGKILL after ``grace_s``; and the local Ray
-    processes it started that outlived it (``note_ray_processes``). Returns the jobs whose scripts were stopped."""
-    import json
-    import signal
-
-    import psutil
-
-    from jobs.command_job import PID_FILE
+    they survive a job process killed by force; the process backend names each group in its ``pid`` file while it
+    runs): SIGTERM to the group, SIGKILL after ``grace_s``; and the local Ray processes it started that outlived it
+    (``note_ray_processes``). Returns the tasks whose scripts were stopped."""
+    from scheduler.execute import command, local
 
     left = [d for d in record.run_info().get("ray_processes") or [] if _alive(d)]  # the lost driver's Ray
     if left:
@@ -165,20 +161,13 @@ def stop_leftovers(record: RunRecord, grace_s: float = 5.0) -> list[str]:
                                   f"({', '.join(sorted({str(d.get('name')) for d in left}))})")
         record.set_run(ray_processes=[])
     stopped = []
-    for path in sorted((record.dir / "jobs").glob(f"*/{PID_FILE}")):
-        d = json.loads(path.read_text())
-        if _alive(d):
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(d["pid"], sig)
-                    psutil.Process(d["pid"]).wait(grace_s)
-                except (ProcessLookupError, psutil.NoSuchProcess, psutil.TimeoutExpired, PermissionError):
-                    pass
-            stopped.append(path.parent.name)
-            record.event("note", path.parent.name, note=f"stopped its script (pid {d['pid']}), left running by a "
-                                                        "driver that was lost")
-        if d.get("host") == socket.gethostname():  # the process it names is gone now
-            path.unlink()
+    for path in sorted((record.dir / "jobs").glob(f"*/{command.FOLDER}/{local.PID_FILE}")):
+        task = path.parent.parent.name
+        d = local.end_recorded(path, grace_s)
+        if d is not None:
+            stopped.append(task)
+            record.event("note", task, note=f"stopped its script (pid {d['pid']}), left running by a driver that was "
+                                            "lost")
     return stopped
 
 
