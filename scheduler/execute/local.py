@@ -364,6 +364,7 @@ class LocalExecutor(Executor):
         else:
             env.update({ENV: dumps(record), "PYTHONPATH": _path(), "GPUPACK_RESULT": str(d / RESULT),
                         "GPUPACK_LIMITS": str(d / LIMITS)})
+            (d / RESULT).unlink(missing_ok=True)  # read back only what this child writes, never a stale pickle
             proc, started = spawn([sys.executable, "-m", "scheduler.execute.child"], self.cwd(record), env, d)
         return LocalHandle(record, d, proc, started)
 
