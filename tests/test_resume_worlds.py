@@ -216,6 +216,11 @@ def test_test_ids_no_job_predicted_take_the_prior_and_are_named(tmp_path, data, 
     sub = pd.read_csv(run_dir / "submission.csv", dtype={"id": str}).set_index("id")["label"]
     most_frequent = pd.read_csv(data / "train.csv")["label"].value_counts().idxmax()
     assert (sub.loc[dropped] == most_frequent).all()
+    # the same for jobs' outputs blended from anywhere (`ensemble FOLDER… --data`)
+    code, out, err = run_cli("ensemble", run_dir / "jobs" / "quick", "--data", data, "--out", tmp_path / "sub.csv",
+                             "--json")
+    assert code == 0, err
+    assert any("7 of 360 test ids were predicted by no job" in n for n in json.loads(out)["notes"])
 
 
 def test_fold_files_round_trip_as_data():

@@ -171,9 +171,7 @@ def write_submission(record: RunRecord, method: str, metric: str, models: bool =
         ens_rows, job_rows = blend.rows, blend.job_rows
         test_pred, unpredicted = _prior_where_unpredicted(test_pred, test_ids, preds, comp)
         if unpredicted:
-            notes.append(f"{unpredicted:,} of {len(test_ids):,} test ids were predicted by no job (e.g. the "
-                         "competition's test.csv changed after they ran): those rows are the class prior of train.csv,"
-                         " not a model")
+            notes.append(_unpredicted_note(unpredicted, len(test_ids)))
     elif models and (partials := [p for p in (outputs.load_partial(d) for d in _with_tasks(folders)) if p]):
         from scheduler.core.scoring import get as get_metric
 
@@ -241,6 +239,11 @@ def _prior_where_unpredicted(test_pred, test_ids, preds, comp) -> tuple:
     return out, int(missing.sum())
 
 
+def _unpredicted_note(n: int, of: int) -> str:
+    return (f"{n:,} of {of:,} test ids were predicted by no job (e.g. the competition's test.csv changed after they "
+            "ran): those rows are the class prior of train.csv, not a model")
+
+
 def _with_tasks(folders: list[Path]) -> list[Path]:
     """Job folders and, after each, its tasks' sub-folders (a lane's partial model lies in its own)."""
     return [p for d in folders for p in [d, *sorted(x for x in d.iterdir() if x.is_dir() and x.name != "folds")]]
@@ -285,7 +288,10 @@ def blend_outputs(folders: list[Path], data: str, metric: str, method: str, out:
         raise UserError(f"nothing to blend: none of {', '.join(map(str, folders))} holds a finished job's "
                         f"predictions (oof.csv and test.csv) for this competition")
     b = ensemble.blend(preds, comp.truth(), comp.test_ids, metric, method)
-    frame = ensemble.submission_frame(comp.sample_submission, comp.test_ids, b.test_pred, b.classes, comp.form)
+    test_pred, unpredicted = _prior_where_unpredicted(b.test_pred, comp.test_ids, preds, comp)
+    if unpredicted:
+        notes.append(_unpredicted_note(unpredicted, len(comp.test_ids)))
+    frame = ensemble.submission_frame(comp.sample_submission, comp.test_ids, test_pred, b.classes, comp.form)
     out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out, index=False)
     return {"submission": str(out), "ensemble_method": method, "metric": metric, "ensemble_cv": b.oof_score,
