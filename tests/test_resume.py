@@ -72,7 +72,7 @@ def test_a_lost_driver_is_recognised_and_the_run_resumed(ray_cluster, tmp_path, 
     dry = _dry([QUICK, LGBM])
 
     def killed_after_a_fold(driver):
-        if driver.state["quick"].value == "SUCCEEDED" and (run_dir / "jobs" / "lgbm" / "folds" / "fold0.pkl").exists():
+        if driver.state["quick"].value == "SUCCEEDED" and (run_dir / "jobs" / "lgbm" / "folds" / "fold0.npz").exists():
             for live in driver.live.values():  # the job processes die with the driver
                 if live.actor is not None:
                     ray_cluster.kill(live.actor, no_restart=True)
@@ -219,9 +219,9 @@ def test_sigkill_of_the_driver_then_resume_matches_an_uninterrupted_run(tmp_path
     started_here: list[psutil.Process] = []
     try:
         folds = run_dir / "jobs" / "lgbm" / "folds"
-        wait_until(lambda: (folds / "fold0.pkl").exists() or proc.poll() is not None, "lgbm's first saved fold",
+        wait_until(lambda: (folds / "fold0.npz").exists() or proc.poll() is not None, "lgbm's first saved fold",
                    every=0.01)
-        assert (folds / "fold0.pkl").exists(), proc.stderr.read()[-2000:]
+        assert (folds / "fold0.npz").exists(), proc.stderr.read()[-2000:]
         # the driver and the Ray it started are frozen at that event, then the driver is killed: the kill lands
         # mid-run on any machine (lgbm's other folds cannot finish in between; before, they raced a poll)
         started_here = psutil.Process(proc.pid).children(recursive=True)
@@ -230,7 +230,7 @@ def test_sigkill_of_the_driver_then_resume_matches_an_uninterrupted_run(tmp_path
                 p.suspend()
             except psutil.NoSuchProcess:
                 pass
-        assert len(list(folds.glob("fold*.pkl"))) < 4, "lgbm finished before the kill"
+        assert len(list(folds.glob("fold*.npz"))) < 4, "lgbm finished before the kill"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
     finally:

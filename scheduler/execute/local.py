@@ -468,6 +468,7 @@ class LocalExecutor(Executor):
             proc, started = spawn(list(record.argv), self.cwd(record), env, d)
         else:
             env.update({ENV: dumps(record), "PYTHONPATH": _path(), "GPUPACK_RESULT": str(d / RESULT)})
+            (d / RESULT).unlink(missing_ok=True)  # read back only what this child writes, never a stale pickle
             proc, started = spawn([sys.executable, "-m", "scheduler.execute.child"], self.cwd(record), env, d)
         note_process(d, record.task, proc.pid, started)
         return LocalHandle(record, d, proc, started, self.log_limit)

@@ -104,18 +104,24 @@ def placed_as(record: LaunchRecord, a) -> bool:
 
 
 def for_run(dry: DryRun, run_dir: Path) -> tuple[dict[str, LaunchRecord], list[tuple[str, str]]]:
-    """The records a run's driver launches: each task's saved ``launch.json``. A task without one, or whose saved
-    record no longer sits where the placement puts it (a resume on other hardware), is planned now and saved; the
+    """The records a run's driver launches: each task's saved ``launch.json``. A task without one, whose saved
+    record no longer sits where the placement puts it (a resume on other hardware), or whose split (folds, seed) the
+    plan changed (a resume allows that only with nothing kept: ``runtime.resume.check_made_from``), is planned now
+    and saved; the
     notes (task, line) say which and why."""
     out, notes = {}, []
     for a in dry.placement.assignments:
         saved = load(run_dir, a.job)
-        if saved is not None and placed_as(saved, a) and saved.folds == dry.tasks[a.job].folds:
+        split = (getattr(dry.spec(a.job), "folds", None), dry.plan.seed)
+        same_split = saved is not None and (getattr(saved.spec, "folds", None), saved.seed) == split
+        if saved is not None and placed_as(saved, a) and saved.folds == dry.tasks[a.job].folds and same_split:
             out[a.job] = saved
             continue
         out[a.job], changed = plan_task(dry, a)
         save(run_dir, out[a.job])
         why = "no launch.json was saved for it" if saved is None else (
+            f"plan.yaml changed its split (folds {getattr(saved.spec, 'folds', None)}, seed {saved.seed} → folds "
+            f"{split[0]}, seed {split[1]})" if not same_split else
             f"its saved record ({saved.node}:{saved.device}, {saved.gpu_memory_mib} MiB, {saved.cpus} cores) is not "
             f"where the placement now puts it ({a.node}:{a.device}, {a.gpu_memory_mib} MiB, {a.cpus} cores)")
         notes += [(a.job, f"launch record planned again: {why}")] + [(a.job, n) for n in changed]

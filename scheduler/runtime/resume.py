@@ -1,8 +1,11 @@
 """Nothing lost when the driver dies: finished folds kept as they finish, a dead driver recognised, a run resumed.
 
 - **Folds as they finish.** A job reports each finished fold with its predictions; the driver keeps it at once in
-  ``jobs/<job>/folds/fold<k>.pkl`` and rewrites ``oof.csv``/``test.csv`` from the folds kept so far, so a job (or a
-  driver) killed later loses no finished fold, and ``ensemble RUN`` blends them.
+  ``jobs/<job>/folds/fold<k>.npz`` (data only, with the split it was made from: ``store.foldfiles``) and rewrites
+  ``oof.csv``/``test.csv`` from the folds kept so far, so a job (or a driver) killed later loses no finished fold, and
+  ``ensemble RUN`` blends them. A fold that cannot be read is set aside and trained again.
+- **The same world.** A run records what its folds were made from (``store.provenance``); a resume whose data or
+  split no longer matches is refused in one line (``check_made_from``).
 - **A lost driver.** The driver records its pid, host and process start time in ``state.sqlite`` and a heartbeat
   every few seconds. A run still marked "running" whose driver is gone (SIGKILL, the OOM killer, a closed laptop) is
   *settled* by whichever verb looks at it first: status "crashed" (``driver_lost``) with the reason, its unfinished
@@ -16,65 +19,100 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import socket
 import time
 from pathlib import Path
 
 from jobs.contract import FoldOutput, JobOutput
-from scheduler.store import advising, measurements, outputs
+from scheduler.store import advising, foldfiles, measurements, outputs, provenance
 from scheduler.core.errors import UserError
 from scheduler.core.states import JobState, RunStatus
 from scheduler.store.record import RunRecord
 
 FOLDS_DIR = "folds"
+SET_ASIDE = "set_aside"  # under FOLDS_DIR: fold files not read again (damaged, another split)
 HEARTBEAT_S = 2.0
 
 
 # --- folds kept as they finish ------------------------------------------------------------------------------------
 
 
-def keep_fold(folder: Path, fold: FoldOutput, classes: list, test_ids, metric: str) -> None:
-    """Store one finished fold (atomically) and rewrite the job's prediction CSVs from every fold kept so far."""
+def keep_fold(folder: Path, fold: FoldOutput, classes: list, test_ids, metric: str, split: dict | None = None) -> None:
+    """Store one finished fold (atomically, as data only: ``store.foldfiles``) with the split it was made from, and
+    rewrite the job's prediction CSVs from every fold kept so far. Raises ``OSError`` when the disk refuses it."""
     store = folder / FOLDS_DIR
     store.mkdir(parents=True, exist_ok=True)
-    tmp = store / f".fold{fold.fold}.pkl.tmp"
-    tmp.write_bytes(pickle.dumps({"fold": fold, "classes": list(classes), "test_ids": test_ids}))
-    os.replace(tmp, store / f"fold{fold.fold}.pkl")
-    kept = kept_folds(folder)
+    foldfiles.write(store / f"fold{fold.fold}{foldfiles.SUFFIX}", fold, classes, test_ids, split)
+    kept = kept_folds(folder, split)
     outputs.save(JobOutput(job=folder.name, classes=list(classes), test_ids=test_ids,
                            folds=[kept[k] for k in sorted(kept)], metric=metric), folder)
 
 
-def kept_folds(folder: Path) -> dict[int, FoldOutput]:
-    """The folds a job finished in this run folder, by fold number (empty when none)."""
+def _fold_files(folder: Path) -> list[Path]:
+    store = folder / FOLDS_DIR
+    return sorted([*store.glob(f"fold*{foldfiles.SUFFIX}"), *store.glob(f"fold*{foldfiles.OLD_SUFFIX}")])
+
+
+def set_aside(path: Path) -> Path:
+    """Move a kept fold file out of the way (into ``folds/set_aside/``), kept for a person to look at, never read."""
+    where = path.parent / SET_ASIDE
+    where.mkdir(exist_ok=True)
+    dest = where / path.name
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = where / f"{path.stem}-{n}{path.suffix}"
+    os.replace(path, dest)
+    return dest
+
+
+def _read_kept(folder: Path, split: dict | None, notes: list[str] | None) -> dict[int, tuple]:
+    """Fold number -> (fold, facts, test ids) of every readable kept fold of ``split`` (None: any). A file that
+    cannot be read, or that was made from another split, is set aside and named in ``notes``: its fold is trained
+    again, and a fold of another split is never joined with this one's."""
     out = {}
-    for path in sorted((folder / FOLDS_DIR).glob("fold*.pkl")):
-        fold = pickle.loads(path.read_bytes())["fold"]
-        out[fold.fold] = fold
+    for path in _fold_files(folder):
+        try:
+            fold, meta, test_ids = foldfiles.read(path)
+        except foldfiles.DamagedFold as e:
+            why = f"unreadable ({e})"
+        else:
+            if split is None or meta.get("split") in (None, split):
+                out[fold.fold] = (fold, meta, test_ids)
+                continue
+            why = f"made from another split ({meta.get('split')}, not {split})"
+        dest = set_aside(path)
+        if notes is not None:
+            notes.append(f"kept fold {path.name} of {folder.name} is {why}: set aside as {dest.relative_to(folder)}; "
+                         "that fold is trained again")
     return out
 
 
-def assemble_job(folder: Path, metric: str) -> None:
+def kept_folds(folder: Path, split: dict | None = None, notes: list[str] | None = None) -> dict[int, FoldOutput]:
+    """The folds a job finished in this run folder, by fold number (empty when none); see ``_read_kept``."""
+    return {k: v[0] for k, v in _read_kept(folder, split, notes).items()}
+
+
+def assemble_job(folder: Path, metric: str, notes: list[str] | None = None) -> None:
     """A job run in lanes: its outputs (``oof.csv``, ``test.csv``, ``result.json``) from the folds its tasks kept,
     with every finished task's notes and throughput (each task's own ``result.json`` in its sub-folder)."""
-    kept = kept_folds(folder)
+    kept = _read_kept(folder, None, notes)
     if not kept:
         return
-    first = pickle.loads(next(iter(sorted((folder / FOLDS_DIR).glob("fold*.pkl")))).read_bytes())
-    notes, throughput = [], {}
+    _, meta, test_ids = kept[min(kept)]
+    job_notes, throughput = [], {}
     for res in sorted(folder.glob("*/result.json")):
         body = json.loads(res.read_text())
-        notes += [n for n in body.get("notes", []) if n not in notes]
+        job_notes += [n for n in body.get("notes", []) if n not in job_notes]
         throughput[res.parent.name] = body.get("throughput")
-    outputs.save(JobOutput(job=folder.name, classes=first["classes"], test_ids=first["test_ids"],
-                           folds=[kept[k] for k in sorted(kept)], metric=metric, notes=notes),
+    outputs.save(JobOutput(job=folder.name, classes=meta["classes"], test_ids=test_ids,
+                           folds=[kept[k][0] for k in sorted(kept)], metric=metric, notes=job_notes),
                  folder, extra={"tasks": throughput})
 
 
 def forget_folds(folder: Path) -> None:
     """A fresh run in a folder used before starts with no kept folds."""
-    for path in (folder / FOLDS_DIR).glob("fold*.pkl"):
+    for path in _fold_files(folder):
         path.unlink()
 
 
@@ -218,23 +256,73 @@ def check_resumable(record: RunRecord) -> dict:
     return info
 
 
+def check_made_from(record: RunRecord, dry, data_dir: Path | None) -> None:
+    """Refuse, in one line, a resume whose world is not the one the run's folds were made from (``made_from``, recorded
+    by ``record_made_from``): the competition's files changed, or plan.yaml changed the split (``folds``, ``seed``) of
+    a job that has folds to show for the old one. Its kept folds would be joined with another split's (ids validated
+    twice, a CV over the mix) or blended against other data; starting a new run is the person's call, not ours. A job
+    whose split changed with nothing kept simply runs on the new split. ``data_dir`` None: a built-in competition,
+    written by this package (not checked)."""
+    made = record.run_info().get("made_from") or {}
+    if data_dir is not None and made.get("data"):
+        changed = provenance.data_changes(made["data"], provenance.data_fingerprint(data_dir))
+        if changed:
+            raise UserError(f"run {record.dir}: the competition's files changed since its folds were made "
+                            f"({', '.join(changed)} in {data_dir}); its kept folds belong to the old data: start a new "
+                            "run (without --resume)")
+    done = {dry.tasks[r["name"]].job for r in record.jobs()
+            if r["state"] == JobState.SUCCEEDED.value and r["name"] in dry.tasks}
+    changes = provenance.split_changes(made.get("splits") or {}, provenance.splits(dry))
+    mixed = {job: what for job, what in changes.items()
+             if job in done or _fold_files(record.dir / "jobs" / job)}
+    if mixed:
+        what = "; ".join(f"{job}: {w}" for job, w in mixed.items())
+        raise UserError(f"run {record.dir}: plan.yaml changed the split of job(s) with kept folds ({what}); a resume "
+                        "would join folds of two splits: put the old values back, or start a new run (without "
+                        "--resume)")
+
+
+def record_made_from(record: RunRecord, dry, data_dir: Path) -> None:
+    """What the run's folds are made from (the data's fingerprint, each job's split), for a later resume to check."""
+    record.set_run(made_from={"data": provenance.data_fingerprint(data_dir), "splits": provenance.splits(dry)})
+
+
 def reopen(record: RunRecord, dry, training_s: float) -> list[str]:
     """Make a stopped run's folder ready for a new driver: every job that had not SUCCEEDED back to PENDING (at the
-    device the new placement gives it), the run "running" again under this process. Returns the jobs to run."""
+    device the new placement gives it), the run "running" again under this process. Returns the jobs to run.
+
+    A job no longer in plan.yaml is skipped, with a note: it stays as it ended, and what it finished stays in the
+    blend (``ensemble RUN`` blends every job folder). A job new in plan.yaml is added and runs. A kept fold that cannot
+    be read is set aside and named; it is trained again."""
     if not record.claim(status="running", driver=driver_identity(), driver_lost=False, reason=None, finished=None,
                         heartbeat=time.time(), resumes=record.run_info().get("resumes", 0) + 1):
         raise UserError(f"run {record.dir} was resumed by another driver meanwhile")
     stop_leftovers(record)
-    again = []
+    again, known = [], set()
     for job in record.jobs():
+        known.add(job["name"])
+        if job["name"] not in dry.tasks:
+            record.event("note", job["name"], note=f"{job['name']} is no longer in plan.yaml: not run again "
+                                                   f"({job['state']} as it was); what it finished stays in the blend")
+            continue
         if job["state"] == JobState.SUCCEEDED.value:
             continue
         a = dry.placement.of(job["name"])
         record.requeue(job["name"], "resumed")
         record.update_job(job["name"], node=a.node, device=a.device, gpu_memory_mib=a.gpu_memory_mib)
         again.append(job["name"])
-    kept = {name: sorted(k for k in kept_folds(record.dir / "jobs" / dry.tasks[name].job)
-                         if dry.tasks[name].folds is None or k in dry.tasks[name].folds) for name in again}
+    for a in dry.placement.assignments:
+        if a.job not in known:
+            record.add_job(a, dry.spec(a.job).kind)
+            record.event("note", a.job, note=f"{a.job} is new in plan.yaml: it runs in this resume")
+            again.append(a.job)
+    splits, kept = provenance.splits(dry), {}
+    for name in again:
+        task, notes = dry.tasks[name], []
+        kept[name] = sorted(k for k in kept_folds(record.dir / "jobs" / task.job, splits[task.job], notes)
+                            if task.folds is None or k in task.folds)
+        for note in notes:
+            record.event("note", name, note=note)
     record.event("resume", jobs=again, kept_folds=kept, training_left_s=round(training_s, 1))
     return again
 

@@ -19,7 +19,7 @@ from scheduler.execute.launch import LaunchRecord
 from scheduler.execute import records
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime import resume
-from scheduler.store import measurements, outputs
+from scheduler.store import measurements, outputs, provenance
 from scheduler.store.record import RunRecord
 
 
@@ -120,6 +120,7 @@ class Runner:
                                                   self.plan.metric)
         self.record.set_run(rehearsal=not self.cuda, data_dir=str(self.data_dir), deadline=self.deadline,
                             builtin=self.builtin)
+        resume.record_made_from(self.record, self.dry, self.data_dir)  # checked by a later --resume
         self.record.event("run_start", plan=self.plan.name, rehearsal=not self.cuda, budget_s=self.plan.budget,
                           training_deadline_s=round(self.deadline - self.started_at, 1), resumed=self.opts.resume)
         if self.cuda:  # a rehearsal's CPU epochs have nothing to do with the card's: no model for them
@@ -145,8 +146,16 @@ class Runner:
             threads=record.cpus if self.cuda else rehearsal_threads(record.cpus, wave_cpus), builtin=self.builtin,
             attempt=attempt, kept_folds=self._kept(name))  # an earlier attempt's, or run's
 
+    def split(self, name: str) -> dict:
+        """The split the task's folds are made from: its launch record's folds and seed (what the job runs)."""
+        record = self.records[name]
+        return provenance.split_of(getattr(record.spec, "folds", 1), record.seed)
+
     def _kept(self, name: str) -> dict:
-        kept = resume.kept_folds(self.job_dir(name))
+        notes: list[str] = []
+        kept = resume.kept_folds(self.job_dir(name), self.split(name), notes)
+        for note in notes:
+            self.record.event("note", name, note=note)
         folds = self.dry.tasks[name].folds
         return kept if folds is None else {k: v for k, v in kept.items() if k in folds}
 
@@ -165,8 +174,15 @@ class Runner:
                 self.log(name, ev.get("line", ""))
                 continue
             if kind == "fold" and "output" in ev:  # kept before it is logged: a reader that sees it may rely on it
-                resume.keep_fold(self.job_dir(name), ev.pop("output"), ev.pop("classes"),
-                                 ev.pop("test_ids"), self.plan.metric)
+                fold = ev.pop("output")
+                try:
+                    resume.keep_fold(self.job_dir(name), fold, ev.pop("classes"), ev.pop("test_ids"),
+                                     self.plan.metric, self.split(name))
+                except OSError as e:  # a full disk: the fold lives on in the job's own output; the run goes on
+                    ev["kept_on_disk"] = False
+                    self.record.event("note", name, note=f"fold {fold.fold} could not be kept on disk "
+                                      f"({e.strerror or e}): it reaches the blend only if the job ends normally; "
+                                      "free space, or a crash loses it")
             self.record.event(kind, name, **{k: v for k, v in ev.items() if k != "time"}, job_time=ev.get("time"))
             self.observed(name, kind, ev)
             self.handle(rl.JobReported(name, kind, ev, ev.get("time") or time.time()))
@@ -204,7 +220,10 @@ class Runner:
     def keep(self, name: str, out) -> None:
         outputs.save(out, self.task_dir(name))
         if self.task_dir(name) != self.job_dir(name):  # one lane of the job: the job's outputs, from every lane's
-            resume.assemble_job(self.job_dir(name), self.plan.metric)
+            notes: list[str] = []
+            resume.assemble_job(self.job_dir(name), self.plan.metric, notes)
+            for note in notes:
+                self.record.event("note", name, note=note)
         self.record.update_job(name, cv_score=out.cv_score())
         for note in out.notes:
             self.record.event("note", name, note=note)

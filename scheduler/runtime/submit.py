@@ -49,6 +49,7 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
         if opts.training_s is None:  # the rule: what the training window had left when the driver stopped
             window_s = dry.plan.budget * (1 - dry.plan.reserve_for_inference)
             opts = dataclasses.replace(opts, training_s=resume.training_left_s(info, window_s))
+        resume.check_made_from(record, dry, opts.data_dir)  # a changed world is refused before anything moves
         resume.reopen(record, dry, opts.training_s)
     else:
         check_unused(opts.run_dir)  # again under the lock: another submit may have started a run here meanwhile
@@ -77,11 +78,12 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
         record.set_run(status=RunStatus.CRASHED.value, finished=time.time())
         raise crash  # it failed before there was anything to blend
     try:
-        summary = write_submission(record, dry.plan.ensemble.method, dry.plan.metric)
+        summary, stopped = write_anyway(record, dry.plan.ensemble.method, dry.plan.metric)
     except BaseException as e:
         status = RunStatus.ERROR if isinstance(e, UserError) else RunStatus.CRASHED
         record.set_run(status=status.value, finished=time.time())
         raise
+    interrupted = interrupted or stopped
     status = end_status(record, crashed=crash is not None, interrupted=interrupted, stopped_by=stopped_by,
                         source=summary["submission_source"]).value
     record.set_run(status=status, finished=time.time())
@@ -114,6 +116,29 @@ def end_status(record: RunRecord, *, crashed: bool, interrupted: bool, stopped_b
                    produced=source == "folds")
 
 
+def write_anyway(record: RunRecord, method: str, metric: str) -> tuple[dict, bool]:
+    """``write_submission``, carried through a Ctrl-C (or SIGTERM) during the blend: the plan's blend, else the
+    jobs' plain mean (quick), else the class prior (no model read at all): "always a submission". Returns the summary
+    and whether it was interrupted (the run is then "cancelled"); the note says what was written instead."""
+    tries = [(method, True), ("mean", True), (method, False)]
+    for i, (how, models) in enumerate(tries):
+        try:
+            summary = write_submission(record, how, metric, models=models)
+        except KeyboardInterrupt:
+            if i == len(tries) - 1:
+                raise
+            nxt = "the jobs' plain mean" if tries[i + 1][1] else "the class prior of train.csv"
+            record.event("note", note=f"interrupted while blending ({how}): the submission is written from {nxt} "
+                                      "instead")
+            continue
+        if i:
+            what = f"the {how} blend" if models else "the class prior"
+            summary["notes"].insert(0, f"interrupted while blending: this submission is {what}, not the plan's "
+                                       f"{method} blend")
+        return summary, i > 0
+    raise AssertionError("unreachable")
+
+
 SOURCES = {
     "folds": "the jobs' finished folds, blended",
     "partial": "a partial model (a fold cut short, at its best epoch): NO JOB FINISHED A FOLD",
@@ -121,15 +146,17 @@ SOURCES = {
 }
 
 
-def write_submission(record: RunRecord, method: str, metric: str) -> dict:
+def write_submission(record: RunRecord, method: str, metric: str, models: bool = True) -> dict:
     """Blend what the run's jobs saved and write ``submission.csv``, from the best there is: finished folds, else the
-    best partial model, else the class prior. ``submission_source`` says which ("folds", "partial", "prior")."""
+    best partial model, else the class prior. ``submission_source`` says which ("folds", "partial", "prior").
+    ``models`` False: the class prior, reading no job's predictions (the last resort of ``write_anyway``).
+    Test ids no job predicted take the class prior, never the blend's mean, and a note says how many."""
     from jobs.data import load_competition
 
     info = record.run_info()
     comp = load_competition(Path(info["data_dir"]), metric)
     folders = sorted(p for p in (record.dir / "jobs").glob("*") if p.is_dir())  # one per job, whole or in lanes
-    saved = [p for p in (outputs.load(d) for d in folders) if p is not None]
+    saved = [p for p in (outputs.load(d) for d in folders) if p is not None] if models else []
     preds, notes = ensemble.align_columns(saved, comp.classes)
     if saved and not preds:
         raise UserError(f"run {record.dir}: its jobs predicted {saved[0].classes[:8]}, but the metric {metric} on "
@@ -142,7 +169,10 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
         test_pred, classes, notes = blend.test_pred, blend.classes, list(blend.notes)
         ens_cv, weights, job_scores = blend.oof_score, blend.weights, blend.job_scores
         ens_rows, job_rows = blend.rows, blend.job_rows
-    elif partials := [p for p in (outputs.load_partial(d) for d in _with_tasks(folders)) if p]:
+        test_pred, unpredicted = _prior_where_unpredicted(test_pred, test_ids, preds, comp)
+        if unpredicted:
+            notes.append(_unpredicted_note(unpredicted, len(test_ids)))
+    elif models and (partials := [p for p in (outputs.load_partial(d) for d in _with_tasks(folders)) if p]):
         from scheduler.core.scoring import get as get_metric
 
         source = "partial"
@@ -196,6 +226,24 @@ def write_submission(record: RunRecord, method: str, metric: str) -> dict:
             "submission_source": source, "submission_source_text": SOURCES[source]}
 
 
+def _prior_where_unpredicted(test_pred, test_ids, preds, comp) -> tuple:
+    """The blend's test rows, those of ids no job predicted replaced by the class prior; and how many they were."""
+    import numpy as np
+
+    predicted = set().union(*(map(str, p.test_ids) for p in preds))
+    missing = np.array([str(i) not in predicted for i in test_ids], dtype=bool)
+    if not missing.any():
+        return test_pred, 0
+    out = np.array(test_pred, dtype=np.float64, copy=True)
+    out[missing] = comp.prior(int(missing.sum()))
+    return out, int(missing.sum())
+
+
+def _unpredicted_note(n: int, of: int) -> str:
+    return (f"{n:,} of {of:,} test ids were predicted by no job (e.g. the competition's test.csv changed after they "
+            "ran): those rows are the class prior of train.csv, not a model")
+
+
 def _with_tasks(folders: list[Path]) -> list[Path]:
     """Job folders and, after each, its tasks' sub-folders (a lane's partial model lies in its own)."""
     return [p for d in folders for p in [d, *sorted(x for x in d.iterdir() if x.is_dir() and x.name != "folds")]]
@@ -240,7 +288,10 @@ def blend_outputs(folders: list[Path], data: str, metric: str, method: str, out:
         raise UserError(f"nothing to blend: none of {', '.join(map(str, folders))} holds a finished job's "
                         f"predictions (oof.csv and test.csv) for this competition")
     b = ensemble.blend(preds, comp.truth(), comp.test_ids, metric, method)
-    frame = ensemble.submission_frame(comp.sample_submission, comp.test_ids, b.test_pred, b.classes, comp.form)
+    test_pred, unpredicted = _prior_where_unpredicted(b.test_pred, comp.test_ids, preds, comp)
+    if unpredicted:
+        notes.append(_unpredicted_note(unpredicted, len(comp.test_ids)))
+    frame = ensemble.submission_frame(comp.sample_submission, comp.test_ids, test_pred, b.classes, comp.form)
     out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out, index=False)
     return {"submission": str(out), "ensemble_method": method, "metric": metric, "ensemble_cv": b.oof_score,
