@@ -38,8 +38,9 @@ class Resources(_Strict):
     cpus: int = Field(default=1, ge=0, le=4096)
     gpu_memory: int | None = None
     gpus: int = Field(default=0, ge=0, le=64)  # whole devices on one node (DDP); 0 = a share of one device
+    memory: int | None = None  # host RAM (MiB; "8GB") the job's process holds; None: estimated (policy.hostmem)
 
-    @field_validator("gpu_memory", mode="before")
+    @field_validator("gpu_memory", "memory", mode="before")
     @classmethod
     def _size(cls, v: Any) -> int | None:
         if v is None or (isinstance(v, str) and v.strip().lower() == "auto"):
@@ -168,6 +169,12 @@ class HardwareSpec(_Strict):
     gpus_per_node: int | None = Field(default=None, ge=1, le=64)
     nodes: int = Field(default=1, ge=1, le=1024)
     cpus: int | None = Field(default=None, ge=1)
+    memory: int | None = None  # each node's host RAM (MiB; "64GB"), in place of the detected or the profile's
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _ram(cls, v: Any) -> int | None:
+        return None if v is None else parse_size_mib(v)
 
     @field_validator("profile")
     @classmethod

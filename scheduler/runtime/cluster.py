@@ -65,7 +65,8 @@ def cluster_hardware() -> Hardware:
             if key.startswith(f"{TOTAL_PREFIX}{name}_"):
                 index = int(key.rsplit("_", 1)[1])
                 devices.append(Device(name, index, int(value), "cluster"))
-        nodes.append(Node(name, int(res.get("CPU", 0)), tuple(sorted(devices, key=lambda d: d.index))))
+        ram = int(res.get("memory", 0)) // (1024 * 1024) or None  # Ray's ``memory`` resource: bytes tasks may hold
+        nodes.append(Node(name, int(res.get("CPU", 0)), tuple(sorted(devices, key=lambda d: d.index)), ram))
     if not nodes:
         from scheduler.core.errors import UserError
 
