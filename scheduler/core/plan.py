@@ -459,10 +459,11 @@ def _explain(e: ValidationError, raw: dict, source: str) -> str:
 
 def job_from_json(dumped: dict) -> JobSpec:
     """A job read back from its own ``model_dump(mode="json")`` (a service's stored spec), where ``gpu_memory`` is
-    already MiB: a plan's sizes need a unit, a dumped job's figure is the unit's result."""
+    already MiB (and ``memory``): a plan's sizes need a unit, a dumped job's figure is the unit's result."""
     resources = dict(dumped.get("resources") or {})
-    if isinstance(resources.get("gpu_memory"), int):
-        resources["gpu_memory"] = f"{resources['gpu_memory']}MiB"
+    for size in ("gpu_memory", "memory"):
+        if isinstance(resources.get(size), int):
+            resources[size] = f"{resources[size]}MiB"
     return job_from_dict({**dumped, "resources": resources} if dumped.get("resources") else dumped)
 
 

@@ -172,8 +172,9 @@ RemoteJobActor = ray.remote(JobActor)
 
 
 def actor_options(record: LaunchRecord) -> dict:
-    """Ray's request for a record: its cores, its MiB of its device's memory resource (all of each whole device's),
-    or its node's marker when it takes no GPU."""
+    """Ray's request for a record: its cores, its host RAM (Ray's ``memory`` resource, in bytes: Ray then starts no
+    more actors on a node than its RAM holds, where eight folds once started side by side and were OOM-killed), its
+    MiB of its device's memory resource (all of each whole device's), or its node's marker when it takes no GPU."""
     if record.devices:
         resources = {memory_resource(record.node, d): float(record.whole_device_mib or 0) for d in record.devices}
     elif record.device is not None and record.gpu_memory_mib:
@@ -182,7 +183,9 @@ def actor_options(record: LaunchRecord) -> dict:
         resources = {node_resource(record.node): 1.0}
     else:
         resources = {}
-    return {"num_cpus": record.cpus, "num_gpus": 0, "resources": resources, "max_concurrency": 4, "max_restarts": 0}
+    memory = {"memory": record.host_memory_mib * 1024 * 1024} if record.host_memory_mib else {}
+    return {"num_cpus": record.cpus, "num_gpus": 0, "resources": resources, "max_concurrency": 4, "max_restarts": 0,
+            **memory}
 
 
 class RayHandle(Handle):
