@@ -190,7 +190,7 @@ def expected_gain(specs: list, card: str, speed=None) -> dict | None:
     return packgain.expected(pairs)
 
 
-def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, int] | None, speed=None,
+def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, int] | None, speed=None, *,
            host=None) -> tk.Lanes:
     """How many of each job's folds run side by side (``tasks.fold_lanes``), packed as the fitter packs.
     ``host(job, cores)``: one lane's host RAM, MiB."""
@@ -379,7 +379,7 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     est = _estimator(plan, card, measured, seen, images) if estimated else None
     fitted = fit(_fit_jobs(shared, estimated, train_rows), nodes, plan.band, est)
     host = _host_memory(plan, fitted, estimated, train_rows, test_rows, features)
-    chosen = _lanes(shared, fitted, nodes, hardware, lanes, speed, host)
+    chosen = _lanes(shared, fitted, nodes, hardware, lanes, speed, host=host)
     tasks = {t.name: t for job in plan.jobs
              for t in tk.lanes_of(job.name, job.folds, chosen.lanes.get(job.name, 1))}
     split = [t for t in tasks.values() if t.folds is not None]
