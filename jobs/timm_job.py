@@ -45,7 +45,6 @@ log = logging.getLogger("gpupack.job")
 REHEARSAL_IMAGE_SIZE = 32
 REHEARSAL_EPOCHS = 3
 REHEARSAL_STEPS_PER_EPOCH = 25
-CACHE_LIMIT_BYTES = 2 << 30  # decoded uint8 images kept in RAM when every loader process's copy fits in this
 
 
 @dataclass(frozen=True)
@@ -273,8 +272,7 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext, ledger: Ledger |
     if spec.compile and not cuda:
         notes.append("torch.compile skipped on the CPU rehearsal")
     n_images = len(comp.train_ids) + len(comp.test)
-    copies = 3 * max(1, loader.num_workers)  # the train, validation and test loaders' processes each keep their own
-    cache = n_images * 3 * scale.image_size ** 2 * copies < CACHE_LIMIT_BYTES
+    cache = inputs.host_cache_bytes(n_images, scale.image_size, loader.num_workers) > 0
     train_images = ImageSet(comp.train_images, comp.y, scale.image_size, cache=cache, uint8=True)
     on_card = None
     if spec.images_on_device:  # the planner counted them in the share (policy.inputs): decoded once, kept there

@@ -149,3 +149,35 @@ def test_a_timm_job_cannot_take_several_devices(run_cli, tmp_path):
                     "  - {name: a, kind: timm, model: resnet50, resources: {gpus: 2}}\n")
     code, out, err = run_cli("submit", plan, "--dry-run")
     assert code == 2 and "command job" in err
+
+
+def test_a_node_with_little_ram_runs_fewer_lanes_and_the_json_shows_host_memory():
+    """Host memory is packed beside GPU MiB and cores: on a node of 8 GiB the digits plan runs fewer folds side by
+    side than on the A100 box's 200 GiB, says why, and the JSON shows each task's and each node's RAM."""
+    from scheduler.policy import dryrun
+    from scheduler.core import plan as planmod, hardware as hw
+
+    p = planmod.load(ROOT / "plans/option1.yaml")
+    roomy = dryrun.prepare(p, hw.from_profile("A100-40GB"), train_rows=1437, test_rows=360).to_json()
+    small = dryrun.prepare(p, hw.from_profile("A100-40GB", memory_mib=8192), train_rows=1437, test_rows=360).to_json()
+    assert roomy["hardware"]["nodes"][0]["memory_mib"] == 200 * 1024
+    assert len(small["tasks"]) < len(roomy["tasks"])
+    jobs = {j["name"]: j for j in small["jobs"]}
+    assert any("host RAM (8,192 MiB" in (j.get("lanes_why") or "") for j in jobs.values())
+    for body in (roomy, small):
+        assert all(t["host_memory_mib"] > 0 for t in body["tasks"])
+        for node in body["nodes"]:
+            mine = [t for t in body["tasks"] if t["wave"] == node["wave"] and t["node"] == node["node"]]
+            assert node["host_used_mib"] == sum(t["host_memory_mib"] for t in mine) <= node["host_memory_mib"]
+
+
+def test_the_packer_moves_a_task_past_a_nodes_ram_to_a_later_wave():
+    from scheduler.core.hardware import Device, Node
+    from scheduler.policy.packing import Demand, pack
+
+    node = Node("n", 16, (Device("n", 0, 40960),), memory_mib=4000)
+    p = pack([Demand(f"t{i}", 5000, 2, host_mib=1500) for i in range(4)], [node], (0.7, 0.9))
+    assert p.waves == 2 and not p.exact
+    for w in range(p.waves):
+        assert p.host_used(w, "n") <= 4000
+    assert any("host RAM (4,000 MiB)" in a.reason for a in p.assignments if a.wave == 1)

@@ -156,3 +156,35 @@ def test_a_run_that_appears_between_the_check_and_the_lock_is_refused_under_the_
     assert ready == []  # the new run never started
     assert (run_dir / "placement.json").read_text() == placed
     assert RunRecord.open_existing(run_dir).run_info()["plan"] == "first"
+
+
+# --- a task's host memory -------------------------------------------------------------------------------------
+
+def test_each_task_is_launched_with_its_host_memory_and_ray_reserves_it(tmp_path):
+    """Host memory is packed per task: the placement's MiB reaches each task's launch record, its saved
+    ``launch.json`` and Ray's request (``memory``, in bytes), so Ray starts no more tasks on a node than its RAM
+    holds; a task needing more than its node has asks for the node's RAM (alone on it), never for more (Ray would
+    hold it unscheduled for ever)."""
+    from scheduler.execute import records as rec
+    from scheduler.execute.ray_actor import actor_options
+    from scheduler.runtime.runner import Runner, RunOptions, prepare_folder
+
+    def records(memory: str):
+        plan = planmod.from_dict({"name": "ram", "hardware": {"profile": "A100-40GB", "cpus": 8, "memory": memory},
+                                  "budget": "10m",
+                                  "jobs": [{"name": "r18", "kind": "timm", "model": "resnet18", "epochs": 2,
+                                            "folds": 2, "resources": {"cpus": 4, "gpu_memory": "4GB",
+                                                                      "memory": "3GB"}}]})
+        dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan), estimated=False, lanes={"r18": 2})
+        run_dir = tmp_path / memory
+        runner = Runner(dry, RunOptions(run_dir=run_dir), prepare_folder(dry, run_dir, None))
+        runner.data_dir = tmp_path
+        return dry, run_dir, [runner.launch_record(name) for name in sorted(dry.tasks)]
+
+    dry, run_dir, got = records("64GB")
+    assert [a.host_memory_mib for a in dry.placement.assignments] == [3072, 3072]
+    assert [r.host_memory_mib for r in got] == [3072, 3072]
+    assert [actor_options(r)["memory"] for r in got] == [3072 * 1024 * 1024] * 2
+    assert all(rec.load(run_dir, r.task).host_memory_mib == 3072 for r in got)
+    dry, _, got = records("2GB")  # each lane alone on the node, asking for the node's 2 GiB
+    assert dry.placement.waves == 2 and [r.host_memory_mib for r in got] == [2048, 2048]

@@ -33,3 +33,27 @@ def test_a_lease_reserves_the_memory_resource_in_ray(ray_cluster, tmp_path):
     svc.release(slot["slot_id"])
     wait_until(lambda: ray.available_resources().get(res) == before, "the released MiB back in Ray")
     svc.close()
+
+
+def test_a_plan_beside_a_granted_slot_reads_the_devices_and_sees_the_slot_once(ray_cluster, tmp_path):
+    """Ray adds ``gpupack_mem_local_0_group_<hex>`` names for the slot's group: a plan's view of the devices
+    (``runtime.elastic``) reads past them and sees the MiB the slot left; the service counts the slot once."""
+    from scheduler.runtime import elastic
+
+    ray = ray_cluster
+    hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
+    backend = RayBackend(hw, 0.90)
+    svc = Service(hw, tmp_path, backend=backend, start_threads=False)
+    res = runtime.memory_resource("local", 0)
+    before = wait_until(lambda: ray.available_resources().get(res) == ray.cluster_resources().get(res)
+                        and ray.available_resources()[res], "Ray's view of the idle device")
+    slot = svc.request_slot({"gpu_memory": "12GB", "cpus": 2, "minutes": 5})
+    backend.wait_idle()
+    wait_until(lambda: any("_group_" in k for k in ray.cluster_resources()), "the slot's group named in Ray")
+    wait_until(lambda: elastic.free().get(("local", 0)) == before - 12288, "the plan's view of the slot's device")
+    assert set(elastic.capacity()) == {("local", 0), ("local", 1)}
+    wait_until(lambda: backend.used_by_others().get("local:0") == 0, "the slot not others'")
+    assert svc.gpu_status()["devices"][0]["free_mib"] == 36864 - 12288
+    svc.release(slot["slot_id"])
+    wait_until(lambda: ray.available_resources().get(res) == before, "the released MiB back in Ray")
+    svc.close()

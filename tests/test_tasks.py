@@ -11,14 +11,14 @@ ROOM = int(40960 * 0.90)
 
 def _pack(nodes=(NODE,)):
     def run(units):
-        p = pack([Demand(n, mib, cpus) for n, mib, cpus in units], nodes, BAND, search_steps=20_000,
+        p = pack([Demand(n, mib, cpus, host_mib=h) for n, mib, cpus, h in units], nodes, BAND, search_steps=20_000,
                  prove_waves=False, whole_objective=False)
         return p.waves, {a.job: (a.wave, a.node, a.device) for a in p.assignments}
     return run
 
 
-def _job(name, folds=3, mib=6000, cpus=4, splittable=True):
-    return tk.LaneJob(name, folds, mib, cpus, splittable, model=f"m_{name}", batch=48)
+def _job(name, folds=3, mib=6000, cpus=4, splittable=True, host_mib=0):
+    return tk.LaneJob(name, folds, mib, cpus, splittable, model=f"m_{name}", batch=48, host_mib=host_mib)
 
 
 def _room(node, dev):
@@ -81,7 +81,7 @@ def test_lanes_never_push_work_into_a_later_wave():
     node = Node("n", 4, (Device("n", 0, 40960, "A100-40GB"),))
     jobs = [_job("a", folds=5, mib=2000, cpus=1), tk.LaneJob("cpu", 1, 0, 2, False)]
     out = tk.fold_lanes(jobs, _pack((node,)), lambda names: 1.5, room_mib=_room, large_card=True)
-    waves, where = _pack((node,))([(t.name, 2000 if t.job == "a" else 0, 1 if t.job == "a" else 2)
+    waves, where = _pack((node,))([(t.name, 2000 if t.job == "a" else 0, 1 if t.job == "a" else 2, 0)
                                    for j in jobs for t in tk.lanes_of(j.name, j.folds, out.lanes[j.name])])
     assert waves == 1 and out.lanes["a"] == 2 and "later wave" in out.why["a"]
 
@@ -90,3 +90,16 @@ def test_a_resumed_run_keeps_its_lanes():
     jobs = [_job("a"), _job("b")]
     out = tk.fold_lanes(jobs, _pack(), lambda names: 2.0, room_mib=_room, large_card=True, fixed={"a": 2})
     assert out.lanes == {"a": 2, "b": 1}
+
+
+def test_a_node_without_the_ram_for_another_lane_runs_fewer_lanes_and_says_so():
+    """Eight folds "side by side: the band had room" were OOM-killed under 5 GiB: the node's RAM bounds the lanes."""
+    small = Node("n", 32, (Device("n", 0, 81920, "H100-80GB"),), memory_mib=5 * 1024)
+    jobs = [_job("a", folds=8, mib=4000, host_mib=1500)]
+    out = tk.fold_lanes(jobs, _pack((small,)), lambda names: 1.4, room_mib=lambda n, d: int(81920 * 0.9),
+                        large_card=True, ram_mib=lambda n: small.memory_mib)
+    assert out.lanes == {"a": 3}  # 3 × 1,500 MiB fit 5,120 MiB; a fourth would not
+    assert "host RAM" in out.why["a"] and "1,500 MiB" in out.why["a"]
+    roomy = tk.fold_lanes(jobs, _pack(), lambda names: 1.4, room_mib=lambda n, d: int(81920 * 0.9),
+                          large_card=True, ram_mib=lambda n: None)
+    assert roomy.lanes == {"a": 8}

@@ -140,7 +140,8 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     from scheduler.store.advising import speed
 
     dry = dryrun.prepare(plan, hardware, estimated=not args.trust_plan_memory, train_rows=info["train_rows"],
-                         measured=measurements.memory_source(), speed=speed)
+                         measured=measurements.memory_source(), speed=speed, test_rows=info.get("test_rows"),
+                         features=info.get("features"))
     dry.data = info
     dry.warnings += [f"data: {w}" for w in info["warnings"]]
     if args.dry_run:

@@ -16,7 +16,8 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
     plan, placement = dry.plan, dry.placement
     low, high = plan.band
     hwdesc = f"{dry.hardware.profile}: " + ", ".join(
-        f"{n.name} ({len(n.devices)} GPU, {n.cpus} cores)" for n in dry.hardware.nodes
+        f"{n.name} ({len(n.devices)} GPU, {n.cpus} cores"
+        + (f", {format_mib(n.memory_mib)} RAM)" if n.memory_mib else ")") for n in dry.hardware.nodes
     )
     console.print(f"[bold]plan[/] {plan.name}   [bold]hardware[/] {hwdesc}")
     console.print(
@@ -65,15 +66,25 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
             c.add_row(a.job, str(a.wave), a.node, str(a.cpus))
         console.print(c)
 
+    h = Table(title="Host memory per node and wave", title_justify="left")
+    for col in ("wave", "node", "tasks", "RAM", "cores"):
+        h.add_column(col, justify="right" if col in ("wave", "RAM", "cores") else "left")
+    for row in dry.node_rows():
+        ram = row["host_memory_mib"]
+        h.add_row(str(row["wave"]), row["node"], str(len(row["tasks"])),
+                  f"{row['host_used_mib']:,} / {ram:,} MiB" if ram else f"{row['host_used_mib']:,} MiB (RAM not known)",
+                  f"{row['cpus_used']} / {row['cpus']}")
+    console.print(h)
+
     j = Table(title="Why each task goes where it goes", title_justify="left")
-    for col in ("task", "kind", "folds", "wave", "where", "batch", "reason"):
+    for col in ("task", "kind", "folds", "wave", "where", "batch", "RAM", "reason"):
         j.add_column(col)
     for row in dry.task_rows():
         spec = dry.spec(row["task"])
         where = f"{row['node']}:{row['device']}" if row["device"] is not None else f"{row['node']} (CPU)"
         folds = "all" if row["folds"] is None else ",".join(map(str, row["folds"]))
         j.add_row(row["task"], spec.kind, folds, str(row["wave"]), where, str(getattr(spec, "batch_size", None) or "—"),
-                  row["reason"])
+                  format_mib(row["host_memory_mib"]), row["reason"])
     console.print(j)
     if dry.data is not None:
         d = dry.data

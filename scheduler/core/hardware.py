@@ -7,6 +7,7 @@ its CPU cores and devices. Memory is counted in integer MiB, and card names are 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -21,25 +22,29 @@ class GpuProfile:
     memory_mib: int
     cpus_per_gpu: int  # vCPUs a typical one-card cloud instance gives beside one such card
     nvml_names: tuple[str, ...]  # substrings of the NVML device name that identify the card
+    ram_gib_per_gpu: int = 64  # host RAM a typical one-card instance gives beside one such card
 
 
 # cpus_per_gpu: what a typical rented one-card machine has (MLE-bench's A10 box has 36 vCPUs; Lambda's 1×A100-40GB
 # 30; AWS g4dn.2xlarge 8; GCP g2-standard-16 16; one eighth of an 8-card H100/H200 box 26/32).
+# ram_gib_per_gpu, the same machines' host RAM: g4dn.2xlarge 32 GiB; MLE-bench's A10 box 440 GB; g2-standard-16 64 GB;
+# a rented 3090/4090 box 32–64 GiB; p3.2xlarge (V100-16GB) 61 GiB; Lambda's 1×A100-40GB 200 GiB, 1×A100-80GB/H100
+# ~225 GiB (an eighth of a 1.8 TiB 8-card box); an eighth of a 2 TiB H200 box 256 GiB.
 PROFILES: dict[str, GpuProfile] = {
     p.name: p
     for p in [
-        GpuProfile("T4-16GB", 16 * 1024, 8, ("T4",)),
-        GpuProfile("A10-24GB", 24 * 1024, 36, ("A10",)),
-        GpuProfile("L4-24GB", 24 * 1024, 16, ("L4",)),
-        GpuProfile("RTX3090-24GB", 24 * 1024, 16, ("3090",)),
-        GpuProfile("RTX4090-24GB", 24 * 1024, 16, ("4090",)),
-        GpuProfile("V100-16GB", 16 * 1024, 8, ("V100-SXM2-16GB", "V100-PCIE-16GB", "V100 16")),
-        GpuProfile("V100-32GB", 32 * 1024, 8, ("V100-SXM2-32GB", "V100-PCIE-32GB", "V100S")),
-        GpuProfile("L40S-48GB", 48 * 1024, 32, ("L40S",)),
-        GpuProfile("A100-40GB", 40 * 1024, 30, ("A100-SXM4-40GB", "A100-PCIE-40GB", "A100 40")),
-        GpuProfile("A100-80GB", 80 * 1024, 30, ("A100-SXM4-80GB", "A100-PCIE-80GB", "A100 80", "A100 80GB")),
-        GpuProfile("H100-80GB", 80 * 1024, 26, ("H100",)),
-        GpuProfile("H200-141GB", 141 * 1024, 32, ("H200",)),
+        GpuProfile("T4-16GB", 16 * 1024, 8, ("T4",), 32),
+        GpuProfile("A10-24GB", 24 * 1024, 36, ("A10",), 440),
+        GpuProfile("L4-24GB", 24 * 1024, 16, ("L4",), 64),
+        GpuProfile("RTX3090-24GB", 24 * 1024, 16, ("3090",), 48),
+        GpuProfile("RTX4090-24GB", 24 * 1024, 16, ("4090",), 48),
+        GpuProfile("V100-16GB", 16 * 1024, 8, ("V100-SXM2-16GB", "V100-PCIE-16GB", "V100 16"), 61),
+        GpuProfile("V100-32GB", 32 * 1024, 8, ("V100-SXM2-32GB", "V100-PCIE-32GB", "V100S"), 61),
+        GpuProfile("L40S-48GB", 48 * 1024, 32, ("L40S",), 128),
+        GpuProfile("A100-40GB", 40 * 1024, 30, ("A100-SXM4-40GB", "A100-PCIE-40GB", "A100 40"), 200),
+        GpuProfile("A100-80GB", 80 * 1024, 30, ("A100-SXM4-80GB", "A100-PCIE-80GB", "A100 80", "A100 80GB"), 225),
+        GpuProfile("H100-80GB", 80 * 1024, 26, ("H100",), 225),
+        GpuProfile("H200-141GB", 141 * 1024, 32, ("H200",), 256),
     ]
 }
 
@@ -65,6 +70,10 @@ class Node:
     name: str
     cpus: int
     devices: tuple[Device, ...] = ()
+    memory_mib: int | None = None  # host RAM the node's tasks may hold (MiB); None: not known, not packed
+
+    def with_(self, **changes) -> "Node":
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,8 @@ class Hardware:
         return {
             "profile": self.profile,
             "devices": [{"node": d.node, "index": d.index, "memory_mib": d.memory_mib} for d in self.devices],
-            "nodes": [{"node": n.name, "cpus": n.cpus, "gpus": len(n.devices)} for n in self.nodes],
+            "nodes": [{"node": n.name, "cpus": n.cpus, "gpus": len(n.devices), "memory_mib": n.memory_mib}
+                      for n in self.nodes],
         }
 
 
@@ -105,8 +115,10 @@ def profile(name: str) -> GpuProfile:
     raise UserError(f"unknown hardware profile '{name}'{hint}; known: {', '.join(PROFILES)}, auto")
 
 
-def from_profile(name: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: int | None = None) -> Hardware:
-    """A cluster of ``nodes`` identical nodes with ``gpus_per_node`` cards of profile ``name``.
+def from_profile(name: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: int | None = None,
+                 memory_mib: int | None = None) -> Hardware:
+    """A cluster of ``nodes`` identical nodes with ``gpus_per_node`` cards of profile ``name``, each node with
+    ``memory_mib`` of host RAM (default: the profile's typical RAM per card times the cards).
 
     ``name`` may carry the counts itself: ``4xA100-80GB`` (4 cards on one node), ``2x4xA100-80GB`` (2 nodes of 4).
     """
@@ -128,9 +140,11 @@ def from_profile(name: str, gpus_per_node: int | None = None, nodes: int = 1, cp
                         f"GPUs; at most {MAX_DEVICES} in all")
     p = profile(m.group("name"))
     node_cpus = cpus if cpus is not None else p.cpus_per_gpu * gpus_per_node
+    node_ram = memory_mib if memory_mib is not None else p.ram_gib_per_gpu * 1024 * gpus_per_node
     node_names = [LOCAL_NODE] if nodes == 1 else [f"node{i}" for i in range(nodes)]
     built = tuple(
-        Node(n, node_cpus, tuple(Device(n, i, p.memory_mib, p.name) for i in range(gpus_per_node))) for n in node_names
+        Node(n, node_cpus, tuple(Device(n, i, p.memory_mib, p.name) for i in range(gpus_per_node)), node_ram)
+        for n in node_names
     )
     return Hardware(profile=p.name, nodes=built)
 
@@ -263,17 +277,43 @@ def detect(nvml=None) -> Hardware:
     prof = profile_for(readings[0].name)
     label = prof.name if prof and len(names) == 1 else " + ".join(sorted(names))
     devices = tuple(Device(LOCAL_NODE, r.index, r.memory_mib, r.name) for r in readings)
-    return Hardware(profile=label, nodes=(Node(LOCAL_NODE, os.cpu_count() or 1, devices),), detected=True)
+    return Hardware(profile=label, nodes=(Node(LOCAL_NODE, os.cpu_count() or 1, devices, local_memory_mib()),),
+                    detected=True)
 
 
-def resolve(spec: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: int | None = None, nvml=None) -> Hardware:
-    """``auto`` detects through NVML; anything else is a profile name."""
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def local_memory_mib(limits: tuple[str, ...] = CGROUP_LIMITS) -> int | None:
+    """This machine's host RAM (psutil), or the container's limit when one is lower (cgroup v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``): a 5 GiB container on a 64 GiB host OOM-kills at 5 GiB, so 5 GiB is what packs."""
+    try:
+        import psutil
+
+        total = int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001 -- psutil is Ray's dependency; without it, no RAM figure, nothing packed
+        return None
+    for path in limits:
+        try:
+            text = open(path).read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total // (1024 * 1024)
+
+
+def resolve(spec: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: int | None = None, nvml=None,
+            memory_mib: int | None = None) -> Hardware:
+    """``auto`` detects through NVML; anything else is a profile name. ``memory_mib``: each node's host RAM, in
+    place of what was detected or the profile's."""
     if spec.strip().lower() == "auto":
         hw = detect(nvml)
-        if cpus is not None:
-            hw = Hardware(hw.profile, tuple(Node(n.name, cpus, n.devices) for n in hw.nodes), True)
+        if cpus is not None or memory_mib is not None:
+            hw = Hardware(hw.profile, tuple(n.with_(cpus=n.cpus if cpus is None else cpus,
+                                                    memory_mib=memory_mib or n.memory_mib) for n in hw.nodes), True)
         return hw
-    return from_profile(spec, gpus_per_node=gpus_per_node, nodes=nodes, cpus=cpus)
+    return from_profile(spec, gpus_per_node=gpus_per_node, nodes=nodes, cpus=cpus, memory_mib=memory_mib)
 
 
 # --- a job's share of the card that is really there ----------------------------------------------------------------

@@ -38,8 +38,9 @@ class Resources(_Strict):
     cpus: int = Field(default=1, ge=0, le=4096)
     gpu_memory: int | None = None
     gpus: int = Field(default=0, ge=0, le=64)  # whole devices on one node (DDP); 0 = a share of one device
+    memory: int | None = None  # host RAM (MiB; "8GB") the job's process holds; None: estimated (policy.hostmem)
 
-    @field_validator("gpu_memory", mode="before")
+    @field_validator("gpu_memory", "memory", mode="before")
     @classmethod
     def _size(cls, v: Any) -> int | None:
         if v is None or (isinstance(v, str) and v.strip().lower() == "auto"):
@@ -168,6 +169,12 @@ class HardwareSpec(_Strict):
     gpus_per_node: int | None = Field(default=None, ge=1, le=64)
     nodes: int = Field(default=1, ge=1, le=1024)
     cpus: int | None = Field(default=None, ge=1)
+    memory: int | None = None  # each node's host RAM (MiB; "64GB"), in place of the detected or the profile's
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _ram(cls, v: Any) -> int | None:
+        return None if v is None else parse_size_mib(v)
 
     @field_validator("profile")
     @classmethod
@@ -452,10 +459,11 @@ def _explain(e: ValidationError, raw: dict, source: str) -> str:
 
 def job_from_json(dumped: dict) -> JobSpec:
     """A job read back from its own ``model_dump(mode="json")`` (a service's stored spec), where ``gpu_memory`` is
-    already MiB: a plan's sizes need a unit, a dumped job's figure is the unit's result."""
+    already MiB (and ``memory``): a plan's sizes need a unit, a dumped job's figure is the unit's result."""
     resources = dict(dumped.get("resources") or {})
-    if isinstance(resources.get("gpu_memory"), int):
-        resources["gpu_memory"] = f"{resources['gpu_memory']}MiB"
+    for size in ("gpu_memory", "memory"):
+        if isinstance(resources.get(size), int):
+            resources[size] = f"{resources[size]}MiB"
     return job_from_dict({**dumped, "resources": resources} if dumped.get("resources") else dumped)
 
 

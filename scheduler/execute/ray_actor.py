@@ -21,6 +21,7 @@ placement-group bundle: there ``start`` hands the record to the local process-gr
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import traceback
@@ -172,8 +173,9 @@ RemoteJobActor = ray.remote(JobActor)
 
 
 def actor_options(record: LaunchRecord) -> dict:
-    """Ray's request for a record: its cores, its MiB of its device's memory resource (all of each whole device's),
-    or its node's marker when it takes no GPU."""
+    """Ray's request for a record: its cores, its host RAM (Ray's ``memory`` resource, in bytes: Ray then starts no
+    more actors on a node than its RAM holds, where eight folds once started side by side and were OOM-killed), its
+    MiB of its device's memory resource (all of each whole device's), or its node's marker when it takes no GPU."""
     if record.devices:
         resources = {memory_resource(record.node, d): float(record.whole_device_mib or 0) for d in record.devices}
     elif record.device is not None and record.gpu_memory_mib:
@@ -182,7 +184,40 @@ def actor_options(record: LaunchRecord) -> dict:
         resources = {node_resource(record.node): 1.0}
     else:
         resources = {}
-    return {"num_cpus": record.cpus, "num_gpus": 0, "resources": resources, "max_concurrency": 4, "max_restarts": 0}
+    memory = {"memory": record.host_memory_mib * 1024 * 1024} if record.host_memory_mib else {}
+    return {"num_cpus": record.cpus, "num_gpus": 0, "resources": resources, "max_concurrency": 4, "max_restarts": 0,
+            **memory}
+
+
+OOM_SIGNS = re.compile(r"out of memory|out-of-memory|running low on memory|memory monitor|OutOfMemory|oom",
+                       re.IGNORECASE)
+KILLED = re.compile(r"exit code -9|exit_code=-9|SIGKILL|signal 9", re.IGNORECASE)
+NEAR_FULL = 0.90  # of the node's RAM in use when a process was killed: the kernel's or Ray's OOM killer
+
+
+def _memory_in_use() -> float | None:
+    try:
+        import psutil
+
+        return psutil.virtual_memory().percent / 100
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def killed_for_ram(error: BaseException, host_mib: int | None, in_use=_memory_in_use) -> str | None:
+    """The failure reason of a task killed for host RAM, or None: Ray's memory monitor says so (``OutOfMemoryError``,
+    or an actor that died "running low on memory"), or the process was killed (-9) while this node's RAM was at
+    least ``NEAR_FULL`` in use (the kernel's OOM killer leaves no other trace). Without it the run said only "worker
+    died"."""
+    text = str(error)
+    packed = f"; it was packed with {host_mib:,} MiB of host RAM" if host_mib else ""
+    if isinstance(error, ray.exceptions.OutOfMemoryError) or OOM_SIGNS.search(text):
+        return f"killed for host RAM: Ray's memory monitor ended it, its node out of memory{packed}"
+    if KILLED.search(text):
+        used = in_use()
+        if used is not None and used >= NEAR_FULL:
+            return f"killed for host RAM: its process was killed (-9) with the node's RAM {used:.0%} in use{packed}"
+    return None
 
 
 class RayHandle(Handle):
@@ -243,11 +278,12 @@ class RayHandle(Handle):
     def result(self):
         try:
             out = ray.get(self.result_ref)
-        except RAY_ERRORS as e:
+        except (*RAY_ERRORS, ray.exceptions.OutOfMemoryError) as e:
             lost = isinstance(e, (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError))
             self.drain()
             self.kill()
-            raise FailedJob(short(e), str(e), lost=lost) from e
+            oom = killed_for_ram(e, self.record.host_memory_mib)
+            raise FailedJob(oom or short(e), str(e), lost=lost) from e
         self.drain()
         self.kill()
         return out

@@ -18,7 +18,6 @@ the ``gpupack`` namespace, so a restarted submitter finds them again (:meth:`Ray
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import signal
 import threading
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from scheduler.core import boundedlog
 from scheduler.execute import local
 from scheduler.execute.api import Executor, FailedJob, Handle
 from scheduler.execute.launch import LaunchRecord
@@ -219,9 +219,8 @@ class RaySlotExecutor(Executor):
             except Exception as e:
                 self._drop(st, h, e, "lost")
                 continue
-            if got["log"]:
-                with open(os.open(h.home / local.LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as f:
-                    f.write(got["log"])
+            if got["log"]:  # bounded by bytes at home too: a slot job's log once filled the service's disk
+                boundedlog.append(h.home / local.LOG, got["log"])
             st.offsets[h] += len(got["log"])
             h._figures = got
             if got["done"]:

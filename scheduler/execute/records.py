@@ -52,12 +52,14 @@ def plan_task(dry: DryRun, a) -> tuple[LaunchRecord, list[str]]:
         whole_mib = min((int(d.memory_mib * plan.band[1]) for d in dry.placement.devices
                          if d.node == whole[0] and d.index in whole[1]), default=None)
     spec = dry.spec(name)
+    ram = next((n.memory_mib for n in dry.placement.nodes if n.name == a.node), None)
+    host = min(a.host_memory_mib, ram) if ram else a.host_memory_mib  # one task past its node's RAM runs alone on it
     rows = (dry.data or {}).get("train_rows")
     spec, notes = settle(spec, a.gpu_memory_mib or None, fold_train_rows(rows, spec.folds))
     return LaunchRecord(
         task=name, job=task.job, spec=spec, data_dir="", workdir="", folds=task.folds,
         max_batch=batch_ceiling(spec, rows, fold_train_rows(rows, spec.folds)),
-        metric=plan.metric, seed=plan.seed, cpus=a.cpus, threads=a.cpus,
+        metric=plan.metric, seed=plan.seed, cpus=a.cpus, threads=a.cpus, host_memory_mib=host or None,
         node=whole[0] if whole else a.node, device=None if whole else a.device,
         devices=tuple(whole[1]) if whole else (), gpu_memory_mib=None if whole else (a.gpu_memory_mib or None),
         whole_device_mib=whole_mib, card_mib=device.memory_mib if device else None,

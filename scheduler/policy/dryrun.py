@@ -10,7 +10,7 @@ from scheduler.core.errors import UserError
 from scheduler.core.folds import fold_train_rows
 from scheduler.policy import tasks as tk
 from scheduler.policy.fit import SEARCH_STEPS, FitJob, fit
-from scheduler.policy.packing import Assignment, Demand, Placement, pack
+from scheduler.policy.packing import Assignment, Demand, Placement, pack, within_host_memory
 from scheduler.core.plan import Plan
 
 
@@ -56,6 +56,7 @@ class DryRun:
                 "device": a.device,
                 "gpu_memory_mib": a.gpu_memory_mib,
                 "cpus": sum(x.cpus for x in mine if x.wave == a.wave),
+                "host_memory_mib": sum(x.host_memory_mib for x in mine if x.wave == a.wave),
                 "tasks": [x.job for x in mine],
                 "lanes": len(mine),
             }
@@ -88,7 +89,24 @@ class DryRun:
         for a in self.placement.assignments:
             t = self.tasks[a.job]
             rows.append({**t.to_json(), "wave": a.wave, "node": a.node, "device": a.device,
-                         "gpu_memory_mib": a.gpu_memory_mib, "cpus": a.cpus, "reason": a.reason})
+                         "gpu_memory_mib": a.gpu_memory_mib, "cpus": a.cpus, "host_memory_mib": a.host_memory_mib,
+                         "reason": a.reason})
+        return rows
+
+    def node_rows(self) -> list[dict]:
+        """One row per (wave, node) that holds a task: its host RAM and cores, and what the wave's tasks hold of
+        them (``host_memory_mib`` of None: the node's RAM is not known, nothing was packed against it)."""
+        rows = []
+        for wave in range(self.placement.waves):
+            for node in self.placement.nodes:
+                mine = [a for a in self.placement.assignments if a.wave == wave and a.node == node.name]
+                if not mine:
+                    continue
+                used = sum(a.host_memory_mib for a in mine)
+                rows.append({"wave": wave, "node": node.name, "host_memory_mib": node.memory_mib,
+                             "host_used_mib": used, "cpus": node.cpus, "cpus_used": sum(a.cpus for a in mine),
+                             "tasks": [a.job for a in mine],
+                             "host_room_mib": None if node.memory_mib is None else node.memory_mib - used})
         return rows
 
     def expected_gain(self, names: list[str]) -> dict | None:
@@ -140,6 +158,7 @@ class DryRun:
             "jobs": self.job_rows(),
             "tasks": self.task_rows(),
             "devices": self.device_rows(),
+            "nodes": self.node_rows(),
             "changes": list(self.changes),
             "warnings": list(self.warnings),
             **({"data": self.data} if self.data is not None else {}),
@@ -171,22 +190,26 @@ def expected_gain(specs: list, card: str, speed=None) -> dict | None:
     return packgain.expected(pairs)
 
 
-def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, int] | None, speed=None) -> tk.Lanes:
-    """How many of each job's folds run side by side (``tasks.fold_lanes``), packed as the fitter packs."""
+def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, int] | None, speed=None, *,
+           host=None) -> tk.Lanes:
+    """How many of each job's folds run side by side (``tasks.fold_lanes``), packed as the fitter packs.
+    ``host(job, cores)``: one lane's host RAM, MiB."""
     from scheduler.policy.colocation import LARGE_CARDS
 
     band = plan.band
     jobs = []
     for job in plan.jobs:
         batch = fitted.batches.get(job.name)
+        splittable = (job.kind == "timm" and getattr(job, "fold_parallel", True) and fitted.memory_mib[job.name] > 0)
         jobs.append(tk.LaneJob(job.name, job.folds, fitted.memory_mib[job.name], job.resources.cpus,
-                               splittable=(job.kind == "timm" and getattr(job, "fold_parallel", True)
-                                           and fitted.memory_mib[job.name] > 0),
-                               model=getattr(job, "model", None), batch=batch if isinstance(batch, int) else None))
+                               splittable=splittable,
+                               model=getattr(job, "model", None), batch=batch if isinstance(batch, int) else None,
+                               host_mib=host(job.name, tk.lane_cpus(job.resources.cpus, 2) if splittable
+                                             else job.resources.cpus) if host else 0))
 
     def pack_units(units):
-        p = pack([Demand(n, mib, cpus) for n, mib, cpus in units], nodes, band, search_steps=SEARCH_STEPS,
-                 prove_waves=False, whole_objective=False)
+        p = pack([Demand(n, mib, cpus, host_mib=h) for n, mib, cpus, h in units], nodes, band,
+                 search_steps=SEARCH_STEPS, prove_waves=False, whole_objective=False)
         return p.waves, {a.job: (a.wave, a.node, a.device) for a in p.assignments}
 
     specs = {j.name: j for j in plan.jobs}
@@ -197,14 +220,16 @@ def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, in
         return None if not found else found.get("gain")
 
     size = {(d.node, d.index): int(d.memory_mib * band[1]) for n in nodes for d in n.devices}
+    ram = {n.name: n.memory_mib for n in nodes}
     return tk.fold_lanes(jobs, pack_units, gain, room_mib=lambda node, dev: size.get((node, dev), 0),
-                         large_card=hardware.profile in LARGE_CARDS, fixed=fixed)
+                         large_card=hardware.profile in LARGE_CARDS, fixed=fixed, ram_mib=lambda n: ram.get(n))
 
 
 def resolve_hardware(plan: Plan, override: str | None = None) -> hw.Hardware:
     """The plan's hardware, or ``override`` (``--hardware``) in its place; counts in the plan still apply."""
     spec = plan.hardware
-    return hw.resolve(override or spec.profile, gpus_per_node=spec.gpus_per_node, nodes=spec.nodes, cpus=spec.cpus)
+    return hw.resolve(override or spec.profile, gpus_per_node=spec.gpus_per_node, nodes=spec.nodes, cpus=spec.cpus,
+                      memory_mib=spec.memory)
 
 
 def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None) -> list[FitJob]:
@@ -283,12 +308,12 @@ def _whole_devices(plan: Plan, hardware: hw.Hardware, band_high: float):
         taken, free[node.name] = free[node.name][:need], free[node.name][need:]
         cpus_left[node.name] -= job.resources.cpus
         whole[job.name] = (node.name, [d.index for d in taken])
-    nodes = tuple(hw.Node(n.name, cpus_left[n.name], tuple(free[n.name])) for n in hardware.nodes)
+    nodes = tuple(n.with_(cpus=cpus_left[n.name], devices=tuple(free[n.name])) for n in hardware.nodes)
     return whole, nodes
 
 
 def _with_whole(placement: Placement, whole: dict, hardware: hw.Hardware, plan: Plan,
-                order: dict[str, int]) -> Placement:
+                order: dict[str, int], host) -> Placement:
     """The packer's placement of the shared jobs, with the whole-device jobs added in wave 0."""
     if not whole:
         return placement
@@ -296,21 +321,53 @@ def _with_whole(placement: Placement, whole: dict, hardware: hw.Hardware, plan: 
     for name, (node, indices) in whole.items():
         devs = [d for d in hardware.devices if d.node == node and d.index in indices]
         mib = sum(int(d.memory_mib * plan.band[1]) for d in devs)
-        extra.append(Assignment(name, 0, node, indices[0], mib, plan.job(name).resources.cpus,
-                                f"{len(indices)} whole devices on {node} ({', '.join(map(str, indices))}), held for the run"))
+        cpus = plan.job(name).resources.cpus
+        extra.append(Assignment(name, 0, node, indices[0], mib, cpus,
+                                f"{len(indices)} whole devices on {node} ({', '.join(map(str, indices))}), held for the run",
+                                host_memory_mib=host(name, cpus)))
     assignments = sorted(list(placement.assignments) + extra, key=lambda a: order[a.job])
     return dataclasses.replace(placement, assignments=tuple(assignments), devices=hardware.devices,
                                nodes=hardware.nodes)
 
 
+def _host_memory(plan: Plan, fitted, estimated: bool, train_rows: int | None, test_rows: int | None,
+                 features: int | None):
+    """(job, cores) -> the host RAM of one task of the job holding ``cores`` (``policy.hostmem``), with the model's
+    weights from the estimator when estimates are on."""
+    from scheduler.policy import hostmem
+    from scheduler.policy.estimate import estimate
+
+    weights: dict[str, float | None] = {}
+    for job in plan.jobs:
+        weights[job.name] = None
+        batch = fitted.batches.get(job.name)
+        if estimated and job.kind == "timm" and isinstance(batch, int):
+            try:  # the measurement is cached: the fitter asked for it already
+                weights[job.name] = estimate(job.model, job.image_size, batch, amp=job.amp,
+                                             optimizer=job.optimizer).weights_mib
+            except Exception:  # noqa: BLE001 -- no estimate here: hostmem's stated default for the weights
+                pass
+
+    def host(name: str, cpus: int) -> int:
+        batch = fitted.batches.get(name)
+        return hostmem.task_mib(plan.job(name), cpus=cpus, weights_mib=weights.get(name),
+                                batch=batch if isinstance(batch, int) else None, train_rows=train_rows,
+                                test_rows=test_rows, features=features)
+
+    return host
+
+
 def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_rows: int | None = None, *,
-            measured=None, lanes: dict[str, int] | None = None, speed=None) -> DryRun:
+            measured=None, lanes: dict[str, int] | None = None, speed=None, test_rows: int | None = None,
+            features: int | None = None) -> DryRun:
     """Estimate, fit into the band and pack ``plan`` onto ``hardware``; collect what a person should know first.
 
     ``estimated=False`` packs the plan's own ``gpu_memory`` figures as written (``--trust-plan-memory``).
     ``train_rows`` (train.csv's rows) lets the fitter cap batches that would leave a fold too few optimizer steps.
     ``measured`` (an ``estimate.MeasuredFn``, e.g. ``store.measurements.memory_source()``) gives figures real cards
     measured: they are used before computed ones, and each job's row says which (``estimate_source``).
+    ``test_rows`` and ``features`` size the tasks' host RAM (``policy.hostmem``); each wave's tasks on a node fit
+    the node's RAM.
     """
     if not hardware.devices and any(j.uses_gpu for j in plan.jobs):
         raise UserError(f"plan '{plan.name}' has GPU jobs but hardware '{hardware.profile}' has no GPU")
@@ -321,20 +378,22 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     images = _images_on_card(shared, hardware, train_rows) if estimated else {}
     est = _estimator(plan, card, measured, seen, images) if estimated else None
     fitted = fit(_fit_jobs(shared, estimated, train_rows), nodes, plan.band, est)
-    chosen = _lanes(shared, fitted, nodes, hardware, lanes, speed)
+    host = _host_memory(plan, fitted, estimated, train_rows, test_rows, features)
+    chosen = _lanes(shared, fitted, nodes, hardware, lanes, speed, host=host)
     tasks = {t.name: t for job in plan.jobs
              for t in tk.lanes_of(job.name, job.folds, chosen.lanes.get(job.name, 1))}
     split = [t for t in tasks.values() if t.folds is not None]
-    if split:  # the tasks, packed with the full search (each lane: the job's MiB, its share of the job's cores)
-        units = [Demand(t.name, fitted.memory_mib[t.job],
-                        tk.lane_cpus(plan.job(t.job).resources.cpus, t.lanes) if t.folds is not None
-                        else plan.job(t.job).resources.cpus)
-                 for t in tasks.values() if t.job not in whole]
+    cores = {t.name: tk.lane_cpus(plan.job(t.job).resources.cpus, t.lanes) if t.folds is not None
+             else plan.job(t.job).resources.cpus for t in tasks.values()}
+    # each task (each lane, each job run whole): the job's MiB, its share of the job's cores, its host RAM
+    units = [Demand(t.name, fitted.memory_mib[t.job], cores[t.name], host_mib=host(t.job, cores[t.name]))
+             for t in tasks.values() if t.job not in whole]
+    if split:  # the tasks, packed with the full search
         task_placement = pack(units, nodes, plan.band)
-    else:
-        task_placement = fitted.placement
+    else:  # the fitter's placement of the jobs, kept within each node's RAM
+        task_placement = within_host_memory(fitted.placement, units)
     order = {name: i for i, name in enumerate(tasks)}
-    placement = _with_whole(task_placement, whole, hardware, plan, order)
+    placement = _with_whole(task_placement, whole, hardware, plan, order, host)
     updates = []
     for job in plan.jobs:
         change = {}

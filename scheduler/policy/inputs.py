@@ -19,6 +19,7 @@ MIB = 1024 * 1024
 ON_DEVICE_MAX_SHARE = 1 / 16
 EVAL_BATCH_FACTOR = 4  # inference keeps no activations for backward: 4× the training batch, halved on OOM
 MAX_WORKERS = 8
+CACHE_LIMIT_BYTES = 2 << 30  # decoded uint8 images kept in RAM when every loader process's copy fits in this
 
 
 def decoded_mib(rows: int, image_size: int) -> int:
@@ -41,6 +42,15 @@ def loader_workers(cpus: int) -> tuple[int, int]:
     """(workers, prefetch per worker) for the host pipeline: one core stays with the training loop."""
     workers = min(MAX_WORKERS, max(0, cpus - 1))
     return workers, (4 if workers <= 2 else 2) if workers else 0
+
+
+def host_cache_bytes(images: int, image_size: int, workers: int) -> int:
+    """The bytes of decoded images a timm job keeps in host RAM (``ImageSet(cache=True)``), 0 when it keeps none:
+    the train, validation and test loaders' processes (each worker, or the job's own process) each keep their own
+    copy, and they are kept only when every copy together stays under ``CACHE_LIMIT_BYTES``. The job decides with
+    this, and the host-memory estimate (``policy.hostmem``) counts it."""
+    total = images * 3 * image_size * image_size * 3 * max(1, workers)
+    return total if total < CACHE_LIMIT_BYTES else 0
 
 
 def validation_every(patience: int) -> int:

@@ -14,7 +14,10 @@ of the job that adds the most memory is tried, and kept when
    (``colocation.shared``: a gain measured for these models on this card, else the time model's busy share per step
    and the card class's measured occupancy) does not fall (Gavel's V100 pairs fell to 0.63–1.00 — contention;
    the H100's sets gained 1.25–2.0),
-3. and the job has folds left.
+3. the first wave's node has the host RAM for another lane (``LaneJob.host_mib``, ``policy.hostmem``: each lane is a
+   process holding its own model, images and loader workers; eight lanes "the band had room" for were OOM-killed
+   under a 5 GiB limit), and the packer, which keeps each wave within its node's RAM, needs no later wave,
+4. and the job has folds left.
 
 A step's busy share is a lower bound on what side by side buys: on the H100, ResNet-50 and EfficientNet-B4 kept the
 card busy 30 % and 48 % of their wall time (set-up, data, validation), time another fold's steps fill. With nothing
@@ -81,6 +84,7 @@ class LaneJob:
     splittable: bool  # a timm job, shared device, not fold_parallel: false
     model: str | None = None
     batch: int | None = None
+    host_mib: int = 0  # host RAM of one lane's process (``policy.hostmem``)
 
 
 @dataclass
@@ -91,19 +95,21 @@ class Lanes:
 
 # the jobs of the tasks on one device (a job once per task) -> their gain together, or None when nothing is known
 GainFn = Callable[[list[str]], float | None]
-# [(unit name, MiB, cores)] -> (waves, {unit: (wave, node, device)})
-PackFn = Callable[[list[tuple[str, int, int]]], tuple[int, dict[str, tuple[int, str, int | None]]]]
+# [(unit name, MiB, cores, host MiB)] -> (waves, {unit: (wave, node, device)})
+PackFn = Callable[[list[tuple[str, int, int, int]]], tuple[int, dict[str, tuple[int, str, int | None]]]]
 
 
-def _units(jobs: Sequence[LaneJob], lanes: dict[str, int]) -> list[tuple[str, int, int]]:
-    return [(t.name, j.mib, lane_cpus(j.cpus, lanes[j.name]) if t.folds is not None else j.cpus)
+def _units(jobs: Sequence[LaneJob], lanes: dict[str, int]) -> list[tuple[str, int, int, int]]:
+    return [(t.name, j.mib, lane_cpus(j.cpus, lanes[j.name]) if t.folds is not None else j.cpus, j.host_mib)
             for j in jobs for t in lanes_of(j.name, j.folds, lanes[j.name])]
 
 
 def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib: Callable[[str, int], int],
-               large_card: bool, fixed: dict[str, int] | None = None) -> Lanes:
+               large_card: bool, fixed: dict[str, int] | None = None,
+               ram_mib: Callable[[str], int | None] = lambda node: None) -> Lanes:
     """The lanes of each job (see the module's docstring). ``room_mib(node, device)`` is a device's memory under the
-    band's top; ``fixed`` forces lanes (a resumed run keeps the tasks it had)."""
+    band's top; ``ram_mib(node)`` a node's host RAM (None: not known); ``fixed`` forces lanes (a resumed run keeps
+    the tasks it had)."""
     lanes = {j.name: 1 for j in jobs}
     why: dict[str, str] = {}
     if fixed is not None:
@@ -114,9 +120,12 @@ def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib:
     stops: dict[str, str] = {}
     while True:
         used: dict[tuple[str, int | None], int] = {}
+        host: dict[str, int] = {}
         for j in jobs:
             for t in lanes_of(j.name, j.folds, lanes[j.name]):
                 w, node, dev = where[t.name]
+                if w == 0:
+                    host[node] = host.get(node, 0) + j.host_mib
                 if w == 0 and dev is not None:
                     used[node, dev] = used.get((node, dev), 0) + j.mib
         candidates = [j for j in jobs if j.name not in tried and lanes[j.name] < j.folds]
@@ -129,6 +138,10 @@ def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib:
 
         if not any(room_mib(n, d) - u >= j.mib for (n, d), u in used.items()):
             stop(f"no device of the first wave has room for another fold of {j.mib:,} MiB")
+            continue
+        short = _host_short(j, {n for n, _ in used}, host, ram_mib)
+        if short:
+            stop(short)
             continue
         trial = {**lanes, j.name: lanes[j.name] + 1}
         t_waves, t_where = pack(_units(jobs, trial))
@@ -149,6 +162,16 @@ def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib:
         elif j.name in stops:
             why[j.name] = f"one after another: {stops[j.name]}"
     return Lanes(lanes, why)
+
+
+def _host_short(j: LaneJob, nodes: set[str], host: dict[str, int], ram_mib) -> str | None:
+    """Why no node of the first wave has the host RAM for another lane of ``j``; None when one has."""
+    known = {n: ram_mib(n) for n in nodes}
+    if not j.host_mib or any(r is None or r - host.get(n, 0) >= j.host_mib for n, r in known.items()):
+        return None
+    n = max(known, key=lambda n: known[n] - host.get(n, 0))
+    return (f"node {n}'s host RAM ({known[n]:,} MiB, {host.get(n, 0):,} MiB held by the first wave's tasks) has no "
+            f"room for another fold's {j.host_mib:,} MiB")
 
 
 def _device_set(jobs, lanes, where, node_dev) -> list[str]:

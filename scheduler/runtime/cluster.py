@@ -65,7 +65,8 @@ def cluster_hardware() -> Hardware:
             if key.startswith(f"{TOTAL_PREFIX}{name}_"):
                 index = int(key.rsplit("_", 1)[1])
                 devices.append(Device(name, index, int(value), "cluster"))
-        nodes.append(Node(name, int(res.get("CPU", 0)), tuple(sorted(devices, key=lambda d: d.index))))
+        ram = int(res.get("memory", 0)) // (1024 * 1024) or None  # Ray's ``memory`` resource: bytes tasks may hold
+        nodes.append(Node(name, int(res.get("CPU", 0)), tuple(sorted(devices, key=lambda d: d.index)), ram))
     if not nodes:
         from scheduler.core.errors import UserError
 
@@ -95,8 +96,9 @@ def start(hardware: Hardware, band_high: float, address: str | None = None, dash
           object_store_mib: int = 256) -> Cluster:
     """Join ``address`` (``auto`` or HOST:PORT), or start a local Ray shaped like ``hardware``.
 
-    A local Ray gets the profile's devices as logical GPUs and its cores as logical CPUs, whatever this machine has:
-    packing and accounting are the plan's card's, even in a CPU rehearsal.
+    A local Ray gets the profile's devices as logical GPUs, its cores as logical CPUs and its nodes' host RAM as Ray's
+    ``memory`` resource, whatever this machine has: packing and accounting are the plan's card's, even in a CPU
+    rehearsal (``hardware auto`` reads this machine's RAM, its container's limit included).
     """
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local, loopback-only clusters; see NOTES.md
     if ray.is_initialized():
@@ -119,6 +121,7 @@ def start(hardware: Hardware, band_high: float, address: str | None = None, dash
         num_cpus=hardware.total_cpus,
         num_gpus=len(hardware.devices),
         resources=device_resources(hardware, band_high),
+        **({"_memory": ram * 1024 * 1024} if (ram := sum(n.memory_mib or 0 for n in hardware.nodes)) else {}),
         include_dashboard=dashboard,
         object_store_memory=object_store_mib * 1024 * 1024,
         log_to_driver=False,

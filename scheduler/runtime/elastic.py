@@ -3,6 +3,8 @@ a node that joined. Read from Ray's view of the per-device memory resources; the
 
 from __future__ import annotations
 
+import re
+
 import ray
 
 from scheduler.policy.placement_online import tightest
@@ -11,12 +13,24 @@ from scheduler.runtime.cluster import NODE_PREFIX, RESOURCE_PREFIX
 DeviceKey = tuple[str, int]
 
 
+# Ray names a placement group's share of a resource ``<resource>_group_<pg id hex>`` and, per bundle,
+# ``<resource>_group_<bundle index>_<pg id hex>``: the slot service's groups add such names beside a device's own
+PLACEMENT_GROUP = re.compile(r"_group_(?:\d+_)?[0-9a-f]{16,}$")
+DEVICE = re.compile(r"^(?P<node>[A-Za-z0-9_]+)_(?P<index>\d+)$")
+
+
 def _devices(resources: dict) -> dict[DeviceKey, float]:
+    """Each device's own memory resource (``gpupack_mem_<node>_<index>``), parsed strictly: a placement group's
+    names for it (a slot the service granted) are not devices, and were once read as one (``int('<hex>')``: the
+    plan crashed with a ValueError beside a granted slot). What a group holds is already taken off the device's own
+    resource, so the free MiB read here are what the slots left."""
     out = {}
     for key, value in resources.items():
-        if key.startswith(RESOURCE_PREFIX):
-            node, index = key[len(RESOURCE_PREFIX):].rsplit("_", 1)
-            out[(node, int(index))] = value
+        if not key.startswith(RESOURCE_PREFIX) or PLACEMENT_GROUP.search(key):
+            continue
+        m = DEVICE.match(key[len(RESOURCE_PREFIX):])
+        if m:
+            out[(m["node"], int(m["index"]))] = value
     return out
 
 

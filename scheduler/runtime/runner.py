@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scheduler.core import boundedlog
 from scheduler.core.hardware import card_name
 from scheduler.core.states import JobState
 from scheduler.policy import runloop as rl
@@ -160,10 +161,10 @@ class Runner:
         return kept if folds is None else {k: v for k, v in kept.items() if k in folds}
 
     def log(self, name: str, line: str) -> None:
+        """A line to the task's ``log``, bounded by bytes (``core.boundedlog``)."""
         path = self.task_dir(name) / "log"
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as f:
-            f.write(line.rstrip("\n") + "\n")
+        boundedlog.append(path, line.rstrip("\n") + "\n")
 
     def take_events(self, name: str, events: list[dict]) -> None:
         """What a job reported: its log lines to its log, a finished fold kept, every other event recorded and

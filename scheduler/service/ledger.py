@@ -322,6 +322,20 @@ class RayBackend:
             except Exception:  # Ray hiccups must not kill the ledger thread
                 log.exception("Ray ledger operation failed")
 
+    def _ours(self, total: dict) -> dict[str, int]:
+        """The MiB each device's own resource has given to this service's groups, as Ray counts it: a placed group
+        holds ``<resource>_group_<pg id>`` of exactly what it took. Read from Ray, not from which groups looked
+        ready a moment before: a group placed between the two reads was once counted as a grant *and* as others'
+        use (a slot counted twice: ``free_mib`` −2,048 with 30 GiB free)."""
+        ours: dict[str, int] = {}
+        for sid, pg in list(self._pgs.items()):
+            if sid not in self._sizes:
+                continue
+            dev, _ = self._sizes[sid]
+            held = total.get(f"{self._resources[dev]}_group_{pg.id.hex()}", 0)
+            ours[dev] = ours.get(dev, 0) + int(held)
+        return ours
+
     def _reconcile(self):
         import ray
 
@@ -329,10 +343,7 @@ class RayBackend:
             if sid not in self._ready and pg.wait(0):
                 self._ready.add(sid)
         total, avail = ray.cluster_resources(), ray.available_resources()
-        ours: dict[str, int] = {}
-        for sid in self._ready:
-            dev, mib = self._sizes[sid]
-            ours[dev] = ours.get(dev, 0) + mib
+        ours = self._ours(total)
         gone = {dev for dev, res in self._resources.items() if not total.get(res)}  # a lost node's devices
         self._lost = {dev.rpartition(":")[0] for dev in gone}
         self._others = {dev: self._limits[dev] if dev in gone else

@@ -55,8 +55,9 @@ class Queue:
             self.version += 1
 
     def free(self, others: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
-        """Free MiB per device (its limit less the leases and what ``others`` use) and free cores per node."""
-        free = {k: lim - others.get(k, 0) - self.used[k] for k, lim in self.limits.items()}
+        """Free MiB per device (its limit less the leases and what ``others`` use, never below zero: what others
+        hold may include a lease a backend has not yet told apart) and free cores per node."""
+        free = {k: max(0, lim - others.get(k, 0) - self.used[k]) for k, lim in self.limits.items()}
         cpus = {n: c - self.used_cpus[n] for n, c in self.node_cpus.items()}
         return free, cpus
 
