@@ -34,7 +34,7 @@ script's own ``score`` is not taken), as soon as the files hold it, else when th
 to the log. So a command shows its epochs and its throughput in ``status`` and ``events.jsonl`` while it trains.
 
 ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` is set; ``CUDA_VISIBLE_DEVICES`` is inherited as the runtime set it.
-Output goes to ``<workdir>/command/log``, kept to at most 32 MiB a file by the backend (``local.rotate_log``): past
+Output goes to ``<workdir>/command/log``, kept to at most 32 MiB a file by the backend (``core.boundedlog.rotate_copy``): past
 it, the file is copied to ``log.1`` and emptied, so the last 32–64 MiB of the output are kept.
 
 **The two CSV files** (in ``GPUPACK_OUTPUT_DIR``):

@@ -8,7 +8,7 @@ import sys
 import psutil
 
 from conftest import TEST_HARDWARE
-from scheduler.execute.local import rotate_log
+from scheduler.core.boundedlog import rotate_copy as rotate_log
 from scheduler.core import hardware
 from scheduler.core import plan as planmod
 from scheduler.policy import dryrun

@@ -13,7 +13,7 @@ the child (or a script, through ``GPUPACK_LIMITS``) reads at each fold or epoch.
 (``result.pickle``); a failure's reason is the child's ``error`` event.
 
 A plan's ``command`` job runs here too (:mod:`scheduler.execute.command`, from the job's own process): its script is
-an argv record, its log kept to ``log_limit`` bytes (:func:`rotate_log`), and its process group named in the folder's
+an argv record, its log kept to ``log_limit`` bytes (``core.boundedlog.rotate_copy``), and its process group named in the folder's
 ``pid`` file while it runs, so that a resumed run ends what a lost driver left running (:func:`end_recorded`).
 """
 
@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from scheduler.core import boundedlog
 from scheduler.execute.api import Executor, FailedJob, Handle
 from scheduler.execute.channel import PREFIX, parse
 from scheduler.execute.launch import ENV, LaunchRecord, dumps
@@ -64,7 +65,7 @@ os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 sys.exit(rc if rc >= 0 else 128 - rc)
 """
 LOG, EXIT_CODE, LIMITS, RESULT, PID_FILE = "log", "exit_code", "limits.json", "result.pickle", "pid"
-LOG_LIMIT_BYTES = 32 * 1024 * 1024  # a bounded log's size: past it, it is copied to ``log.1`` and emptied
+LOG_LIMIT_BYTES = boundedlog.LOG_MAX_BYTES  # a bounded log's size: past it, it is copied to ``log.1`` and emptied
 TERM_GRACE_S = 10.0  # from SIGTERM to SIGKILL, for a job asked to stop and for what lingers of an ended one
 NO_FOLD = 3  # the child's exit status when it ended with no finished fold (its output says why)
 
@@ -166,23 +167,6 @@ def end_recorded(path: Path, grace_s: float) -> dict | None:
     return d if ended else None
 
 
-def rotate_log(path: Path, limit: int = LOG_LIMIT_BYTES) -> bool:
-    """Past ``limit`` bytes, copy ``path`` to ``<path>.1`` (replacing the previous one) and empty it. The job keeps
-    writing through its own descriptor, opened for appending, so its next line lands at the start of the emptied
-    file: a job that prints without end costs at most twice ``limit`` on disk, and its last ``limit``–2×``limit``
-    bytes are kept (lines written in the instant between the copy and the emptying may be lost). True when rotated."""
-    import shutil
-
-    try:
-        if path.stat().st_size <= limit:
-            return False
-        shutil.copyfile(path, path.with_name(path.name + ".1"))
-        os.truncate(path, 0)
-    except OSError:  # a log that cannot be kept small is no reason to stop the job
-        return False
-    return True
-
-
 def log_tail(d: Path, lines: int | None = 20) -> list[str]:
     """The last ``lines`` lines of a job's log (of its last 64 KiB; all of those when None)."""
     try:
@@ -254,7 +238,7 @@ class LogEvents:
         self._offset, self._partial = 0, b""
 
     def rotated(self) -> None:
-        """The log was emptied (:func:`rotate_log`): its next line is at its start."""
+        """The log was emptied (``core.boundedlog.rotate_copy``): its next line is at its start."""
         self._offset, self._partial = 0, b""
 
     def __call__(self, since: int = 0) -> list[dict]:
@@ -297,7 +281,7 @@ class LocalHandle(Handle):
 
     def events(self, since: int = 0) -> list[dict]:
         out = self._log(since)
-        if self.log_limit is not None and rotate_log(self.folder / LOG, self.log_limit):
+        if self.log_limit is not None and boundedlog.rotate_copy(self.folder / LOG, self.log_limit):
             self._log.rotated()
         return out
 
