@@ -92,13 +92,13 @@ def guess_metric(comp) -> str:
     """A metric for a folder that names none: rmse for a numeric target with fractions or many distinct values (more
     than 20 and 5 % of the rows), auc for a probability column, log_loss for one column per class, else accuracy
     (``--metric`` says otherwise)."""
-    import pandas as pd
+    from jobs.forms import numbers
 
     if comp.form.kind == "targets":
         return "rmse"
-    target = comp.train[comp.target_col]
-    if pd.api.types.is_numeric_dtype(target) and ((target.round() != target).mean() > 0.05
-                                                   or target.nunique() > max(20, 0.05 * len(target))):
+    target = numbers(comp.train[comp.target_col])  # read as text; None when some value is no number
+    if target is not None and ((target.round() != target).mean() > 0.05
+                               or target.nunique() > max(20, 0.05 * len(target))):
         return "rmse"
     return {"probability": "auc", "class_columns": "log_loss"}.get(comp.form.kind, "accuracy")
 
