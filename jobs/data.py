@@ -78,9 +78,9 @@ class Competition:
         """What the metric compares predictions with, for the rows of ``frame`` (train.csv or solution.csv):
         class indices, values (regression), or a (rows, targets) matrix."""
         if self.task == "regression":
-            return numbers(frame[self.target_col]).to_numpy(dtype=np.float64)
+            return frame[self.target_col].to_numpy(dtype=np.float64)
         if self.task == "targets":
-            return np.column_stack([numbers(frame[c]).to_numpy(dtype=np.float64) for c in self.classes])
+            return frame[list(self.classes)].to_numpy(dtype=np.float64)
         return self.class_index(frame[self.target_col])
 
     @property
@@ -265,10 +265,23 @@ def load_competition(dir: Path | str, metric: str | None = None) -> Competition:
                 if c != id_col and c not in targets and c in test.columns and pd.api.types.is_numeric_dtype(train[c])]
     solution_path = root / "solution.csv"
     solution = _read_csv(solution_path, id_col, text=labels) if solution_path.is_file() else None
+    if form.task != "classification":  # numbers are scored: the targets as numbers (views: the read frame is kept)
+        train = _as_numbers(train, form.target_cols)
+        solution = None if solution is None else _as_numbers(solution, form.target_cols)
     return Competition(root=root, train=train, test=test, sample_submission=sample, id_col=id_col,
                        target_col=form.target_cols[0], classes=list(form.columns), feature_cols=features,
                        train_images=train_images, test_images=test_images, solution=solution, form=form,
                        metric=metric, warnings=warnings)
+
+
+def _as_numbers(frame: pd.DataFrame, cols) -> pd.DataFrame:
+    """``frame`` with its ``cols`` as float64 (checked to be numbers by :func:`jobs.forms.recognise`); a shallow copy,
+    so the frame :func:`_read_csv` keeps is not changed."""
+    frame = frame.copy(deep=False)
+    for c in cols:
+        if c in frame.columns:
+            frame[c] = numbers(frame[c])
+    return frame
 
 
 def _image_paths(root: Path, train: pd.DataFrame, test: pd.DataFrame, id_col: str):
