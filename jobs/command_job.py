@@ -237,8 +237,11 @@ def run(spec: CommandJob, comp: Competition, ctx: JobContext) -> JobOutput:
 
     oof_path, test_path = output_dir / "oof.csv", output_dir / "test.csv"
     missing = [p.name for p in (oof_path, test_path) if not p.is_file()]
-    if missing:
-        out.notes.append(f"no {' or '.join(missing)} in {output_dir}: the command's predictions cannot join the ensemble")
+    if missing:  # exit 0 and nothing written is no success: a failed task, which --resume runs again
+        said = f"no {' or '.join(missing)} in {output_dir}: the command's predictions cannot join the ensemble"
+        if not stopped:
+            raise RuntimeError(f"job '{spec.name}': {' '.join(spec.command)} exited with status 0 but wrote {said}")
+        out.notes.append(said)
         return out
     try:
         folds = read_outputs(oof_path, test_path, comp, ctx.metric)
@@ -276,6 +279,7 @@ def read_outputs(oof_path: Path, test_path: Path, comp: Competition, metric: str
     y_by_id.index = y_by_id.index.astype(str)
     test_ids = pd.Index(comp.test[key].astype(str))
     score = get_metric(metric).fn
+    _out_of_fold(oof, oof_path)
     folds = []
     for k, rows in oof.groupby("fold", sort=True):
         if k < 0:
@@ -296,7 +300,20 @@ def read_outputs(oof_path: Path, test_path: Path, comp: Competition, metric: str
         folds.append(FoldOutput(fold=int(k), val_ids=_typed(rows["id"].to_numpy(), comp.train_ids), val_pred=val_pred,
                                 test_pred=t.loc[test_ids, test_cols].to_numpy(dtype=np.float64),
                                 score=score(y, val_pred), val_true=y))
+    if not folds:
+        raise ValueError(f"{oof_path}: no predictions ({len(oof)} rows, none in a fold numbered 0 or more): the "
+                         "command wrote no validation rows")
     return folds
+
+
+def _out_of_fold(oof: pd.DataFrame, path: Path) -> None:
+    """Each train id is validated by one fold, once: an id in two folds (or twice) is a prediction made by a model
+    that trained on it, which scores near 1.0 and would take the blend's whole weight."""
+    ids = oof.loc[oof["fold"] >= 0, "id"].astype(str)
+    twice = ids[ids.duplicated()].unique()
+    if len(twice):
+        raise ValueError(f"{path}: {len(twice)} ids appear in more than one fold row ({', '.join(twice[:5])}): "
+                         "oof.csv must be out-of-fold, each id predicted once by the fold that did not train on it")
 
 
 def _typed(ids: np.ndarray, like: np.ndarray) -> np.ndarray:

@@ -11,7 +11,6 @@ import yaml
 
 from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
-from scheduler.core.units import parse_duration_s
 from scheduler.policy import advise as adv
 from scheduler.policy import dryrun, timemodel
 from scheduler.store import datasource, measurements
@@ -106,7 +105,7 @@ def guess_metric(comp) -> str:
 def advise(*, hardware: str, budget: str, data: str | None = None, metric: str | None = None,
            models: list[str] | None = None, cpus: int | None = None, name: str = "advised") -> Advised:
     try:
-        budget_s = parse_duration_s(budget)
+        budget_s = planmod.parse_budget_s(budget)
     except ValueError as e:
         raise UserError(f"--budget: {e}") from None
     if metric is not None and metric not in planmod.METRICS:
