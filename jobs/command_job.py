@@ -287,7 +287,8 @@ def read_outputs(oof_path: Path, test_path: Path, comp: Competition, metric: str
         ids = rows["id"].astype(str)
         unknown = ids[~ids.isin(y_by_id.index)]
         if len(unknown):
-            raise ValueError(f"{oof_path}: fold {k}: ids not in train.csv, e.g. {unknown.iloc[0]}")
+            raise ValueError(f"{oof_path}: fold {k}: {len(unknown)} ids not in train.csv "
+                             f"({', '.join(unknown.iloc[:5])})")
         t = test[test["fold"] == k]
         if t.empty:
             t = test[test["fold"] == -1]
