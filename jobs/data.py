@@ -69,7 +69,8 @@ class Competition:
         lookup = {c: i for i, c in enumerate(self.classes)}
         lookup.update({str(c): i for i, c in enumerate(self.classes)})
         try:
-            return np.array([lookup[v] for v in pd.Series(labels).tolist()], dtype=np.int64)
+            return np.array([lookup[v] if v in lookup else lookup[str(v)] for v in pd.Series(labels).tolist()],
+                            dtype=np.int64)  # the labels are text; 3 read as a number is the class "3"
         except KeyError as e:
             raise CompetitionError(f"{self.root / 'train.csv'}: label {e.args[0]!r} is not one of the classes "
                                    f"{self.classes[:20]}") from None

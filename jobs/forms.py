@@ -59,7 +59,7 @@ class Form:
         cols = ", ".join(self.written[:6]) + (", …" if len(self.written) > 6 else "")
         what = {
             "label": f"the class label in '{self.written[0]}'",
-            "probability": f"the probability of class {self.positive!r} in '{self.written[0]}'",
+            "probability": f"the probability of class {_shown(self.positive)} in '{self.written[0]}'",
             "class_columns": f"one probability column per class ({cols})",
             "value": f"a number in '{self.written[0]}'",
             "targets": f"{'a 0/1 label' if self.hard else 'a value'} in each of {len(self.written)} target columns "
@@ -72,6 +72,11 @@ class Form:
                 "targets": list(self.target_cols), "classes": _plain(self.columns[:50]) if self.task == "classification"
                 else None, "positive": _plain([self.positive])[0] if self.kind == "probability" else None,
                 "reason": self.reason, "warnings": list(self.warnings)}
+
+
+def _shown(label) -> str:
+    """A label as a person reads it: a number bare (``1``), other text quoted (``'dog'``)."""
+    return str(label) if numbers(pd.Series([label], dtype=object)) is not None else repr(label)
 
 
 def _plain(values) -> list:
