@@ -13,7 +13,7 @@ from rich.console import Console
 from scheduler.cli.cmd_advise import advice_flags
 from scheduler.cli.common import common_flags
 from scheduler.core.errors import UserError
-from scheduler.core.units import parse_duration_s
+from scheduler.core.plan import parse_budget_s
 from scheduler.store import measurements
 
 
@@ -50,7 +50,7 @@ def add_verbs(verbs) -> None:
 
 def _budget_arg(args: argparse.Namespace) -> float | None:
     try:
-        return parse_duration_s(args.budget) if args.budget else None
+        return parse_budget_s(args.budget) if args.budget else None
     except ValueError as e:
         raise UserError(f"--budget: {e}") from None
 

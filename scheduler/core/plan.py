@@ -26,6 +26,17 @@ MAX_JOBS = 256
 MAX_PLAN_BYTES = 1024 * 1024  # a plan is a page of YAML; this is a thousand of them
 MAX_DEPTH = 32  # nesting of mappings and lists, aliases expanded (a plan's own is under 8)
 MAX_NODES = 100_000  # values in the plan once every alias is expanded (a YAML "billion laughs" has 10^9)
+MAX_BUDGET_S = 7 * 24 * 3600.0  # a week: what grows with the window (the report's timeline, the budget's samples,
+# the process holding them) stays bounded, and a typo ("3000h") is refused rather than run for months
+
+
+def parse_budget_s(text: str | int | float) -> float:
+    """A run's budget in seconds (``90s``, ``30m``, ``1h30m``): positive, finite and at most ``MAX_BUDGET_S``; the
+    plan's ``budget:``, ``submit --budget`` and ``advise --budget`` all read it here."""
+    seconds = parse_duration_s(text)
+    if seconds > MAX_BUDGET_S:
+        raise ValueError(f"at most 7 days (168h), got {text!r}")
+    return seconds
 
 
 class _Strict(BaseModel):
@@ -211,7 +222,7 @@ class Plan(_Strict):
     @field_validator("budget", mode="before")
     @classmethod
     def _budget(cls, v: Any) -> float:
-        return parse_duration_s(v)
+        return parse_budget_s(v)
 
     @field_validator("gpu_memory_target")
     @classmethod

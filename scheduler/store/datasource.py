@@ -115,3 +115,29 @@ def check_job(job, comp) -> None:
     if job.kind == "lightgbm" and not comp.feature_cols:
         raise UserError(f"{where} needs numeric feature columns in both train.csv and test.csv; "
                         f"{comp.root / 'train.csv'} has none besides the id and the target")
+    rows = len(comp.train)
+    if rows < max(2, job.folds):  # every fold needs a validation row and a training row
+        raise UserError(f"{where}: {comp.root / 'train.csv'} has {rows} rows, fewer than the job's {job.folds} folds "
+                        f"need (at least {max(2, job.folds)}); lower folds or add rows")
+    if job.kind == "command":
+        check_command(job, where)
+
+
+def check_command(job, where: str) -> None:
+    """A command whose folder or program does not exist fails every task at run time: say so at the door. The
+    program is argv[0]: a path (relative to the job's cwd, as the process resolves it) or a name on PATH."""
+    import os
+    import shutil
+
+    cwd = Path(job.cwd).expanduser() if job.cwd else Path.cwd()
+    if not cwd.is_dir():
+        raise UserError(f"{where}: cwd {cwd} is not a folder")
+    program = job.command[0]
+    if os.sep in program or (os.altsep and os.altsep in program):
+        path = Path(program).expanduser()
+        path = path if path.is_absolute() else cwd / path
+        if not path.is_file() or not os.access(path, os.X_OK):
+            what = "is not an executable file" if path.exists() else "does not exist"
+            raise UserError(f"{where}: command[0] {program!r} {what} ({path})")
+    elif shutil.which(program, path=(job.env or {}).get("PATH")) is None:
+        raise UserError(f"{where}: command[0] {program!r} is not a program on PATH")
