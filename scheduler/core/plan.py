@@ -78,6 +78,9 @@ class TimmJob(_JobBase):
         if self.resources.gpus > 1:
             raise ValueError("a timm job trains on one device; several whole devices (gpus: N) are for a command "
                              "job that runs its own DDP (e.g. torchrun)")
+        if self.pretrained and self.weights:
+            raise ValueError("give either pretrained: true (timm's weights from the hub cache) or weights: (a local "
+                             "checkpoint), not both")
         return self
     model: str
     image_size: int = Field(default=224, gt=0, le=4096)
@@ -93,6 +96,13 @@ class TimmJob(_JobBase):
     grad_accum: int = Field(default=1, ge=1, le=1024)
     patience: int = Field(default=3, ge=1, le=1000)
     weights: str | None = None  # a local checkpoint file; nothing is downloaded
+    # timm's own pretrained weights for the model (its pretrained_cfg's tag), loaded through timm from the Hugging Face
+    # hub cache (HF_HOME); the door checks they are there or fetchable (jobs.weights), `prefetch` fetches them
+    pretrained: bool = False
+    # training augmentation: auto (chosen from the data: jobs.augment), none, or flip (random crops and horizontal
+    # flips); test-time augmentation averages the same views (tta: auto follows augment)
+    augment: Literal["auto", "none", "flip"] = "auto"
+    tta: bool | Literal["auto"] = "auto"
     # the training images decoded once to uint8 and kept on the card (counted in the job's MiB); None: the planner
     # decides (policy.inputs: when they take at most 1/16 of the band), false: streamed from the host
     images_on_device: bool | None = None
