@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from jobs.augment import Views, choose as augment_views
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from jobs.data import Competition, split_folds
 from jobs.images import DeviceImages, ImageSet, LoaderSettings, ResizableBatchSampler
@@ -93,6 +94,7 @@ class _Job:
     train_rates: list[float] = field(default_factory=list)
     wall_rates: list[float] = field(default_factory=list)
     peaks: list[float] = field(default_factory=list)
+    views: Views | None = None  # the training views and test-time augmentation (jobs.augment), chosen once per job
     weights: str | None = None  # the tag of the pretrained weights every fold starts from (None: from scratch)
     built: int = 0  # models built by this task: the first says what it loaded (notes, log)
     stepped: bool = False  # the task's first step was taken (it counts as set-up)
@@ -133,7 +135,8 @@ class _Job:
 
     def sample_figures(self) -> dict:
         return {"input_pipeline": self.input_pipeline(), "cpus": max(1, self.ctx.cpus),
-                "weights": self.weights or "scratch"}
+                "weights": self.weights or "scratch", "augment": self.views.name if self.views else "none",
+                "tta": bool(self.views and self.views.tta)}
 
 
 @dataclass
@@ -279,6 +282,8 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext, ledger: Ledger |
     n_images = len(comp.train_ids) + len(comp.test)
     cache = inputs.host_cache_bytes(n_images, scale.image_size, loader.num_workers) > 0
     train_images = ImageSet(comp.train_images, comp.y, scale.image_size, cache=cache, uint8=True)
+    views = augment_views(spec.augment, spec.tta, comp.train_images)
+    notes.append(views.describe())
     on_card = None
     if spec.images_on_device:  # the planner counted them in the share (policy.inputs): decoded once, kept there
         planned = inputs.decoded_mib(len(comp.train_ids), spec.image_size)
@@ -293,7 +298,7 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext, ledger: Ledger |
                 test_images=ImageSet(comp.test_images, None, scale.image_size, cache=cache, uint8=True), tuner=tuner,
                 memory=memory, start_batch=start_batch, eval_batch=scale.batch_size * inputs.EVAL_BATCH_FACTOR,
                 classes=list(comp.classes), notes=notes, ledger=ledger or Ledger(), on_card=on_card,
-                weights=tag_of(spec.model) if spec.pretrained else None)
+                weights=tag_of(spec.model) if spec.pretrained else None, views=views)
 
 
 def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) -> _Fold:
@@ -319,7 +324,14 @@ def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) 
     if scale.max_steps_per_epoch:
         steps_per_epoch = min(steps_per_epoch, scale.max_steps_per_epoch)
     total_samples = min(len(tr), steps_per_epoch * batch * spec.grad_accum) * scale.epochs
-    settings = StepSettings(job.device, job.amp_dtype, spec.grad_accum, spec.channels_last)
+    views = job.views
+    if views is not None and (views.crop or views.flip):
+        generator = torch.Generator().manual_seed(ctx.seed * 7919 + k)  # each fold's own views, reproducible
+        augment = lambda x: views.train(x, generator)  # noqa: E731
+    else:
+        augment = None
+    settings = StepSettings(job.device, job.amp_dtype, spec.grad_accum, spec.channels_last, augment=augment,
+                            tta=bool(views and views.tta))
     trainer = Trainer(model, optimizer, settings, total_samples=total_samples, batch_size=batch * spec.grad_accum,
                       compiled=compiled)
     train_loader = job.batches(tr, ResizableBatchSampler(len(tr), batch, shuffle=True, seed=ctx.seed * 1000 + k))

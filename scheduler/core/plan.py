@@ -99,9 +99,9 @@ class TimmJob(_JobBase):
     # timm's own pretrained weights for the model (its pretrained_cfg's tag), loaded through timm from the Hugging Face
     # hub cache (HF_HOME); the door checks they are there or fetchable (jobs.weights), `prefetch` fetches them
     pretrained: bool = False
-    # training augmentation: auto (chosen from the data: jobs.augment), none, or flip (random crops and horizontal
-    # flips); test-time augmentation averages the same views (tta: auto follows augment)
-    augment: Literal["auto", "none", "flip"] = "auto"
+    # training augmentation: auto (chosen from the data: jobs.augment), none, crop (random-resized crops), or flip
+    # (crops and horizontal flips); test-time augmentation averages image and mirror (tta: auto = where flips train)
+    augment: Literal["auto", "none", "crop", "flip"] = "auto"
     tta: bool | Literal["auto"] = "auto"
     # the training images decoded once to uint8 and kept on the card (counted in the job's MiB); None: the planner
     # decides (policy.inputs: when they take at most 1/16 of the band), false: streamed from the host
