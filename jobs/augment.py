@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from scheduler.policy.timemodel import prediction_passes
+
 GLYPH_MAX_PX = 64  # the longer side under which a grayscale image reads as a glyph (digits 8 px, EMNIST/Kuzushiji 28)
 SAMPLE = 32  # training images read (headers and pixels) to decide
 CROP_SCALE = (0.35, 1.0)  # the share of the image area a random-resized crop keeps (timm's default: 0.08–1)
@@ -72,11 +74,6 @@ class Views:
         return prediction_passes(self.tta)
 
 
-def prediction_passes(tta: bool) -> int:
-    """Forward passes per predicted image: 2 with test-time augmentation (the image and its mirror), else 1."""
-    return 2 if tta else 1
-
-
 def tta_on(setting, views_flip: bool) -> bool:
     """``tta: auto`` follows the flips trained (they are the views the model learned to read); true/false as given."""
     return views_flip if setting == "auto" else bool(setting)
@@ -100,6 +97,13 @@ def is_glyphs(paths: list[Path]) -> tuple[bool, str]:
                 gray = bool(np.all(a[..., 0] == a[..., 1]) and np.all(a[..., 1] == a[..., 2]))
     seen = f"{len(sample)} sampled images {'grayscale' if gray else 'in colour'}, at most {longest} px"
     return gray and longest <= GLYPH_MAX_PX, seen
+
+
+def resolved(spec, train_paths: list[Path]):
+    """The timm job with ``augment`` and ``tta`` decided (no ``auto`` left): done once at the door
+    (``store.datasource.with_views``), so the time model counts the test-time passes the job will run."""
+    views = choose(spec.augment, spec.tta, train_paths)
+    return spec.model_copy(update={"augment": views.name, "tta": views.tta})
 
 
 def choose(setting: str, tta_setting, train_paths: list[Path]) -> Views:

@@ -72,3 +72,22 @@ def test_in_the_job_digits_train_unflipped_and_natural_images_flipped_on_the_dev
     assert {(s["augment"], s["tta"]) for s in samples} == {("flip", True)}
     assert calls and any("on the training device" in n for n in out.notes)  # the on-card path was augmented
     assert len(out.folds) == 2 and out.folds[0].test_pred.shape == (10, 2)
+
+
+def test_the_door_decides_the_views_once_and_the_time_model_counts_the_mirror(natural, digits):
+    from scheduler.core import plan as planmod
+    from scheduler.policy import timemodel
+    from scheduler.store import datasource
+
+    job = {"name": "m", "kind": "timm", "model": "resnet18", "folds": 2, "resources": {"cpus": 1}}
+    plan = planmod.from_dict({"name": "p", "jobs": [job]})
+    on_natural = datasource.with_views(plan, datasource.DataChoice(natural.root, None)).job("m")
+    on_digits = datasource.with_views(plan, datasource.DataChoice(None, "digits")).job("m")
+    assert (on_natural.augment, on_natural.tta) == ("flip", True)
+    assert (on_digits.augment, on_digits.tta) == ("none", False)
+    sp = timemodel.speed("resnet18", 224, 64, card="A100-40GB")
+    plain = timemodel.work_for(1000, 500, folds=2, epochs=3, batch=64)
+    mirrored = timemodel.work_for(1000, 500, folds=2, epochs=3, batch=64, tta=True)
+    forward = sp.images_per_s * timemodel.EVAL_SPEEDUP  # each predicted image (3 validations and a test pass per
+    extra = 2 * (3 * plain.val_rows + 500) / forward  # fold) forwarded once more
+    assert timemodel.job_s(sp, mirrored) - timemodel.job_s(sp, plain) == pytest.approx(extra)

@@ -133,6 +133,7 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     named = Path(args.plan) if Path(args.plan).parent == Path(args.plan_dir) else Path(args.plan_dir) / "plan.yaml"
     data = datasource.choose(args.data, plan, named)  # its data: is relative to the plan's folder
     plan = datasource.with_metric(plan, data)
+    plan = datasource.with_views(plan, data)  # augment/tta decided from the images, once, before the time model
     if args.budget:
         plan = plan.model_copy(update={"budget": _budget_arg(args)})
     if args.address:  # a cluster: its nodes and devices are what its nodes declared, read back from Ray
