@@ -132,3 +132,13 @@ def test_a_run_on_a_seeded_cache_names_the_tag_it_loaded(hub, run_cli):
     assert TAG in json.dumps(logs)
     assert run_cli("report", run, "--json")[0] == 0
     assert TAG in open(os.path.join(run, "report.html")).read()
+
+
+def test_a_pretrained_job_fine_tunes_at_a_lower_lr_unless_the_plan_names_one():
+    from scheduler.core.plan import FINETUNE_LR, TimmJob
+
+    base = dict(name="a", kind="timm", model=MODEL)
+    assert TimmJob(**base).lr == 1e-3
+    assert TimmJob(**base, pretrained=True).lr == FINETUNE_LR["adamw"] < 1e-3
+    assert TimmJob(**base, pretrained=True, optimizer="sgd").lr == FINETUNE_LR["sgd"]
+    assert TimmJob(**base, pretrained=True, lr=5e-3).lr == 5e-3

@@ -70,8 +70,20 @@ class _JobBase(_Strict):
         return False
 
 
+FINETUNE_LR = {"adamw": 2e-4, "sgd": 1e-2}  # pretrained jobs' default (timm's fine-tuning recipes: ~5-10x below scratch)
+
+
 class TimmJob(_JobBase):
     kind: Literal["timm"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _finetune_lr(cls, data: Any) -> Any:
+        """A pretrained job that names no lr fine-tunes at a lower one (FINETUNE_LR) than a scratch job's 1e-3: a
+        scratch learning rate wipes out much of what the weights knew in the first epochs."""
+        if isinstance(data, dict) and data.get("pretrained") is True and "lr" not in data:
+            return {**data, "lr": FINETUNE_LR.get(data.get("optimizer", "adamw"), FINETUNE_LR["adamw"])}
+        return data
 
     @model_validator(mode="after")
     def _one_device(self) -> "TimmJob":
