@@ -65,6 +65,22 @@ def with_metric(plan: Plan, choice: DataChoice) -> Plan:
     return plan
 
 
+def with_views(plan: Plan, choice: DataChoice) -> Plan:
+    """The plan with every timm job's ``augment: auto`` and ``tta: auto`` decided from the competition's images
+    (``jobs.augment``): decided once here, the dry run's time model counts the test-time passes and the job applies
+    what it is given."""
+    from jobs import augment
+    from jobs.data import load_competition
+
+    if not any(j.kind == "timm" and "auto" in (j.augment, j.tta) for j in plan.jobs):
+        return plan
+    comp = load_competition(materialised(choice.builtin) if choice.builtin else choice.dir, plan.metric)
+    if not comp.has_images:
+        return plan  # inspect() refuses the timm jobs, with its own words
+    jobs = [augment.resolved(j, comp.train_images) if j.kind == "timm" else j for j in plan.jobs]
+    return plan.model_copy(update={"jobs": jobs})
+
+
 @functools.lru_cache(maxsize=None)
 def materialised(name: str) -> Path:
     """A built-in competition written once per process into a temporary folder, for reading before a run."""
