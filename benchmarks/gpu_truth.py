@@ -273,13 +273,17 @@ class _nothing:
 
 
 def plan_copy(plan: Path, out: Path, quick: bool, **every_job) -> Path:
-    """A copy of ``plan`` with ``every_job``'s keys set on each job; ``quick`` shrinks its timm jobs to resnet18, 32
-    px, 1 epoch, 2 folds (a rehearsal that runs in minutes on two cores; the packing is still the card's)."""
+    """A copy of ``plan`` with ``every_job``'s keys set on each job whose kind has them (``fold_parallel`` is a timm
+    job's: LightGBM's folds run in one process anyway); ``quick`` shrinks its timm jobs to resnet18, 32 px, 1 epoch,
+    2 folds (a rehearsal that runs in minutes on two cores; the packing is still the card's)."""
     import yaml
+
+    from scheduler.core.plan import _JOB_MODELS  # the plan's own schema: which keys each kind takes
 
     doc = yaml.safe_load(Path(plan).read_text())
     for job in doc.get("jobs", []):
-        job.update(every_job)
+        fields = _JOB_MODELS[job.get("kind", "timm")].model_fields
+        job.update({k: v for k, v in every_job.items() if k in fields})
         if quick and job.get("kind") == "timm":
             job.update(model="resnet18", image_size=32, epochs=1, folds=2, batch_size=32)
             job.get("resources", {}).pop("gpu_memory", None)
