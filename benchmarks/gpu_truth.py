@@ -622,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="gpu_truth-"))
     workdir.mkdir(parents=True, exist_ok=True)
     ctx = Sitting(args, card(), workdir)
-    ctx.log(f"gpu_truth: {'CPU rehearsal (' + ctx.why + ')' if ctx.rehearsal else ctx.card['name']}; work in "
+    ctx.log(f"gpu_truth: {ctx.why if ctx.rehearsal else ctx.card['name']}; work in "
             f"{workdir}")
     doc = document(ctx, argv, run_parts(ctx, parts))
     Path(args.out).write_text(json.dumps(doc, indent=1))
