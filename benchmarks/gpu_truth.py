@@ -276,7 +276,8 @@ class _nothing:
 
 def plan_copy(plan: Path, out: Path, quick: bool, **every_job) -> Path:
     """A copy of ``plan`` with ``every_job``'s keys set on each job whose kind has them (``fold_parallel`` is a timm
-    job's: LightGBM's folds run in one process anyway); ``quick`` shrinks its timm jobs to ``QUICK_TIMM`` (a rehearsal that runs in minutes on two cores; the packing is still the card's)."""
+    job's: LightGBM's folds run in one process anyway); ``quick`` shrinks its timm jobs to ``QUICK_TIMM``
+    (a rehearsal that runs in minutes on two cores; the packing is still the card's)."""
     import yaml
 
     from scheduler.core.plan import _JOB_MODELS  # the plan's own schema: which keys each kind takes
