@@ -1,0 +1,193 @@
+"""benchmarks/gpu_truth.py (issue 30): its pure pieces against the fake NVML and made-up run folders, its CPU
+rehearsal end to end (slow), and its part 2 for real on a card (gpu)."""
+
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+from fake_nvml import FakeDevice, FakeNVML
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="module")
+def gt():
+    return importlib.import_module("benchmarks.gpu_truth")
+
+
+def test_the_sampler_keeps_each_tasks_peak_over_its_process_tree_on_every_device(gt):
+    """Per task: the sum over its process tree (an actor and the script it started) of NVML's per-process MiB, on
+    every device, at one reading; the peak is the largest reading, not the sum of peaks. A pid that is no task's
+    counts for none; a task NVML never shows has no peak; a device that goes away is said, the others still read."""
+    dev0 = FakeDevice("NVIDIA H100 80GB HBM3", 81559, processes={100: 1000, 101: 500, 300: 9999})
+    dev1 = FakeDevice("NVIDIA H100 80GB HBM3", 81559, processes={200: 3000})
+    trees = {10: [10, 100, 101], 20: [20, 200], 30: [30]}
+    tasks = {"effnet_b4/f0": 10, "resnet50/f0": 20, "lgbm": 30}
+    s = gt.Sampler(FakeNVML([dev0, dev1]), lambda: tasks, tree=lambda pid: trees[pid])
+    s.sample_once()
+    assert s.peaks == {"effnet_b4/f0": 1500, "resnet50/f0": 3000}
+    dev0.processes = {100: 1200, 101: 100}  # 1300 < 1500: the peak stays
+    dev1.processes = {200: 3500, 20: 10}  # the actor itself on the card too
+    s.sample_once()
+    assert s.peaks == {"effnet_b4/f0": 1500, "resnet50/f0": 3510}
+    dev1.gone = True
+    dev0.processes = {100: 2000, 101: 100}
+    s.sample_once()
+    assert s.peaks["effnet_b4/f0"] == 2100 and s.samples == 3 and s.errors == ["GPU is lost"]
+    assert s.pids["effnet_b4/f0"] == {10, 100, 101} and "lgbm" not in s.peaks
+
+
+def test_the_sampler_thread_reads_until_stopped_and_takes_a_last_reading(gt):
+    dev = FakeDevice("NVIDIA A10", 23028, processes={7: 700})
+    with gt.Sampler(FakeNVML([dev]), lambda: {"t": 7}, every_s=0.01, tree=lambda pid: [pid]) as s:
+        dev.processes = {7: 900}
+    assert s.peaks == {"t": 900} and s.samples >= 1
+
+
+def test_pids_records_and_busy_shares_come_from_the_run_folder(gt, tmp_path):
+    """The Ray driver's ``process`` events name each task's pid; the saved launch records (a lane's under its job)
+    give each task's share; an image task's busy share is the last one it reported; a CPU task has none."""
+    run = tmp_path / "run"
+    for task, share in (("effnet_b4/f0", 6727), ("lgbm", None)):
+        folder = run / "jobs" / task
+        folder.mkdir(parents=True)
+        (folder / "launch.json").write_text(json.dumps({"task": task, "job": task.split("/")[0],
+                                                        "gpu_memory_mib": share, "card_mib": 40960}))
+    events = [{"event": "process", "job": "effnet_b4/f0", "pid": 4242},
+              {"event": "fold", "job": "effnet_b4/f0", "busy_share": 0.81},
+              {"event": "telemetry", "job": "effnet_b4/f0", "busy_share": 0.93},
+              {"event": "fold", "job": "lgbm", "busy_share": 0.97}]
+    (run / "events.jsonl").write_text("\n".join(map(json.dumps, events)) + "\n{cut short")
+    assert gt.pids_from_events(run)() == {"effnet_b4/f0": 4242}
+    records = gt.launch_records(run)
+    assert set(records) == {"effnet_b4/f0", "lgbm"}
+    assert gt.busy_shares(run, records) == {"effnet_b4/f0": 0.93}
+
+
+def test_a_peak_is_judged_against_the_share_and_the_cuda_context_memcap_names(gt):
+    """Within the share, within share + context (``core.memcap``'s ``Cap.outside_mib`` for the card), or over both;
+    a task with no share (LightGBM) has no row; without peaks every figure is None beside the reason."""
+    from scheduler.core.memcap import memory_cap
+    from scheduler.policy.overhead import outside_allocator_mib
+
+    records = {"a": {"gpu_memory_mib": 4000, "card_mib": 40960}, "b": {"gpu_memory_mib": 4000, "card_mib": 40960},
+               "c": {"gpu_memory_mib": 4000, "card_mib": 40960}, "lgbm": {"gpu_memory_mib": None}}
+    outside = memory_cap(4000, 81559, outside_allocator_mib("NVIDIA H100 80GB HBM3")).outside_mib
+    rows = {r["task"]: r for r in gt.peak_rows(records, {"a": 3999.6, "b": 4000 + outside, "c": 4001 + outside},
+                                               None, "NVIDIA H100 80GB HBM3", 81559)}
+    assert set(rows) == {"a", "b", "c"} and rows["a"]["outside_mib"] == outside > 0
+    assert (rows["a"]["within_share"], rows["a"]["within_share_plus_context"]) == (True, True)
+    assert (rows["b"]["within_share"], rows["b"]["within_share_plus_context"]) == (False, True)
+    assert (rows["c"]["within_share"], rows["c"]["within_share_plus_context"]) == (False, False)
+    blind = gt.peak_rows(records, None, gt.NO_CUDA)
+    assert all(r["nvml_peak_mib"] is None and r["within_share"] is None and r["why"] == gt.NO_CUDA for r in blind)
+    unseen = gt.peak_rows(records, {"a": 10}, None)
+    assert [r["task"] for r in unseen if "why" in r] == ["b", "c"]
+
+
+def _ctx(gt, tmp_path, why):
+    import argparse
+
+    args = argparse.Namespace(quick=True, every=0.5, timeout=60, images=None)
+    card = {"name": None if why else "NVIDIA H100 80GB HBM3", "memory_mib": None if why else 81559, "devices": [],
+            "cuda": why is None, "why": why}
+    return gt.Sitting(args, card, tmp_path)
+
+
+def test_a_rehearsals_document_has_nulls_with_reasons_and_its_table_prints(gt, tmp_path):
+    """Without a card: the top says rehearsal and why; every GPU verdict is None beside a reason (the side-by-side
+    ratio among them: in-process runs tasks one after another); the table prints dashes, never a crash. On a card
+    the same figures are verdicts."""
+    ctx = _ctx(gt, tmp_path, gt.NO_CUDA)
+    rows = gt.peak_rows({"r/f0": {"gpu_memory_mib": 3000, "card_mib": 40960}}, None, ctx.why)
+    run = {"exit": 0, "wall_s": 100.0, "held_out": 0.97, "cv": {"r": 0.95, "lgbm": None}, "tasks": rows,
+           "busy_share": {"r/f0": 0.5}}
+    judged = gt._judged(dict(run), ctx, busy_goal=gt.GOAL_BUSY)
+    assert judged["all_within_share"] is None and judged["all_within_share_why"] == gt.NO_CUDA
+    assert judged["busy_meets_goal"] is None and gt.NO_CUDA in judged["busy_why"]
+    doc = gt.document(ctx, ["--quick"], {"option1": judged, "competition": judged, "sequential": {
+        **run, "gain": {"goal": 2.0, "time_model": 1.39, "ratio": None, "cpu_ratio": 1.0, "why": "x"}},
+        "service": {"jobs": [{"job": "j1", "state": "SUCCEEDED", "slot_mib": 4096, "nvml_peak_mib": None,
+                              "cv": 0.9, "why": ctx.why}], "overlap_s": None},
+        "checks": {"pytest_gpu": {"passed": 0, "failed": 0, "skipped": 3},
+                   "doctor": {"ok": True, "checks": {"nvml": "skipped"}}}})
+    assert doc["rehearsal"] is True and doc["why"] == gt.NO_CUDA and doc["card"]["name"] is None
+    assert doc["command"] == "python benchmarks/gpu_truth.py --quick" and doc["date"]
+    json.dumps(doc)
+    text = gt.table(doc)
+    assert "CPU REHEARSAL" in text and "NVML peak      —" in text and "gain —x" in text
+
+    card = _ctx(gt, tmp_path, None)
+    seen = gt.peak_rows({"r/f0": {"gpu_memory_mib": 3000, "card_mib": 40960}}, {"r/f0": 3100}, None,
+                        "NVIDIA H100 80GB HBM3", 81559)
+    on_card = gt._judged({**run, "tasks": seen}, card, busy_goal=gt.GOAL_BUSY)
+    assert on_card["all_within_share"] is False and on_card["busy_meets_goal"] == {"r/f0": False}
+
+
+def test_pytests_counts_come_from_its_junit_xml(gt, tmp_path):
+    xml = tmp_path / "j.xml"
+    xml.write_text('<testsuites><testsuite name="pytest" errors="1" failures="2" skipped="3" tests="10">'
+                   '</testsuite></testsuites>')
+    assert gt.junit_counts(xml) == {"passed": 4, "failed": 2, "errors": 1, "skipped": 3}
+
+
+def test_the_sequential_copy_sets_fold_parallel_false_on_every_timm_job_and_quick_shrinks_only_timm(gt, tmp_path):
+    import yaml
+
+    from scheduler.core import plan as planmod
+
+    seq = gt.plan_copy(gt.PLAN, tmp_path / "seq.yaml", False, fold_parallel=False)
+    assert [getattr(j, "fold_parallel", None) for j in planmod.load(seq).jobs] == [None, False, False]
+    original = yaml.safe_load(gt.PLAN.read_text())
+    assert [{**j, "fold_parallel": False} if j["kind"] == "timm" else j for j in original["jobs"]] == \
+        yaml.safe_load(seq.read_text())["jobs"]
+    quick = {j.name: j for j in planmod.load(gt.plan_copy(gt.PLAN, tmp_path / "q.yaml", True)).jobs}
+    assert quick["effnet_b4"].model == "resnet10t" and quick["effnet_b4"].epochs == 1
+    assert quick["lgbm"].kind == "lightgbm" and quick["lgbm"].folds == 3
+
+
+@pytest.mark.slow
+def test_the_cpu_rehearsal_runs_every_part_end_to_end(tmp_path):
+    """``gpu_truth.py --quick`` on this machine (no card): all six parts run (no part's error), every run exits 0
+    with a held-out score, every image task has a share from its record and a null NVML peak with the reason, the
+    service ran two jobs, the A10 plan's records are of 24 GB, and the JSON's top says rehearsal."""
+    out = tmp_path / "gpu_truth.json"
+    p = subprocess.run([sys.executable, "benchmarks/gpu_truth.py", "--quick", "--out", str(out), "--workdir",
+                        str(tmp_path / "work")], cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["rehearsal"] is True and "no CUDA" in doc["why"]
+    parts = doc["parts"]
+    assert set(parts) == {"checks", "option1", "sequential", "competition", "service", "small_card"}
+    assert not [n for n, s in parts.items() if "error" in s], {n: s.get("error") for n, s in parts.items()}
+    assert parts["checks"]["pytest_gpu"]["failed"] == 0 and parts["checks"]["doctor"]["exit"] in (0, 1)
+    for name in ("option1", "sequential", "competition", "small_card"):
+        run = parts[name]
+        assert run["exit"] == 0 and run["held_out"] is not None, (name, run.get("stderr_tail"))
+        assert run["tasks"] and all(t["share_mib"] > 0 and t["nvml_peak_mib"] is None and t["why"]
+                                    for t in run["tasks"]), run["tasks"]
+    assert parts["sequential"]["gain"]["ratio"] is None and parts["sequential"]["gain"]["why"]
+    assert parts["small_card"]["records_of_small_card"] is True
+    jobs = parts["service"]["jobs"]
+    assert len(jobs) == 2 and all(j["state"] == "SUCCEEDED" and j["why"] for j in jobs), jobs
+    assert "CPU REHEARSAL" in p.stdout
+
+
+@pytest.mark.gpu
+def test_part_2_on_the_card_every_task_holds_its_share(tmp_path):
+    """On a real card: option1 runs, NVML saw every image task, and each one's per-process peak is within its share
+    plus the CUDA context its cap names."""
+    out = tmp_path / "gpu_truth.json"
+    p = subprocess.run([sys.executable, "benchmarks/gpu_truth.py", "--parts", "2", "--out", str(out), "--workdir",
+                        str(tmp_path / "work")], cwd=ROOT, capture_output=True, text=True, timeout=3000)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    run = doc["parts"]["option1"]
+    assert doc["rehearsal"] is False and run["exit"] == 0, run.get("stderr_tail")
+    assert run["tasks"] and all(t["nvml_peak_mib"] is not None for t in run["tasks"]), run["tasks"]
+    assert all(t["within_share_plus_context"] for t in run["tasks"]), run["tasks"]
+    assert all(b is not None for b in run["busy_share"].values()), run["busy_share"]
