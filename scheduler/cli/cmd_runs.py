@@ -120,7 +120,7 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
             record = RunRecord.open_existing(path)
             try:
                 info = settle(record)
-                view = run_view(record, info, tasks=False, pid=(info.get("driver") or {}).get("pid"))
+                view = run_view(record, info, with_rows=False, pid=(info.get("driver") or {}).get("pid"))
             finally:
                 record.close()
         except (OSError, sqlite3.Error, ValueError) as e:

@@ -188,9 +188,9 @@ def task_rows(record) -> list[dict]:
     return [{**r, "job": job_of(r["name"])} for r in record.jobs()]
 
 
-def run_view(record, info: dict, *, tasks: bool = True, **extra: Any) -> dict:
+def run_view(record, info: dict, *, with_rows: bool = True, **extra: Any) -> dict:
     """A run as JSON (``RunView``): its folder's keys (``info``, from ``resume.settle``), ids and absolute folder,
-    its tasks' rows (``tasks``; else their counts by state) and, once ended, its outcome; ``extra``: the verb's own
+    its tasks' rows (``with_rows``; else their counts by state) and, once ended, its outcome; ``extra``: the verb's own
     keys. Validated against the schema before it is returned, so no verb prints another shape."""
     body: dict[str, Any] = {**info, "run_id": Path(record.dir).resolve().name, "run_dir": absolute(record.dir)}
     if info.get("data_dir"):
@@ -200,7 +200,7 @@ def run_view(record, info: dict, *, tasks: bool = True, **extra: Any) -> dict:
     found = outcome(record) if ended else None
     body["outcome"] = None if found is None else found.model_dump(mode="json")
     rows = task_rows(record)
-    if tasks:
+    if with_rows:
         body["tasks"] = rows
         body["jobs"] = rows
     else:
