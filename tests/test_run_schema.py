@@ -153,11 +153,19 @@ def test_runs_limit_state_since(here, run_cli, tmp_path):
     assert code == 2 and "--since" in json.loads(out)["error"]
 
 
-def test_a_table_never_cuts_a_run_id(here, run_cli, monkeypatch):
+def test_a_table_never_cuts_a_run_id(here, run_cli):
+    import io
+
+    from rich.console import Console
+
+    from scheduler.cli.cmd_runs import runs_table
+
     home, summary = here
-    monkeypatch.setenv("COLUMNS", "80")
-    code, out, _ = run_cli("runs")
-    assert code == 0 and summary["run_id"] in out.replace("\n", "") and summary["run_id"] in out
+    runs = answer(run_cli("runs", "--json"))["runs"]
+    for width in (60, 80):
+        out = io.StringIO()
+        Console(file=out, width=width).print(runs_table(runs))
+        assert summary["run_id"] in out.getvalue(), out.getvalue()
 
 
 def test_folds_are_numbered_from_zero_in_the_live_view_as_in_events(here):
@@ -170,3 +178,18 @@ def test_folds_are_numbered_from_zero_in_the_live_view_as_in_events(here):
     assert folds == [0, 1]
     said = [_describe(e) for e in events if e["event"] == "fold"]
     assert said[0].startswith("fake: fold f0 done") and said[1].startswith("fake: fold f1 done")
+
+
+def test_the_live_table_never_cuts_a_task_name():
+    import io
+
+    from rich.console import Console
+
+    from scheduler.cli.views import run_table
+
+    name = "efficientnet_b3_long_name/f0+1+2"
+    row = {"name": name, "state": "RUNNING", "wave": 0, "node": "local", "device": 0, "gpu_memory_mib": 9000,
+           "progress": {"folds": 3, "folds_done": 1, "epoch": 2, "epochs": 9, "train_samples_per_s": 1234.5}}
+    out = io.StringIO()
+    Console(file=out, width=80).print(run_table([row], "tasks"))
+    assert name in out.getvalue(), out.getvalue()

@@ -102,8 +102,6 @@ def since_time(text: str | None, now: float | None = None) -> float | None:
 def cmd_list(args: argparse.Namespace, console: Console) -> int:
     import sqlite3
 
-    from rich.table import Table
-
     from scheduler.runtime.resume import settle
     from scheduler.store.record import RunRecord
     from scheduler.store.runindex import known_runs
@@ -137,6 +135,14 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
         runs.append(view)
     if args.json:
         return print_json({"runs": runs})
+    console.print(runs_table(runs))
+    return 0
+
+
+def runs_table(runs: list[dict]):
+    """``runs``' table: an id is never cut (it is what every other verb takes); the other columns wrap instead."""
+    from rich.table import Table
+
     t = Table(title=f"{len(runs)} runs")
     t.add_column("id", no_wrap=True, overflow="fold", min_width=12)  # an id is never cut: the others give way
     for col in ("status", "plan", "started", "tasks", "score", "folder"):
@@ -147,8 +153,7 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
         t.add_row(r["run_id"], r["status"] or r.get("error", "?"), r["plan"] or "?", started,
                   ", ".join(f"{n} {s.lower()}" for s, n in r["task_states"].items()) or "—",
                   "—" if score is None else f"{score:.4f}", r["run_dir"])
-    console.print(t)
-    return 0
+    return t
 
 
 def cmd_status(args: argparse.Namespace, console: Console) -> int:
