@@ -193,3 +193,10 @@ def test_the_live_table_never_cuts_a_task_name():
     out = io.StringIO()
     Console(file=out, width=80).print(run_table([row], "tasks"))
     assert name in out.getvalue(), out.getvalue()
+
+
+def test_the_report_names_folds_and_throughput_as_the_tables_do(here, run_cli):
+    home, summary = here
+    page = (home / "runs" / summary["run_id"] / "report.html").read_text()
+    assert "fold f0" in page and "fold f1" in page and "fold 1</th>" not in page
+    assert "<th>train/s</th>" in page and "<th>wall/s</th>" in page and "train rate" not in page

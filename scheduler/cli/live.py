@@ -68,7 +68,7 @@ def _describe(ev: dict) -> str | None:
         loss = ev.get("loss")
         return (f"{job}: fold {fold_name(ev.get('fold', 0))} epoch {ev.get('epoch')}/{ev.get('epochs')} loss "
                 f"{float('nan') if loss is None else loss:.4f} " + ("not validated" if val is None else f"val {val:.4f}")
-                + (f" {sps:,.0f} train samples/s" if sps else ""))
+                + (f" {sps:,.0f} train/s" if sps else ""))
     if kind == "sample" and ev.get("job_end") and ev.get("busy_share") is not None:
         return f"{job}: busy {ev['busy_share']:.0%} of {format_duration(ev.get('wall_s') or 0)}"
     if kind == "fold":
