@@ -131,6 +131,7 @@ def read_outputs(oof_path: Path, test_path: Path, comp: Competition, metric: str
     y_by_id.index = y_by_id.index.astype(str)
     test_ids = pd.Index(comp.test[key].astype(str))
     score = get_metric(metric).fn
+    _out_of_fold(oof, oof_path)
     folds = []
     for k, rows in oof.groupby("fold", sort=True):
         if k < 0:
@@ -138,7 +139,8 @@ def read_outputs(oof_path: Path, test_path: Path, comp: Competition, metric: str
         ids = rows["id"].astype(str)
         unknown = ids[~ids.isin(y_by_id.index)]
         if len(unknown):
-            raise ValueError(f"{oof_path}: fold {k}: ids not in train.csv, e.g. {unknown.iloc[0]}")
+            raise ValueError(f"{oof_path}: fold {k}: {len(unknown)} ids not in train.csv "
+                             f"({', '.join(unknown.iloc[:5])})")
         t = test[test["fold"] == k]
         if t.empty:
             t = test[test["fold"] == -1]
@@ -151,7 +153,20 @@ def read_outputs(oof_path: Path, test_path: Path, comp: Competition, metric: str
         folds.append(FoldOutput(fold=int(k), val_ids=_typed(rows["id"].to_numpy(), comp.train_ids), val_pred=val_pred,
                                 test_pred=t.loc[test_ids, test_cols].to_numpy(dtype=np.float64),
                                 score=score(y, val_pred), val_true=y))
+    if not folds:
+        raise ValueError(f"{oof_path}: no predictions ({len(oof)} rows, none in a fold numbered 0 or more): the "
+                         "command wrote no validation rows")
     return folds
+
+
+def _out_of_fold(oof: pd.DataFrame, path: Path) -> None:
+    """Each train id is validated by one fold, once: an id in two folds (or twice) is a prediction made by a model
+    that trained on it, which scores near 1.0 and would take the blend's whole weight."""
+    ids = oof.loc[oof["fold"] >= 0, "id"].astype(str)
+    twice = ids[ids.duplicated()].unique()
+    if len(twice):
+        raise ValueError(f"{path}: {len(twice)} ids appear in more than one fold row ({', '.join(twice[:5])}): "
+                         "oof.csv must be out-of-fold, each id predicted once by the fold that did not train on it")
 
 
 def _typed(ids: np.ndarray, like: np.ndarray) -> np.ndarray:

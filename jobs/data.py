@@ -4,7 +4,9 @@ A folder holds ``train.csv``, ``test.csv`` and ``sample_submission.csv``; image 
 ``test/`` folders of ``<id>.<ext>`` files (or ``train_images/`` and ``test_images/``, or one ``images/``), or a column
 of paths. What the jobs predict and how the submission is written (its *form*) is read from the files and the
 plan's metric by :mod:`jobs.forms`: the id column is the first column of ``sample_submission.csv``, whatever its name,
-and ids are read as text, so ``007`` stays ``007``. The folder is checked as it is read: test ids against the sample
+and ids are read as text, so ``007`` stays ``007``; so are the columns only train.csv has (the targets), so a label
+``01`` is written to the submission as ``01`` and a 25-digit label stays exact (numbers are made of them where the
+metric scores numbers: :func:`jobs.forms.numbers`). The folder is checked as it is read: test ids against the sample
 (missing, extra, duplicated), the target column and its classes, the images.
 """
 
@@ -16,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jobs.forms import CompetitionError, Form, check_ids, examples, recognise
+from jobs.forms import CompetitionError, Form, check_ids, examples, numbers, recognise
 from scheduler.core.folds import HOLDOUT_FRACTION
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -67,7 +69,8 @@ class Competition:
         lookup = {c: i for i, c in enumerate(self.classes)}
         lookup.update({str(c): i for i, c in enumerate(self.classes)})
         try:
-            return np.array([lookup[v] for v in pd.Series(labels).tolist()], dtype=np.int64)
+            return np.array([lookup[v] if v in lookup else lookup[str(v)] for v in pd.Series(labels).tolist()],
+                            dtype=np.int64)  # the labels are text; 3 read as a number is the class "3"
         except KeyError as e:
             raise CompetitionError(f"{self.root / 'train.csv'}: label {e.args[0]!r} is not one of the classes "
                                    f"{self.classes[:20]}") from None
@@ -187,21 +190,51 @@ def not_regular(path: Path) -> str | None:
             "not a regular file")
 
 
-def _read_csv(path: Path, id_col: str | None = None) -> pd.DataFrame:
-    """A CSV file with its id column (``id_col``, or the first) read as text."""
+def _header(path: Path) -> list[str]:
+    """A CSV file's column names (its first line only); [] for a file that is missing or cannot be read (reading it
+    whole says why)."""
+    if not_regular(path) is not None or not path.is_file():
+        return []
+    try:
+        return [str(c) for c in pd.read_csv(path, nrows=0).columns]
+    except Exception:
+        return []
+
+
+_READ_CACHE: dict[tuple, pd.DataFrame] = {}
+READ_CACHE_FILES = 4  # a competition's four files: the frames a run's process reads again are the ones it read
+
+
+def _read_csv(path: Path, id_col: str | None = None, text: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A CSV file with its id column (``id_col``, or the first) and the ``text`` columns read as text.
+
+    A process reads each file once: ``submit`` checks the folder at the door, the run checks it again, the blend and
+    an in-process job read it, and a 500 MB train.csv read three times before the clock starts is minutes and
+    gigabytes. The parsed frame is kept, keyed by the file's path, size and modification time (a changed file is
+    read again), for the last few files; callers never modify it (``load_competition`` makes its changes on views)."""
     if (what := not_regular(path)) is not None:
         raise CompetitionError(f"{path}: is {what}, not a CSV file")
     if not path.is_file():
         raise CompetitionError(f"{path}: missing (a competition folder needs train.csv, test.csv and "
                                f"sample_submission.csv)")
+    stat = path.stat()
+    key = (str(path.resolve()), id_col, tuple(text), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if (frame := _READ_CACHE.get(key)) is not None:
+        return frame
     try:
         header = pd.read_csv(path, nrows=0).columns
-        key = id_col if id_col in header else (header[0] if id_col is None and len(header) else None)
-        frame = pd.read_csv(path, dtype={key: str} if key is not None else None)
+        id_key = id_col if id_col in header else (header[0] if id_col is None and len(header) else None)
+        dtype = {c: str for c in text if c in header}
+        if id_key is not None:
+            dtype[id_key] = str
+        frame = pd.read_csv(path, dtype=dtype or None)
     except Exception as e:  # a person's broken file: one line, no traceback
         raise CompetitionError(f"{path}: cannot be read as CSV: {str(e).strip().splitlines()[-1]}") from None
     if frame.shape[1] == 0:
         raise CompetitionError(f"{path}: has no columns")
+    while len(_READ_CACHE) >= READ_CACHE_FILES:
+        _READ_CACHE.pop(next(iter(_READ_CACHE)))
+    _READ_CACHE[key] = frame
     return frame
 
 
@@ -218,8 +251,13 @@ def load_competition(dir: Path | str, metric: str | None = None) -> Competition:
         raise CompetitionError(f"{root}: no such competition folder")
     sample = _read_csv(root / "sample_submission.csv")
     id_col = str(sample.columns[0])
-    train = _read_csv(root / "train.csv", id_col)
+    test_header = set(_header(root / "test.csv"))
+    labels = tuple(c for c in _header(root / "train.csv") if c not in test_header and c != id_col)
+    train = _read_csv(root / "train.csv", id_col, text=labels)  # the targets as text: labels as spelled
     test = _read_csv(root / "test.csv", id_col)
+    for name, frame in (("train.csv", train), ("test.csv", test)):
+        if not len(frame):  # nothing to train on, or nothing to predict: the run would crash or write nothing
+            raise CompetitionError(f"{root / name}: has no rows (only its header {list(frame.columns)[:8]})")
     form = recognise(train, test, sample, metric, root)
     warnings = list(form.warnings) + check_ids(train, test, sample, id_col, root)
     train_images, test_images = _image_paths(root, train, test, id_col)
@@ -227,11 +265,24 @@ def load_competition(dir: Path | str, metric: str | None = None) -> Competition:
     features = [c for c in train.columns
                 if c != id_col and c not in targets and c in test.columns and pd.api.types.is_numeric_dtype(train[c])]
     solution_path = root / "solution.csv"
-    solution = _read_csv(solution_path, id_col) if solution_path.is_file() else None
+    solution = _read_csv(solution_path, id_col, text=labels) if solution_path.is_file() else None
+    if form.task != "classification":  # numbers are scored: the targets as numbers (views: the read frame is kept)
+        train = _as_numbers(train, form.target_cols)
+        solution = None if solution is None else _as_numbers(solution, form.target_cols)
     return Competition(root=root, train=train, test=test, sample_submission=sample, id_col=id_col,
                        target_col=form.target_cols[0], classes=list(form.columns), feature_cols=features,
                        train_images=train_images, test_images=test_images, solution=solution, form=form,
                        metric=metric, warnings=warnings)
+
+
+def _as_numbers(frame: pd.DataFrame, cols) -> pd.DataFrame:
+    """``frame`` with its ``cols`` as float64 (checked to be numbers by :func:`jobs.forms.recognise`); a shallow copy,
+    so the frame :func:`_read_csv` keeps is not changed."""
+    frame = frame.copy(deep=False)
+    for c in cols:
+        if c in frame.columns:
+            frame[c] = numbers(frame[c])
+    return frame
 
 
 def _image_paths(root: Path, train: pd.DataFrame, test: pd.DataFrame, id_col: str):

@@ -59,7 +59,7 @@ class Form:
         cols = ", ".join(self.written[:6]) + (", …" if len(self.written) > 6 else "")
         what = {
             "label": f"the class label in '{self.written[0]}'",
-            "probability": f"the probability of class {self.positive!r} in '{self.written[0]}'",
+            "probability": f"the probability of class {_shown(self.positive)} in '{self.written[0]}'",
             "class_columns": f"one probability column per class ({cols})",
             "value": f"a number in '{self.written[0]}'",
             "targets": f"{'a 0/1 label' if self.hard else 'a value'} in each of {len(self.written)} target columns "
@@ -72,6 +72,11 @@ class Form:
                 "targets": list(self.target_cols), "classes": _plain(self.columns[:50]) if self.task == "classification"
                 else None, "positive": _plain([self.positive])[0] if self.kind == "probability" else None,
                 "reason": self.reason, "warnings": list(self.warnings)}
+
+
+def _shown(label) -> str:
+    """A label as a person reads it: a number bare (``1``), other text quoted (``'dog'``)."""
+    return str(label) if numbers(pd.Series([label], dtype=object)) is not None else repr(label)
 
 
 def _plain(values) -> list:
@@ -126,35 +131,66 @@ def recognise(train: pd.DataFrame, test: pd.DataFrame, sample: pd.DataFrame, met
                 f"sample_submission.csv has one column per class of '{target}'", warnings=tuple(warnings))
 
 
+def numbers(col: pd.Series) -> pd.Series | None:
+    """``col`` as float64 when every value reads as a number, else None. Target columns are read as text (so a label
+    ``01`` is written back as ``01``, and a 25-digit label stays exact); what is a number is decided here, once."""
+    try:
+        return col.astype(np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def _labels(col: pd.Series, path: Path, target: str) -> pd.Series:
+    """A target column with a value in every row and, where its values are numbers, finite ones: ``inf`` or
+    ``1e400`` in a target trains models that score ``inf`` and predict 1e37, a silent wrong result."""
     if col.isna().any():
         raise CompetitionError(f"{path}: target column '{target}' has {int(col.isna().sum())} empty values "
                                f"(rows {examples(np.flatnonzero(col.isna().to_numpy()) + 2)})")
+    values = numbers(col)
+    if values is not None:
+        bad = ~np.isfinite(values.to_numpy())
+        if bad.any():
+            raise CompetitionError(
+                f"{path}: target column '{target}' has {int(bad.sum())} values that are not finite numbers "
+                f"({examples(col[bad].unique())}; rows {examples(np.flatnonzero(bad) + 2)}); a target must be a "
+                f"finite number or a label")
     return col
+
+
+def _class_order(classes: list) -> list:
+    """Classes in their numeric order when they are numbers written as text (``2`` before ``10``, as an ordinal
+    metric such as qwk needs), else in text order; each keeps its own spelling."""
+    def key(v):
+        try:
+            return (0, float(v), str(v))
+        except (TypeError, ValueError, OverflowError):
+            return (1, 0.0, str(v))
+    return sorted(classes, key=key)
 
 
 def _single(col: pd.Series, sample_col: pd.Series, id_col: str, metric: str | None, path: Path) -> Form:
     target = str(col.name)
     col = _labels(col, path, target)
+    values = numbers(col)
     if metric in REGRESSION_METRICS:
-        if not pd.api.types.is_numeric_dtype(col):
+        if values is None:
             raise CompetitionError(f"{path}: target column '{target}' is not numeric ({examples(col.unique())}), "
                                    f"but the metric {metric} scores numbers; use a classification metric")
         return Form("value", id_col, (target,), "regression", (target,), (target,),
                     f"the metric {metric} scores numbers")
-    classes = sorted(pd.unique(col).tolist(), key=lambda v: (str(type(v)), v))
+    classes = _class_order(pd.unique(col).tolist())
     if len(classes) < 2:
         raise CompetitionError(f"{path}: target column '{target}' holds one class only ({classes[0]!r}): "
                                f"nothing to learn")
-    if pd.api.types.is_float_dtype(col) and (col != col.round()).any():
+    if values is not None and (values != values.round()).any():
         if metric is None:  # no metric given: numbers that are not whole are a quantity
             return Form("value", id_col, (target,), "regression", (target,), (target,),
                         f"train.csv's '{target}' holds numbers")
         raise CompetitionError(f"{path}: target column '{target}' holds numbers that are not whole "
-                               f"({examples(col[col != col.round()])}), but the metric {metric or 'accuracy'} needs "
+                               f"({examples(col[values != values.round()])}), but the metric {metric or 'accuracy'} needs "
                                f"classes; for numbers use metric rmse or mae")
     warnings = []
-    if pd.api.types.is_numeric_dtype(col) and len(classes) > 50 and len(classes) > len(col) / 10:
+    if values is not None and len(classes) > 50 and len(classes) > len(col) / 10:
         warnings.append(f"'{target}' has {len(classes)} distinct values for {len(col)} rows, each read as a class "
                         f"under the metric {metric or 'accuracy'}: if it is a quantity, use metric rmse or mae")
     probabilities = _holds_probabilities(sample_col)
@@ -181,12 +217,13 @@ def _single(col: pd.Series, sample_col: pd.Series, id_col: str, metric: str | No
 def _targets(train: pd.DataFrame, id_col: str, written: tuple, metric: str | None, path: Path) -> Form:
     for t in written:
         col = _labels(train[t], path, t)
-        if not pd.api.types.is_numeric_dtype(col):
+        values = numbers(col)
+        if values is None:
             raise CompetitionError(f"{path}: target column '{t}' is not numeric ({examples(col.unique())}); with "
                                    f"several target columns each is a 0/1 label or a number")
-        if metric not in REGRESSION_METRICS and not set(np.unique(col.to_numpy())) <= {0, 1}:
+        if metric not in REGRESSION_METRICS and not set(np.unique(values.to_numpy())) <= {0, 1}:
             raise CompetitionError(
-                f"{path}: target column '{t}' holds values other than 0 and 1 ({examples(np.unique(col)[:3])}); with "
+                f"{path}: target column '{t}' holds values other than 0 and 1 ({examples(np.unique(values)[:3])}); with "
                 f"several target columns and the metric {metric or 'accuracy'}, each must be a 0/1 label; for "
                 f"numbers use metric rmse or mae")
     regression = metric in REGRESSION_METRICS

@@ -1,5 +1,6 @@
-"""The model a timm job trains: built from scratch (``pretrained=False``: nothing is downloaded at run time) with a
-zero classifier head, or from a local checkpoint."""
+"""The model a timm job trains: from scratch, from timm's pretrained weights (``pretrained: true``: through timm's own
+loader, read from the Hugging Face hub cache the door checked, ``jobs.weights``), or from a local checkpoint; always
+with a zero classifier head for the competition's classes."""
 
 from __future__ import annotations
 
@@ -8,12 +9,20 @@ from pathlib import Path
 import torch
 
 
-def new_model(name: str, classes: int, weights: str | None, notes: list[str]) -> torch.nn.Module:
-    """timm's ``name`` with ``classes`` outputs on three channels; ``weights``, a local file, loaded where names and
-    shapes match (what was loaded is said in ``notes``)."""
+def new_model(name: str, classes: int, weights: str | None, notes: list[str],
+              pretrained: bool = False) -> torch.nn.Module:
+    """timm's ``name`` with ``classes`` outputs on three channels; with ``pretrained``, timm's weights for it (its tag
+    said in ``notes``; timm drops the 1000-class head); ``weights``, a local file, loaded where names and shapes match
+    (what was loaded is said in ``notes``)."""
     import timm
 
-    model = timm.create_model(name, pretrained=False, num_classes=classes, in_chans=3)
+    if pretrained:
+        from jobs import weights as hub
+
+        model, where = hub.create_pretrained(name, classes)
+        notes.append(f"pretrained weights {hub.tag_of(name)} loaded through timm from {where}")
+    else:
+        model = timm.create_model(name, pretrained=False, num_classes=classes, in_chans=3)
     _zero_head(model)
     if weights:
         _load_weights(model, weights, notes)

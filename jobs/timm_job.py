@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from jobs.augment import Views, choose as augment_views
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from jobs.data import Competition, split_folds
 from jobs.images import DeviceImages, ImageSet, LoaderSettings, ResizableBatchSampler
 from jobs.memory import cuda_device, measured_figures
 from jobs.models import new_model
 from jobs.throughput import ThroughputWindow
+from jobs.weights import tag_of
 from jobs.timm_tuning import REHEARSAL_BATCH_SIZE, Tuning, compute_batch, job_memory, starting_batch
 from jobs.trainer import OutOfMemory, StepSettings, Trainer, guarded, predict_shrinking
 from scheduler.policy.autotune import (PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS, BatchTuner, lr_factor,
@@ -92,6 +94,9 @@ class _Job:
     train_rates: list[float] = field(default_factory=list)
     wall_rates: list[float] = field(default_factory=list)
     peaks: list[float] = field(default_factory=list)
+    views: Views | None = None  # the training views and test-time augmentation (jobs.augment), chosen once per job
+    weights: str | None = None  # the tag of the pretrained weights every fold starts from (None: from scratch)
+    built: int = 0  # models built by this task: the first says what it loaded (notes, log)
     stepped: bool = False  # the task's first step was taken (it counts as set-up)
     startup_s: float | None = None  # launch → the end of the task's first step: the budget keeps it apart
 
@@ -129,7 +134,9 @@ class _Job:
         return "on the card" if self.on_card is not None else self.loader.describe()
 
     def sample_figures(self) -> dict:
-        return {"input_pipeline": self.input_pipeline(), "cpus": max(1, self.ctx.cpus)}
+        return {"input_pipeline": self.input_pipeline(), "cpus": max(1, self.ctx.cpus),
+                "weights": self.weights or "scratch", "augment": self.views.name if self.views else "none",
+                "tta": bool(self.views and self.views.tta)}
 
 
 @dataclass
@@ -212,6 +219,7 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         "image_size": job.scale.image_size,
         "gpu_mem_peak_mib": max(job.peaks) if job.peaks else None,
         "input_pipeline": job.input_pipeline(),
+        "weights": job.weights or "scratch",
         **ledger.figures(),
     }
     # the job's last word, however soon it ended: its rates and where its wall time went
@@ -274,6 +282,8 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext, ledger: Ledger |
     n_images = len(comp.train_ids) + len(comp.test)
     cache = inputs.host_cache_bytes(n_images, scale.image_size, loader.num_workers) > 0
     train_images = ImageSet(comp.train_images, comp.y, scale.image_size, cache=cache, uint8=True)
+    views = augment_views(spec.augment, spec.tta, comp.train_images)
+    notes.append(views.describe())
     on_card = None
     if spec.images_on_device:  # the planner counted them in the share (policy.inputs): decoded once, kept there
         planned = inputs.decoded_mib(len(comp.train_ids), spec.image_size)
@@ -287,14 +297,19 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext, ledger: Ledger |
                 loader=loader, train_images=train_images,
                 test_images=ImageSet(comp.test_images, None, scale.image_size, cache=cache, uint8=True), tuner=tuner,
                 memory=memory, start_batch=start_batch, eval_batch=scale.batch_size * inputs.EVAL_BATCH_FACTOR,
-                classes=list(comp.classes), notes=notes, ledger=ledger or Ledger(), on_card=on_card)
+                classes=list(comp.classes), notes=notes, ledger=ledger or Ledger(), on_card=on_card,
+                weights=tag_of(spec.model) if spec.pretrained else None, views=views)
 
 
 def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) -> _Fold:
     """A fresh model, optimizer, trainer and loaders for fold ``k``; the batch tuned in an earlier fold carries over."""
     spec, ctx, scale = job.spec, job.ctx, job.scale
     torch.manual_seed(ctx.seed + k)
-    model = new_model(spec.model, len(job.classes), spec.weights, job.notes if k == 0 else [])
+    model = new_model(spec.model, len(job.classes), spec.weights, job.notes if not job.built else [],
+                      pretrained=spec.pretrained)
+    if not job.built and job.weights:
+        ctx.report("log", {"line": f"{ctx.name}: pretrained weights {job.weights} loaded (timm, hub cache)"})
+    job.built += 1
     model.to(job.device)
     if spec.channels_last:  # also faster on the CPU (oneDNN), measured 1.3-3x on EfficientNet-B4
         model.to(memory_format=torch.channels_last)
@@ -309,7 +324,14 @@ def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) 
     if scale.max_steps_per_epoch:
         steps_per_epoch = min(steps_per_epoch, scale.max_steps_per_epoch)
     total_samples = min(len(tr), steps_per_epoch * batch * spec.grad_accum) * scale.epochs
-    settings = StepSettings(job.device, job.amp_dtype, spec.grad_accum, spec.channels_last)
+    views = job.views
+    if views is not None and (views.crop or views.flip):
+        generator = torch.Generator().manual_seed(ctx.seed * 7919 + k)  # each fold's own views, reproducible
+        augment = lambda x: views.train(x, generator)  # noqa: E731
+    else:
+        augment = None
+    settings = StepSettings(job.device, job.amp_dtype, spec.grad_accum, spec.channels_last, augment=augment,
+                            tta=bool(views and views.tta))
     trainer = Trainer(model, optimizer, settings, total_samples=total_samples, batch_size=batch * spec.grad_accum,
                       compiled=compiled)
     train_loader = job.batches(tr, ResizableBatchSampler(len(tr), batch, shuffle=True, seed=ctx.seed * 1000 + k))

@@ -60,6 +60,9 @@ class StepSettings:
     amp_dtype: torch.dtype | None = None
     grad_accum: int = 1
     channels_last: bool = False
+    # the training views (jobs.augment.Views.train on a normalised batch where it is), None: the images as they are
+    augment: Callable[[torch.Tensor], torch.Tensor] | None = None
+    tta: bool = False  # predictions averaged over the image and its mirror (jobs.augment: the views trained)
 
 
 class Trainer:
@@ -75,6 +78,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda") if settings.amp_dtype == torch.float16 else None
         self.grad_accum = settings.grad_accum
         self.channels_last = settings.channels_last
+        self.augment, self.tta = settings.augment, settings.tta
         self.pending = 0
         self.optimizer_steps = 0
         # The schedule follows the samples seen, not a step count fixed at the start, so warm-up (10 % of the fold's
@@ -90,8 +94,10 @@ class Trainer:
         done = min(1.0, self.samples_seen / self.total_samples)
         return min(1.0, (self.samples_seen + self.batch_size) / warm) * 0.5 * (1 + math.cos(math.pi * done))
 
-    def _to_device(self, x: torch.Tensor) -> torch.Tensor:
+    def _to_device(self, x: torch.Tensor, train: bool = False) -> torch.Tensor:
         x = normalize(x.to(self.device, non_blocking=True))  # uint8 travels; the device converts and normalises
+        if train and self.augment is not None:
+            x = self.augment(x)
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     def _autocast(self):
@@ -103,7 +109,7 @@ class Trainer:
         t0 = time.perf_counter()
         self.model.train()
         x, y = batch
-        x, y = self._to_device(x), y.to(self.device, non_blocking=True)
+        x, y = self._to_device(x, train=True), y.to(self.device, non_blocking=True)
         with self._autocast():
             loss = F.cross_entropy(self.forward(x), y)
         scaled = loss / self.grad_accum
@@ -182,9 +188,12 @@ class Trainer:
             if check is not None:
                 check()
             x = batch[0] if isinstance(batch, (list, tuple)) else batch
+            x = self._to_device(x)
             with self._autocast():
-                logits = self.forward(self._to_device(x))
-            out.append(torch.softmax(logits.float(), dim=1).cpu())
+                probs = torch.softmax(self.forward(x).float(), dim=1)
+                if self.tta:  # the mirror, as trained: each image's two views averaged
+                    probs = 0.5 * (probs + torch.softmax(self.forward(torch.flip(x, dims=(3,))).float(), dim=1))
+            out.append(probs.cpu())
         return torch.cat(out).numpy().astype(np.float64)
 
 

@@ -85,8 +85,10 @@ def test_the_budget_uses_the_time_model_before_an_epoch_is_measured():
 
     p = JobProgress("b4", folds=3, epochs=8, modelled_seconds_per_epoch=60.0)
     assert remaining_s(p) == 3 * 8 * 60.0
-    assert decide_cuts([p], now=5, window_start=0, deadline=1530) == []  # tentative: cuts only past the deadline
-    assert decide_cuts([JobProgress("b4", folds=3, epochs=8, modelled_seconds_per_epoch=90.0)], 5, 0, 1530)
+    assert decide_cuts([p], now=5, window_start=0, deadline=1530) == []
+    # the time model's figure is an estimate to show (the ETA), never a reason to cut: past the deadline as well,
+    # a task is cut only on its own steady steps (issue 32: no cut before steady steps)
+    assert decide_cuts([JobProgress("b4", folds=3, epochs=8, modelled_seconds_per_epoch=90.0)], 5, 0, 1530) == []
     measured = JobProgress("b4", folds=3, epochs=8, epoch_in_fold=2, seconds_per_epoch=4.0, provisional=False,
                            modelled_seconds_per_epoch=60.0)
     assert remaining_s(measured) == (6 + 2 * 8) * 4.0  # a measured epoch wins

@@ -107,7 +107,7 @@ def test_several_targets_are_trained_blended_and_scored_column_by_column(tmp_pat
 def test_reblending_under_a_metric_the_jobs_did_not_predict_for_is_a_clear_error(shelf_dir, tmp_path, run_cli):
     record, _ = saved_run(shelf_dir("breast_cancer"), "auc", tmp_path, {"lgbm": {}})
     code, out, err = run_cli("ensemble", record.dir, "--metric", "rmse")
-    assert code == 2 and "its jobs predicted [0, 1], but the metric rmse on this competition needs ['target']" in err
+    assert code == 2 and "its jobs predicted ['0', '1'], but the metric rmse on this competition needs ['target']" in err
     code, out, err = run_cli("ensemble", record.dir, "--metric", "log_loss", "--json")
     assert code == 0 and json.loads(out)["held_out_score"] < 0.2
 

@@ -166,6 +166,7 @@ ERRORS = [  # one mistake per verb, each said as the error object
     ("doctor", "--gain-seconds", "soon", "--json"),
     ("advise", "--hardware", "A10-24GB", "--budget", "soon", "--json"),
     ("serve", "--band", "2,1", "--json"),
+    ("prefetch", "no-such-plan.yaml", "--json"),
     ("slot", "request", "--json", "--url", "http://127.0.0.1:9", "--token", "t"),
     ("slot", "show", "x", "--json", "--url", "http://127.0.0.1:9", "--token", "t"),
     ("job", "submit", "--slot", "x", "--json", "--url", "http://127.0.0.1:9", "--token", "t"),

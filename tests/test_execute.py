@@ -196,8 +196,9 @@ def test_a_plan_run_and_a_slot_job_go_through_the_same_executor_interface(tmp_pa
         # the slot spec job that declared gpu_memory: 2GB runs (it used to fail re-validating 2048), as a record
         assert [type(r) for r in submitted] == [LaunchRecord] and submitted[0].spec.resources.gpu_memory == 2048
         assert submitted[0].gpu_memory_mib == 4096 and submitted[0].output_dir
-        assert st["exit_code"] == 3 and st["state"] == "FAILED"  # `true` leaves no predictions: no fold finished
-        assert st["reason"]  # a failed job says why
+        # `true` exits 0 and leaves no predictions: a failed job (issue 33), which says why
+        assert st["exit_code"] == 1 and st["state"] == "FAILED"
+        assert "wrote no oof.csv or test.csv" in c.job_logs(job["job_id"])["text"] and st["reason"]
 
 
 def test_a_slot_spec_job_with_gpu_memory_succeeds(tmp_path):

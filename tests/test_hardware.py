@@ -76,7 +76,7 @@ def test_gpus_verb_with_fake_nvml(run_cli, monkeypatch):
 
 def test_one_nvml_reader_serves_the_service_and_the_cluster(monkeypatch):
     from scheduler.runtime.cluster import nvml_sees_gpu
-    from scheduler.execute.local import gpu_mib_of as _gpu_mib_of  # the one process supervisor's reader
+    from scheduler.core.proctree import gpu_mib_of as _gpu_mib_of  # the one sampler of a job's processes
 
     nvml = FakeNVML([FakeDevice("NVIDIA A10", 23028, processes={11: 5000, 12: 700}),
                      FakeDevice("NVIDIA A10", 23028, processes={11: 1000})])

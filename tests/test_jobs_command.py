@@ -113,9 +113,10 @@ def test_failing_command_raises_with_its_output(comp, tmp_path):
     assert "status 3" in msg and "boom: no such column" in msg and "line 29" in msg and "line 5\n" not in msg
 
 
-def test_no_outputs_after_success_is_a_note(comp, tmp_path):
-    out = run_job(_spec([sys.executable, "-c", "print('nothing')"]), comp, JobContext("cmd", tmp_path / "w"))
-    assert out.folds == [] and "no oof.csv or test.csv" in out.notes[0]
+def test_no_outputs_after_success_is_a_failure(comp, tmp_path):
+    """Exit 0 without predictions is no success (issue 33): the task fails, and --resume runs it again."""
+    with pytest.raises(RuntimeError, match="exited with status 0 but wrote no oof.csv or test.csv"):
+        run_job(_spec([sys.executable, "-c", "print('nothing')"]), comp, JobContext("cmd", tmp_path / "w"))
 
 
 def test_malformed_outputs_are_an_error(comp, tmp_path):

@@ -57,12 +57,12 @@ def test_write_digits_is_deterministic(digits_dir, tmp_path):
 def test_load_digits_competition(digits_dir):
     comp = load_competition(digits_dir)
     assert comp.id_col == "id" and comp.target_col == "label"
-    assert comp.classes == list(range(10))
+    assert comp.classes == [str(i) for i in range(10)]  # labels are text, in their numeric order
     assert comp.feature_cols == [f"px{i}" for i in range(64)]
     assert comp.has_images
     assert [p.name for p in comp.train_images[:3]] == [f"{i}.png" for i in comp.train.id[:3]]
     assert [p.name for p in comp.test_images[-2:]] == [f"{i}.png" for i in comp.test.id[-2:]]
-    assert (comp.y == comp.train.label.to_numpy()).all()
+    assert (comp.y == comp.train.label.astype(int).to_numpy()).all()  # class indices of the text labels "0".."9"
     assert comp.solution is not None and len(comp.solution) == 360
 
 
@@ -104,7 +104,7 @@ def test_one_column_per_class_folder(tmp_path):
 def test_numeric_class_columns_map_to_the_labels(tmp_path):
     _frames(tmp_path, {"id": [1, 2], "f": [0, 1], "y": [0, 1]}, {"id": [3], "f": [1]},
             {"id": [3], "0": [0.5], "1": [0.5]})
-    assert load_competition(tmp_path).classes == [0, 1]
+    assert load_competition(tmp_path).classes == ["0", "1"]  # the labels as train.csv spells them
 
 
 def test_path_column(tmp_path):

@@ -13,7 +13,7 @@ from rich.console import Console
 from scheduler.cli.cmd_advise import advice_flags
 from scheduler.cli.common import common_flags
 from scheduler.core.errors import UserError
-from scheduler.core.units import parse_duration_s
+from scheduler.core.plan import parse_budget_s
 from scheduler.store import measurements
 
 
@@ -50,7 +50,7 @@ def add_verbs(verbs) -> None:
 
 def _budget_arg(args: argparse.Namespace) -> float | None:
     try:
-        return parse_duration_s(args.budget) if args.budget else None
+        return parse_budget_s(args.budget) if args.budget else None
     except ValueError as e:
         raise UserError(f"--budget: {e}") from None
 
@@ -69,6 +69,9 @@ def _resume(args: argparse.Namespace, console: Console) -> int:
 
     args.resume = str(run_dir(args.resume))
     dry, data, args.training_s = resume_plan(Path(args.resume), _budget_arg(args))
+    from jobs import weights
+
+    weights.door(dry.plan, str(Path(args.resume) / "plan.yaml"))
     return run_with_progress(dry, args, data.dir, console, builtin=data.builtin)
 
 
@@ -125,9 +128,13 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
 
         check_unused(Path(args.run_dir))
     plan = planmod.load(args.plan)
+    from jobs import weights
+
+    needs = weights.door(plan, args.plan)  # pretrained weights in the hub cache (or fetchable), before anything else
     named = Path(args.plan) if Path(args.plan).parent == Path(args.plan_dir) else Path(args.plan_dir) / "plan.yaml"
     data = datasource.choose(args.data, plan, named)  # its data: is relative to the plan's folder
     plan = datasource.with_metric(plan, data)
+    plan = datasource.with_views(plan, data)  # augment/tta decided from the images, once, before the time model
     if args.budget:
         plan = plan.model_copy(update={"budget": _budget_arg(args)})
     if args.address:  # a cluster: its nodes and devices are what its nodes declared, read back from Ray
@@ -153,9 +160,14 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
             doc = dry.to_json()
             doc["records"] = [r.to_json() for r in planned.values()]
             doc["changes"] += [n for task in planned for n in notes[task]]
+            doc["weights"] = [{**n.to_json(), "path": str(weights.cached(n) or "") or None} for n in needs]
             print(json.dumps(doc))
         else:
             show_dry_run(dry, console)
+            for n in needs:
+                where = weights.cached(n)
+                console.print(f"job '{n.job}': pretrained weights {n.tag}, "
+                              f"{f'in the hub cache ({where})' if where else 'fetched from the hub when it starts'}")
         return 0
     from scheduler.cli.live import run_with_progress
 

@@ -15,7 +15,8 @@ import traceback
 
 from rich.console import Console
 
-from scheduler.cli import cmd_advise, cmd_data, cmd_estimate, cmd_machine, cmd_runs, cmd_service, cmd_submit
+from scheduler.cli import (cmd_advise, cmd_data, cmd_estimate, cmd_machine, cmd_prefetch, cmd_runs, cmd_service,
+                           cmd_submit)
 from scheduler.core.errors import UserError
 
 
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="print the traceback behind an error: line too (also "
                                                              "accepted after the verb)")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for group in (cmd_submit, cmd_estimate, cmd_runs, cmd_data, cmd_machine, cmd_service, cmd_advise):
+    for group in (cmd_submit, cmd_estimate, cmd_runs, cmd_data, cmd_machine, cmd_service, cmd_advise, cmd_prefetch):
         group.add_verbs(verbs)  # in this order: `gpupack --help` lists the verbs as it always has
     return parser
 

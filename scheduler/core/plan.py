@@ -26,6 +26,17 @@ MAX_JOBS = 256
 MAX_PLAN_BYTES = 1024 * 1024  # a plan is a page of YAML; this is a thousand of them
 MAX_DEPTH = 32  # nesting of mappings and lists, aliases expanded (a plan's own is under 8)
 MAX_NODES = 100_000  # values in the plan once every alias is expanded (a YAML "billion laughs" has 10^9)
+MAX_BUDGET_S = 7 * 24 * 3600.0  # a week: what grows with the window (the report's timeline, the budget's samples,
+# the process holding them) stays bounded, and a typo ("3000h") is refused rather than run for months
+
+
+def parse_budget_s(text: str | int | float) -> float:
+    """A run's budget in seconds (``90s``, ``30m``, ``1h30m``): positive, finite and at most ``MAX_BUDGET_S``; the
+    plan's ``budget:``, ``submit --budget`` and ``advise --budget`` all read it here."""
+    seconds = parse_duration_s(text)
+    if seconds > MAX_BUDGET_S:
+        raise ValueError(f"at most 7 days (168h), got {text!r}")
+    return seconds
 
 
 class _Strict(BaseModel):
@@ -70,14 +81,29 @@ class _JobBase(_Strict):
         return False
 
 
+FINETUNE_LR = {"adamw": 2e-4, "sgd": 1e-2}  # pretrained jobs' default (timm's fine-tuning recipes: ~5-10x below scratch)
+
+
 class TimmJob(_JobBase):
     kind: Literal["timm"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _finetune_lr(cls, data: Any) -> Any:
+        """A pretrained job that names no lr fine-tunes at a lower one (FINETUNE_LR) than a scratch job's 1e-3: a
+        scratch learning rate wipes out much of what the weights knew in the first epochs."""
+        if isinstance(data, dict) and data.get("pretrained") is True and "lr" not in data:
+            return {**data, "lr": FINETUNE_LR.get(data.get("optimizer", "adamw"), FINETUNE_LR["adamw"])}
+        return data
 
     @model_validator(mode="after")
     def _one_device(self) -> "TimmJob":
         if self.resources.gpus > 1:
             raise ValueError("a timm job trains on one device; several whole devices (gpus: N) are for a command "
                              "job that runs its own DDP (e.g. torchrun)")
+        if self.pretrained and self.weights:
+            raise ValueError("give either pretrained: true (timm's weights from the hub cache) or weights: (a local "
+                             "checkpoint), not both")
         return self
     model: str
     image_size: int = Field(default=224, gt=0, le=4096)
@@ -93,6 +119,13 @@ class TimmJob(_JobBase):
     grad_accum: int = Field(default=1, ge=1, le=1024)
     patience: int = Field(default=3, ge=1, le=1000)
     weights: str | None = None  # a local checkpoint file; nothing is downloaded
+    # timm's own pretrained weights for the model (its pretrained_cfg's tag), loaded through timm from the Hugging Face
+    # hub cache (HF_HOME); the door checks they are there or fetchable (jobs.weights), `prefetch` fetches them
+    pretrained: bool = False
+    # training augmentation: auto (chosen from the data: jobs.augment), none, crop (random-resized crops), or flip
+    # (crops and horizontal flips); test-time augmentation averages image and mirror (tta: auto = where flips train)
+    augment: Literal["auto", "none", "crop", "flip"] = "auto"
+    tta: bool | Literal["auto"] = "auto"
     # the training images decoded once to uint8 and kept on the card (counted in the job's MiB); None: the planner
     # decides (policy.inputs: when they take at most 1/16 of the band), false: streamed from the host
     images_on_device: bool | None = None
@@ -211,7 +244,7 @@ class Plan(_Strict):
     @field_validator("budget", mode="before")
     @classmethod
     def _budget(cls, v: Any) -> float:
-        return parse_duration_s(v)
+        return parse_budget_s(v)
 
     @field_validator("gpu_memory_target")
     @classmethod

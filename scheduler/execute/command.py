@@ -71,9 +71,11 @@ class _Folds:
         """The folds the files hold once the script has ended; malformed files are an error unless it was stopped
         (a stopped script may have left them half written)."""
         missing = command_job.missing_outputs(self.output_dir)
-        if missing:
-            self.out.notes.append(f"no {' or '.join(missing)} in {self.output_dir}: the command's predictions cannot "
-                                  f"join the ensemble")
+        if missing:  # exit 0 and nothing written is no success: a failed task, which --resume runs again
+            said = f"no {' or '.join(missing)} in {self.output_dir}: the command's predictions cannot join the ensemble"
+            if not stopped:
+                raise RuntimeError(f"job '{self.out.job}': the command exited with status 0 but wrote {said}")
+            self.out.notes.append(said)
             return
         try:
             self._report(command_job.read_folds(self.output_dir, self.comp, self.ctx.metric))

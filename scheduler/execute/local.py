@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from scheduler.core import boundedlog
+from scheduler.core.proctree import ProcessTree
 from scheduler.execute.api import Executor, FailedJob, Handle
 from scheduler.execute.channel import PREFIX, parse
 from scheduler.execute.launch import ENV, LaunchRecord, dumps
@@ -269,7 +270,7 @@ class LocalHandle(Handle):
         self.pgid = self.pid
         self.log_limit = log_limit  # bytes the log is kept to (read before each rotation); None: it grows
         self._log = LogEvents(folder / LOG, plain=log_limit is None)
-        self._seen: dict = {}  # the processes measured (cpu_percent needs them between calls)
+        self._sampler = ProcessTree()  # its processes, measured from outside (core.proctree: the one sampler)
 
     @property
     def _events(self) -> list[dict]:
@@ -324,7 +325,7 @@ class LocalHandle(Handle):
         """CPU percent, RSS and GPU memory (NVML) of the job's processes while they run, and its last throughput."""
         out = {"throughput": last_metrics(self.folder / "output" / "metrics.jsonl")}
         if self.pid and not self.done():
-            out.update(measure(self.pid, self._seen))
+            out.update({k: v for k, v in self._sampler.sample(self.pid).items() if k != "pids"})
         return out
 
     def end(self) -> bool:
@@ -371,38 +372,6 @@ class LocalHandle(Handle):
             with open(self.folder / RESULT, "rb") as f:
                 return pickle.load(f)
         raise FailedJob(failure_reason(self.folder, code), exit_code=code)
-
-
-def measure(pid: int, seen: dict) -> dict:
-    """CPU percent, RSS and GPU memory (NVML) of a process and its children; ``seen`` keeps the Process objects
-    between calls (cpu_percent needs them). Whatever cannot be read is left out."""
-    import psutil
-
-    out: dict = {}
-    try:
-        root = seen.get("root")
-        if root is None or root.pid != pid:
-            root = seen["root"] = psutil.Process(pid)
-            seen["procs"] = {}
-        procs = [root, *root.children(recursive=True)]
-        out["cpu_percent"] = round(sum(seen["procs"].setdefault(p.pid, p).cpu_percent(None) for p in procs), 1)
-        out["rss_mib"] = round(sum(p.memory_info().rss for p in procs) / 2**20, 1)
-        out["gpu_memory_mib"] = gpu_mib_of({p.pid for p in procs})
-    except psutil.Error:
-        pass
-    return out
-
-
-def gpu_mib_of(pids: set[int]) -> int | None:
-    """GPU memory held by these processes, from NVML's per-process list; None without NVML."""
-    from scheduler.core.hardware import Nvml
-
-    try:
-        with Nvml() as nv:
-            return int(sum(used // 2**20 for i in range(nv.count()) for pid, used in nv.process_bytes(nv.handle(i))
-                           if pid in pids and used))
-    except Exception:
-        return None
 
 
 def last_metrics(path: Path) -> dict | None:

@@ -171,6 +171,7 @@ def modelled_epoch_s(plan, assignments, *, card: str, rows: int, test_rows: int,
         mates = [speeds[n] for n in speeds if where.get(n) == where.get(name)]
         slowdown = shared(mates, card)["slowdown"]
         job = plan.job(job_of(name))
-        w = timemodel.work_for(rows, test_rows, folds=job.folds, epochs=job.epochs, batch=sp.batch)
+        w = timemodel.work_for(rows, test_rows, folds=job.folds, epochs=job.epochs, batch=sp.batch,
+                               tta=job.tta is True)  # resolved from the data at the door (datasource.with_views)
         out[name] = round(timemodel.epoch_s(sp, w, slowdown), 3)
     return out

@@ -285,11 +285,9 @@ def submission_frame(sample: pd.DataFrame, test_ids: np.ndarray, test_pred: np.n
     by_name = {str(c): i for i, c in enumerate(classes)}
     if kind == "label":
         col = value_cols[0]
+        # the labels as train.csv spells them (read as text: ``01`` stays ``01``, 25 digits stay exact), never cast
+        # to the sample's dtype, which would write ``1`` for ``01`` or overflow on a long integer
         out[col] = np.asarray(classes, dtype=object)[values.argmax(axis=1)]
-        try:
-            out[col] = out[col].astype(sample[col].dtype)
-        except (TypeError, ValueError):
-            pass
     elif kind == "probability":
         out[value_cols[0]] = np.clip(values[:, by_name[str(form.positive)]], 0.0, 1.0)
     elif kind == "value":

@@ -255,27 +255,36 @@ class Work:
     epochs: int
     folds: int
     bn_rows: int = 0  # precise BN: training images forwarded again before each validation
+    passes: int = 1  # forward passes per predicted image (validation and test): 2 with test-time augmentation
 
 
-def work_for(rows: int, test_rows: int, *, folds: int, epochs: int, batch: int) -> Work:
-    """A timm job's work on ``rows`` training rows split in ``folds`` (precise BN when a fold has few steps)."""
+def prediction_passes(tta: bool) -> int:
+    """Forward passes per predicted image: 2 with test-time augmentation (the image and its mirror, ``jobs.augment``),
+    else 1. The one figure the job's prediction and every estimate of its time share."""
+    return 2 if tta else 1
+
+
+def work_for(rows: int, test_rows: int, *, folds: int, epochs: int, batch: int, tta: bool = False) -> Work:
+    """A timm job's work on ``rows`` training rows split in ``folds`` (precise BN when a fold has few steps; each
+    predicted image forwarded once per test-time view)."""
     from scheduler.policy.autotune import PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS, optimizer_steps
     from scheduler.core.folds import fold_train_rows
 
     train = fold_train_rows(rows, folds) or rows
     bn = min(PRECISE_BN_MAX_SAMPLES, train) if optimizer_steps(train, batch, epochs) < PRECISE_BN_UNDER_STEPS else 0
-    return Work(train, rows - train, test_rows, epochs, folds, bn)
+    return Work(train, rows - train, test_rows, epochs, folds, bn, prediction_passes(tta))
 
 
 def epoch_s(sp: Speed, w: Work, slowdown: float = 1.0) -> float:
     """Seconds of one epoch: training, precise BN and validation, slowed by the card's other jobs."""
     forward = sp.images_per_s * EVAL_SPEEDUP
-    return slowdown * (w.train_rows / sp.images_per_s + (w.val_rows + w.bn_rows) / forward)
+    return slowdown * (w.train_rows / sp.images_per_s + (w.val_rows * w.passes + w.bn_rows) / forward)
 
 
 def job_s(sp: Speed, w: Work, slowdown: float = 1.0) -> float:
     """Seconds the whole job takes: start-up, then each fold's epochs, its test prediction and its set-up."""
-    per_fold = w.epochs * epoch_s(sp, w, slowdown) + slowdown * w.test_rows / (sp.images_per_s * EVAL_SPEEDUP)
+    per_fold = (w.epochs * epoch_s(sp, w, slowdown)
+                + slowdown * w.test_rows * w.passes / (sp.images_per_s * EVAL_SPEEDUP))
     return STARTUP_S + w.folds * (per_fold + FOLD_OVERHEAD_S)
 
 

@@ -75,9 +75,41 @@ def cluster_hardware() -> Hardware:
     return Hardware(profile="cluster", nodes=tuple(sorted(nodes, key=lambda n: n.name)), detected=True)
 
 
+CONNECT_TIMEOUT_S = 30.0  # how long a Ray head named by --address may take to answer before the run is refused
+
+
+def check_reachable(address: str, timeout_s: float | None = None) -> None:
+    """Refuse (one line, exit 2) a ``HOST:PORT`` where no Ray head answers within ``CONNECT_TIMEOUT_S``: Ray itself
+    waits for a head that is not there without end. ``auto`` (the head this machine started) is Ray's to find."""
+    import socket
+    import time
+
+    from scheduler.core.errors import UserError
+
+    target = address.split("://", 1)[-1]
+    if target == "auto" or ":" not in target:
+        return
+    host, _, port = target.rpartition(":")
+    if not port.isdigit():
+        raise UserError(f"--address: expected auto or HOST:PORT, got {address!r}")
+    limit = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
+    deadline, why = time.monotonic() + limit, "no answer"
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=max(0.1, min(5.0, limit))):
+                return
+        except OSError as e:
+            why = e.strerror or str(e) or type(e).__name__
+        if time.monotonic() >= deadline:
+            raise UserError(f"--address {address}: no Ray head answers there within {limit:g} s ({why}); start it "
+                            f"(`ray start --head`) or use --address auto")
+        time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+
+
 def connect(address: str) -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if not ray.is_initialized():
+        check_reachable(address)
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
 
 
@@ -104,6 +136,7 @@ def start(hardware: Hardware, band_high: float, address: str | None = None, dash
     if ray.is_initialized():
         return Cluster(False, ray.get_runtime_context().gcs_address, _dashboard_url())
     if address:
+        check_reachable(address)
         ctx = ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         missing = {k for k in device_resources(hardware, band_high) if k.startswith(RESOURCE_PREFIX)}
         missing -= set(ray.cluster_resources())

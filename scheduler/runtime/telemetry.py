@@ -12,8 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from scheduler.core.hardware import Nvml
-
-MIB = 1024 * 1024
+from scheduler.core.proctree import MIB, ProcessTree
 
 
 @dataclass
@@ -47,40 +46,6 @@ class Snapshot:
         return asdict(self)
 
 
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (a command job's script runs as a child of the job's actor)."""
-    try:
-        import psutil
-
-        proc = psutil.Process(pid)
-        return [pid] + [c.pid for c in proc.children(recursive=True)]
-    except Exception:
-        return [pid]
-
-
-def _cpu(pids: list[int], cache: dict) -> tuple[float | None, float | None]:
-    """CPU % (since the last call for the same process) and RSS in MiB over ``pids``."""
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil is a dependency
-        return None, None
-    cpu = rss = 0.0
-    seen = False
-    for pid in pids:
-        try:
-            proc = cache.get(pid)
-            if proc is None:
-                proc = cache[pid] = psutil.Process(pid)
-                proc.cpu_percent(None)  # the first call only starts the clock
-            with proc.oneshot():
-                cpu += proc.cpu_percent(None)
-                rss += proc.memory_info().rss / MIB
-            seen = True
-        except Exception:
-            cache.pop(pid, None)
-    return (cpu, rss) if seen else (None, None)
-
-
 class NvmlTelemetry:
     """Reads NVML. ``nvml`` is the ``pynvml`` module, or a fake of it in tests."""
 
@@ -89,7 +54,7 @@ class NvmlTelemetry:
     def __init__(self, nvml=None):
         self.reader = Nvml(nvml)
         self.nvml = self.reader.lib
-        self._procs: dict = {}
+        self._tree = ProcessTree()
         self._last_util_ts = 0
 
     def close(self) -> None:
@@ -124,14 +89,14 @@ class NvmlTelemetry:
                     per_pid_util[s.pid] = max(per_pid_util.get(s.pid, 0.0), s.smUtil / 100)
         self._last_util_ts = int(time.time() * 1e6) - 5_000_000
         for job, pid in pids_by_job.items():
-            pids = _tree(pid)
+            pids = self._tree.pids(pid)
             mems = [per_pid_mem[p] for p in pids if p in per_pid_mem]
             dev = device_by_job.get(job)
             if dev is not None and dev in util_known:
                 util = sum(per_pid_util.get(p, 0.0) for p in pids)
             else:
                 util = None
-            cpu, rss = _cpu(pids, self._procs)
+            cpu, rss = self._tree.cpu_rss(pids)
             snap.jobs.append(JobSample(job, pids, sum(mems) if mems else None, util, cpu, rss))
         return snap
 
@@ -143,7 +108,7 @@ class CpuTelemetry:
     backend = "cpu"
 
     def __init__(self):
-        self._procs: dict = {}
+        self._tree = ProcessTree()
 
     def close(self) -> None:
         pass
@@ -154,8 +119,8 @@ class CpuTelemetry:
         snap = Snapshot(time.time(), self.backend)
         simulated_mib = simulated_mib or {}
         for job, pid in pids_by_job.items():
-            pids = _tree(pid)
-            cpu, rss = _cpu(pids, self._procs)
+            pids = self._tree.pids(pid)
+            cpu, rss = self._tree.cpu_rss(pids)
             sim = simulated_mib.get(job)
             snap.jobs.append(JobSample(job, pids, sim, None, cpu, rss, simulated=sim is not None))
         for dev in devices or []:

@@ -11,7 +11,6 @@ import yaml
 
 from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
-from scheduler.core.units import parse_duration_s
 from scheduler.policy import advise as adv
 from scheduler.policy import dryrun, timemodel
 from scheduler.store import datasource, measurements
@@ -92,13 +91,13 @@ def guess_metric(comp) -> str:
     """A metric for a folder that names none: rmse for a numeric target with fractions or many distinct values (more
     than 20 and 5 % of the rows), auc for a probability column, log_loss for one column per class, else accuracy
     (``--metric`` says otherwise)."""
-    import pandas as pd
+    from jobs.forms import numbers
 
     if comp.form.kind == "targets":
         return "rmse"
-    target = comp.train[comp.target_col]
-    if pd.api.types.is_numeric_dtype(target) and ((target.round() != target).mean() > 0.05
-                                                   or target.nunique() > max(20, 0.05 * len(target))):
+    target = numbers(comp.train[comp.target_col])  # read as text; None when some value is no number
+    if target is not None and ((target.round() != target).mean() > 0.05
+                               or target.nunique() > max(20, 0.05 * len(target))):
         return "rmse"
     return {"probability": "auc", "class_columns": "log_loss"}.get(comp.form.kind, "accuracy")
 
@@ -106,7 +105,7 @@ def guess_metric(comp) -> str:
 def advise(*, hardware: str, budget: str, data: str | None = None, metric: str | None = None,
            models: list[str] | None = None, cpus: int | None = None, name: str = "advised") -> Advised:
     try:
-        budget_s = parse_duration_s(budget)
+        budget_s = planmod.parse_budget_s(budget)
     except ValueError as e:
         raise UserError(f"--budget: {e}") from None
     if metric is not None and metric not in planmod.METRICS:

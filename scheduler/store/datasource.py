@@ -65,6 +65,22 @@ def with_metric(plan: Plan, choice: DataChoice) -> Plan:
     return plan
 
 
+def with_views(plan: Plan, choice: DataChoice) -> Plan:
+    """The plan with every timm job's ``augment: auto`` and ``tta: auto`` decided from the competition's images
+    (``jobs.augment``): decided once here, the dry run's time model counts the test-time passes and the job applies
+    what it is given."""
+    from jobs import augment
+    from jobs.data import load_competition
+
+    if not any(j.kind == "timm" and "auto" in (j.augment, j.tta) for j in plan.jobs):
+        return plan
+    comp = load_competition(materialised(choice.builtin) if choice.builtin else choice.dir, plan.metric)
+    if not comp.has_images:
+        return plan  # inspect() refuses the timm jobs, with its own words
+    jobs = [augment.resolved(j, comp.train_images) if j.kind == "timm" else j for j in plan.jobs]
+    return plan.model_copy(update={"jobs": jobs})
+
+
 @functools.lru_cache(maxsize=None)
 def materialised(name: str) -> Path:
     """A built-in competition written once per process into a temporary folder, for reading before a run."""
@@ -115,3 +131,29 @@ def check_job(job, comp) -> None:
     if job.kind == "lightgbm" and not comp.feature_cols:
         raise UserError(f"{where} needs numeric feature columns in both train.csv and test.csv; "
                         f"{comp.root / 'train.csv'} has none besides the id and the target")
+    rows = len(comp.train)
+    if rows < max(2, job.folds):  # every fold needs a validation row and a training row
+        raise UserError(f"{where}: {comp.root / 'train.csv'} has {rows} rows, fewer than the job's {job.folds} folds "
+                        f"need (at least {max(2, job.folds)}); lower folds or add rows")
+    if job.kind == "command":
+        check_command(job, where)
+
+
+def check_command(job, where: str) -> None:
+    """A command whose folder or program does not exist fails every task at run time: say so at the door. The
+    program is argv[0]: a path (relative to the job's cwd, as the process resolves it) or a name on PATH."""
+    import os
+    import shutil
+
+    cwd = Path(job.cwd).expanduser() if job.cwd else Path.cwd()
+    if not cwd.is_dir():
+        raise UserError(f"{where}: cwd {cwd} is not a folder")
+    program = job.command[0]
+    if os.sep in program or (os.altsep and os.altsep in program):
+        path = Path(program).expanduser()
+        path = path if path.is_absolute() else cwd / path
+        if not path.is_file() or not os.access(path, os.X_OK):
+            what = "is not an executable file" if path.exists() else "does not exist"
+            raise UserError(f"{where}: command[0] {program!r} {what} ({path})")
+    elif shutil.which(program, path=(job.env or {}).get("PATH")) is None:
+        raise UserError(f"{where}: command[0] {program!r} is not a program on PATH")

@@ -1,0 +1,144 @@
+"""Pretrained weights through timm and the Hugging Face hub cache, with no network: the door refuses a plan whose
+weights are missing offline (one line naming ``prefetch``), ``prefetch`` says what it cannot fetch and what is
+present, and a run on a seeded cache loads the tag the door checked and says so (log, ``status --json``, report)."""
+
+import json
+import os
+
+import pytest
+
+from conftest import ROOT
+
+MODEL = "mobilenetv3_small_050"  # the smallest model timm has hub weights for: seeding and loading take a second
+TAG = "mobilenetv3_small_050.lamb_in1k"
+REV = "0123456789abcdef0123456789abcdef01234567"
+
+
+def plan_text(name="pt", pretrained=True, folds=2):
+    return (f"name: {name}\nhardware: {{profile: A100-40GB, gpus_per_node: 1, cpus: 4}}\nbudget: 10m\n"
+            f"jobs:\n  - name: mnv3\n    kind: timm\n    model: {MODEL}\n    pretrained: {str(pretrained).lower()}\n"
+            f"    image_size: 32\n    batch_size: 32\n    epochs: 1\n    folds: {folds}\n"
+            f"    resources: {{cpus: 1, gpu_memory: 2GB}}\n")
+
+
+def seed_hub_cache(home, model=MODEL):
+    """A hub cache of our own, as huggingface_hub lays it out: ``models--timm--<tag>/refs/main`` holding a revision
+    and ``snapshots/<rev>/model.safetensors`` written from the model's own state dict (all timm's loader reads)."""
+    import safetensors.torch
+    import timm
+
+    repo_id = timm.models.get_pretrained_cfg(model).hf_hub_id
+    repo = home / "hub" / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(REV)
+    snap = repo / "snapshots" / REV
+    snap.mkdir(parents=True, exist_ok=True)
+    state = {k: v.contiguous() for k, v in timm.create_model(model).state_dict().items()}
+    safetensors.torch.save_file(state, str(snap / "model.safetensors"))
+    return snap / "model.safetensors"
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """An empty hub cache in tmp, offline: nothing here can reach the network."""
+    home = tmp_path / "hf"
+    home.mkdir()
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("GPUPACK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plan.yaml").write_text(plan_text())
+    return home
+
+
+def test_an_empty_cache_offline_is_refused_at_the_door_naming_prefetch(hub, run_cli):
+    code, out, err = run_cli("submit", "plan.yaml", "--dry-run")
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "job 'mnv3'" in lines[0] and TAG in lines[0] and "python -m scheduler prefetch plan.yaml" in lines[0]
+    code, out, _ = run_cli("submit", "plan.yaml", "--dry-run", "--json")  # the same line, as the error object
+    assert code == 2 and "prefetch" in json.loads(out)["error"]
+
+
+def test_a_scratch_job_needs_no_cache(hub, run_cli):
+    (hub.parent / "plan.yaml").write_text(plan_text(pretrained=False))
+    code, out, err = run_cli("submit", "plan.yaml", "--dry-run", "--json")
+    assert code == 0, err
+    assert json.loads(out)["weights"] == []
+
+
+def test_a_seeded_cache_passes_the_door_and_names_the_file(hub, run_cli):
+    path = seed_hub_cache(hub)
+    code, out, err = run_cli("submit", "plan.yaml", "--dry-run", "--json")
+    assert code == 0, err
+    (w,) = json.loads(out)["weights"]
+    assert (w["job"], w["tag"], w["file"], w["path"]) == ("mnv3", TAG, "model.safetensors", str(path))
+
+
+def test_prefetch_without_the_hub_fails_naming_what_it_could_not_fetch(hub, run_cli):
+    code, out, err = run_cli("prefetch", "plan.yaml", "--json")
+    assert code == 1, err
+    body = json.loads(out)
+    assert body["code"] == 1 and TAG in body["error"] and "HF_HUB_OFFLINE" in body["error"]
+    (row,) = body["files"]
+    assert (row["job"], row["tag"], row["present"], row["fetched"], row["path"]) == ("mnv3", TAG, False, False, None)
+    code, out, err = run_cli("prefetch", "plan.yaml")
+    assert code == 1 and "MISSING" in out and TAG in err
+
+
+def test_prefetch_with_a_seeded_cache_reports_every_file_present(hub, run_cli):
+    path = seed_hub_cache(hub)
+    code, out, err = run_cli("prefetch", "plan.yaml", "--json")
+    assert code == 0, err
+    body = json.loads(out)
+    assert "error" not in body and body["cache"] == str(hub / "hub")
+    assert body["files"] == [{"job": "mnv3", "model": MODEL, "tag": TAG, "repo_id": f"timm/{TAG}",
+                              "file": "model.safetensors", "path": str(path), "present": True, "fetched": False}]
+
+
+def test_the_job_loads_the_seeded_weights_not_fresh_ones(hub):
+    """What the job builds is the cache's tensors (timm's loader read them), the head left for the new classes."""
+    import safetensors.torch
+    import torch
+
+    from jobs.models import new_model
+
+    path = seed_hub_cache(hub)
+    state = safetensors.torch.load_file(str(path))
+    state = {k: torch.full_like(v, 0.25) if v.is_floating_point() else v for k, v in state.items()}
+    safetensors.torch.save_file(state, str(path))  # weights no fresh model has
+    notes = []
+    model = new_model(MODEL, 10, None, notes, pretrained=True)
+    first = next(k for k in state if k.startswith("conv_stem"))
+    assert torch.all(model.state_dict()[first] == 0.25)
+    assert notes == [f"pretrained weights {TAG} loaded through timm from the hub cache ({path})"]
+    scratch = new_model(MODEL, 10, None, [], pretrained=False)
+    assert not torch.all(scratch.state_dict()[first] == 0.25)
+
+
+@pytest.mark.slow
+def test_a_run_on_a_seeded_cache_names_the_tag_it_loaded(hub, run_cli):
+    seed_hub_cache(hub)
+    code, out, err = run_cli("submit", "plan.yaml", "--in-process", "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    run = summary["run_dir"]
+    status = json.loads(run_cli("status", run, "--json")[1])
+    weights = {j["name"]: j["progress"].get("weights") for j in status["jobs"]}
+    assert weights and set(weights.values()) == {TAG}, weights
+    logs = json.loads(run_cli("logs", run, "mnv3", "--json")[1])
+    assert TAG in json.dumps(logs)
+    assert run_cli("report", run, "--json")[0] == 0
+    assert TAG in open(os.path.join(run, "report.html")).read()
+
+
+def test_a_pretrained_job_fine_tunes_at_a_lower_lr_unless_the_plan_names_one():
+    from scheduler.core.plan import FINETUNE_LR, TimmJob
+
+    base = dict(name="a", kind="timm", model=MODEL)
+    assert TimmJob(**base).lr == 1e-3
+    assert TimmJob(**base, pretrained=True).lr == FINETUNE_LR["adamw"] < 1e-3
+    assert TimmJob(**base, pretrained=True, optimizer="sgd").lr == FINETUNE_LR["sgd"]
+    assert TimmJob(**base, pretrained=True, lr=5e-3).lr == 5e-3
