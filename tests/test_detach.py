@@ -4,13 +4,14 @@
 import json
 import os
 
+import jsonschema
 import psutil
 import pytest
 
 from conftest import ROOT, fake_train_plan
 from waiting import wait_until
 from scheduler.core.errors import UserError
-from scheduler.store import runindex
+from scheduler.store import runindex, runview
 
 PLAN = fake_train_plan("waits", {"SLEEP": "600"})
 
@@ -36,6 +37,8 @@ def test_detach_runs_status_cancel_end_to_end(tmp_path, monkeypatch, run_cli):
     monkeypatch.chdir(work)
     started = answer(run_cli("submit", "plan.yaml", "--detach", "--in-process", "--json"))
     assert set(started) >= {"run_id", "run_dir", "pid", "log"}
+    jsonschema.validate(started, json.loads(runview.SCHEMA_FILE.read_text()))  # the run as status describes it
+    assert started["status"] == "running" and started["outcome"] is None
     rid, pid = started["run_id"], started["pid"]
     driver = psutil.Process(pid)
     try:
@@ -52,6 +55,7 @@ def test_detach_runs_status_cancel_end_to_end(tmp_path, monkeypatch, run_cli):
 
         wait_for(running)
         asked = answer(run_cli("cancel", rid, "--json"))
+        jsonschema.validate(asked, json.loads(runview.SCHEMA_FILE.read_text()))
         assert asked["requested"] is True and asked["run_id"] == rid
         driver.wait(timeout=120)  # the driver ends once the cancel is carried out
         after = answer(run_cli("status", rid, "--json"))

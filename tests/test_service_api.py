@@ -171,3 +171,17 @@ def test_mcp_over_streamable_http_with_the_token(served):
             assert got.structured_content["owner"] == "mcp-agent"
 
     asyncio.run(go())
+
+
+def test_serve_hint_names_the_port_given(tmp_path, capsys, monkeypatch):
+    """``serve --port P``: the hint it prints reaches the service on P (not the clients' default port)."""
+    import scheduler.service.http as http
+
+    from scheduler.cli.main import main
+
+    monkeypatch.setattr(http, "serve", lambda service, host, port: None)  # printed before it serves
+    code = main(["serve", "--port", "8799", "--no-ray", "--hardware", "A10-24GB", "--state", str(tmp_path / "st"),
+                 "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["url"] == "http://127.0.0.1:8799"
+    assert "--url http://127.0.0.1:8799" in out["hint"]

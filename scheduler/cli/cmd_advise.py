@@ -1,5 +1,5 @@
-"""``advise``: from a card, a competition and a time budget to a plan (printed, and written as YAML that ``submit``
-runs as is); ``submit --advise`` runs it at once."""
+"""``advise``: from a card, a competition and a time budget to a plan, printed (its YAML written only with ``--out
+FILE``: ``submit`` runs that file as is); ``submit --advise`` runs it at once."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from rich.console import Console
 
 from scheduler.core.errors import UserError
 
-DEFAULT_OUT = "plans/advised.yaml"
-
 
 def advice_flags(p: argparse.ArgumentParser, *, for_submit: bool = False) -> None:
     """The flags ``advise`` takes; ``submit --advise`` shares them (its --hardware, --budget, --data, --json are its
@@ -22,16 +20,17 @@ def advice_flags(p: argparse.ArgumentParser, *, for_submit: bool = False) -> Non
         p.add_argument("--budget", required=True, metavar="DURATION", help="the whole run's time: 20m, 2h, 9h")
         p.add_argument("--data", metavar="DIR|NAME", help="the competition folder, or a built-in one (default digits)")
         p.add_argument("--json", action="store_true", help="one JSON document: the plan, every figure and its source, "
-                                                            "and where it was written ('written')")
+                                                            "and where it was written ('written': null without --out)")
     p.add_argument("--metric", help="the metric (default: the built-in competition's, or accuracy / rmse)")
     p.add_argument("--models", metavar="A,B,C", help="timm models (and/or lightgbm) instead of the shortlist")
     p.add_argument("--cpus", type=int, metavar="N", help="CPU cores of the machine (default: the card's usual box)")
-    p.add_argument("--out", metavar="FILE", help=f"where the plan is written (default {DEFAULT_OUT}; '-': print "
-                                                 "only the YAML, for `advise ... --out - | submit -`)")
+    p.add_argument("--out", metavar="FILE", help="write the plan's YAML to FILE (without it, nothing is written; "
+                                                 "'-': print only the YAML, for `advise ... --out - | submit -`)")
 
 
 def add_verbs(verbs) -> None:
-    a = verbs.add_parser("advise", help="propose a plan for a card, a competition and a time budget; write its YAML")
+    a = verbs.add_parser("advise", help="propose a plan for a card, a competition and a time budget (--out FILE "
+                                        "writes its YAML)")
     advice_flags(a)
     a.set_defaults(func=cmd_advise)
 
@@ -46,9 +45,9 @@ def make_advice(args: argparse.Namespace):
                   cpus=args.cpus)
 
 
-def write(advised, out: str | None) -> tuple[Path, bool]:
-    """Write the plan; where, and whether a different file was there (said, never replaced silently)."""
-    path = Path(out or DEFAULT_OUT)
+def write(advised, out: str) -> tuple[Path, bool]:
+    """Write the plan to ``out``; where, and whether a different file was there (said, never replaced silently)."""
+    path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     replaced = path.is_file() and path.read_text(errors="replace") != advised.yaml
     path.write_text(advised.yaml)
@@ -63,12 +62,20 @@ def cmd_advise(args: argparse.Namespace, console: Console) -> int:
         else:
             print(advised.yaml, end="")
         return 0
+    if args.out is None:  # advise prints; a file only where one is asked for
+        if args.json:
+            print(json.dumps({**advised.to_json(), "written": None, "replaced": False}))
+            return 0
+        show(advised, console)
+        console.print("[dim]the plan (`--out FILE` writes it; `submit --advise` with the same flags runs it):[/]")
+        console.print(advised.yaml, end="", markup=False, highlight=False)
+        return 0
     path, replaced = write(advised, args.out)
     if args.json:
-        print(json.dumps({**advised.to_json(), "written": str(path), "replaced": replaced}))
+        print(json.dumps({**advised.to_json(), "written": str(path.resolve()), "replaced": replaced}))
         return 0
     show(advised, console)
-    console.print(f"wrote {path}{' (replacing the plan that was there)' if replaced else ''}: run it with "
+    console.print(f"wrote {path.resolve()}{' (replacing the plan that was there)' if replaced else ''}: run it with "
                   f"[bold]python -m scheduler submit {path}[/]")
     return 0
 

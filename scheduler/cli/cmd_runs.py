@@ -19,6 +19,11 @@ from scheduler.core.states import JobState, RunStatus
 def add_verbs(verbs) -> None:
     rs = json_flag(verbs.add_parser("runs", help="the runs gpupack knows (under runs/ and submitted from anywhere): "
                                                  "id, state, plan, folder; newest first"))
+    rs.add_argument("--limit", type=int, metavar="N", help="the N newest runs only")
+    rs.add_argument("--state", metavar="WORD", choices=[s.value for s in RunStatus],
+                    help="runs in this state only: " + ", ".join(s.value for s in RunStatus))
+    rs.add_argument("--since", metavar="2h|DATE", help="runs started since: a duration ago (30m, 2h, 3d) or a date "
+                                                       "(2026-11-25, 2026-11-25T14:00)")
     rs.set_defaults(func=cmd_list)
 
     en = verbs.add_parser("ensemble", help="re-blend a finished run's predictions without retraining, or blend "
@@ -70,46 +75,85 @@ def add_verbs(verbs) -> None:
 def _ids(record) -> dict:
     from scheduler.store.runindex import run_id
 
-    return {"run_id": run_id(record.dir), "run_dir": str(record.dir)}
+    from scheduler.store.runview import absolute
+
+    return {"run_id": run_id(record.dir), "run_dir": absolute(record.dir)}
+
+
+def since_time(text: str | None, now: float | None = None) -> float | None:
+    """``--since``: a duration ago (``2h``) or a date/time (ISO, local time); None when not given."""
+    import datetime
+
+    from scheduler.core.units import parse_duration_s
+
+    if not text:
+        return None
+    try:
+        return (now or time.time()) - parse_duration_s(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise UserError(f"--since {text}: give a duration (30m, 2h, 3d) or a date (2026-11-25, "
+                        "2026-11-25T14:00)") from None
 
 
 def cmd_list(args: argparse.Namespace, console: Console) -> int:
     import sqlite3
-    from collections import Counter
-
-    from rich.table import Table
 
     from scheduler.runtime.resume import settle
     from scheduler.store.record import RunRecord
     from scheduler.store.runindex import known_runs
+    from scheduler.store.runview import absolute, run_view
 
+    if args.limit is not None and args.limit < 1:
+        raise UserError("--limit must be at least 1")
+    since = since_time(args.since)
     runs = []
     for path in known_runs():
+        if args.limit is not None and len(runs) >= args.limit:
+            break
         try:  # one unreadable folder (its permissions, a broken state.sqlite) is said in its row, not a failure
             record = RunRecord.open_existing(path)
             try:
                 info = settle(record)
-                states = Counter(j["state"] for j in record.jobs())
+                view = run_view(record, info, with_rows=False, pid=(info.get("driver") or {}).get("pid"))
             finally:
                 record.close()
         except (OSError, sqlite3.Error, ValueError) as e:
-            runs.append({"run_id": path.name, "run_dir": str(path), "plan": None, "status": None, "started": None,
-                         "finished": None, "pid": None, "jobs": {}, "error": f"unreadable: {e}"})
+            if args.state or since is not None:
+                continue  # its state and time are unknown: no filter can keep it
+            runs.append({"run_id": path.name, "run_dir": absolute(path), "plan": None, "status": None,
+                         "started": None, "finished": None, "pid": None, "jobs": {}, "task_states": {},
+                         "error": f"unreadable: {e}"})
             continue
-        runs.append({**_ids(record), "plan": info.get("plan"), "status": info.get("status"),
-                     "started": info.get("started"), "finished": info.get("finished"),
-                     "pid": (info.get("driver") or {}).get("pid"), "jobs": dict(sorted(states.items()))})
+        if args.state and view.get("status") != args.state:
+            continue
+        if since is not None and (view.get("started") or 0) < since:
+            continue
+        runs.append(view)
     if args.json:
         return print_json({"runs": runs})
+    console.print(runs_table(runs))
+    return 0
+
+
+def runs_table(runs: list[dict]):
+    """``runs``' table: an id is never cut (it is what every other verb takes); the other columns wrap instead."""
+    from rich.table import Table
+
     t = Table(title=f"{len(runs)} runs")
-    for col in ("id", "status", "plan", "started", "jobs", "folder"):
-        t.add_column(col)
+    t.add_column("id", no_wrap=True, overflow="fold", min_width=12)  # an id is never cut: the others give way
+    for col in ("status", "plan", "started", "tasks", "score", "folder"):
+        t.add_column(col, overflow="fold")
     for r in runs:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r["started"] else "—"
+        score = (r.get("outcome") or {}).get("ensemble_cv")
         t.add_row(r["run_id"], r["status"] or r.get("error", "?"), r["plan"] or "?", started,
-                  ", ".join(f"{n} {s.lower()}" for s, n in r["jobs"].items()) or "—", r["run_dir"])
-    console.print(t)
-    return 0
+                  ", ".join(f"{n} {s.lower()}" for s, n in r["task_states"].items()) or "—",
+                  "—" if score is None else f"{score:.4f}", r["run_dir"])
+    return t
 
 
 def cmd_status(args: argparse.Namespace, console: Console) -> int:
@@ -119,18 +163,34 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
 
     from scheduler.policy import budget
 
+    from scheduler.store.runview import run_view
+
     record = RunRecord.open_existing(run_dir(args.run))
     info = settle(record)
-    jobs = record.jobs()
     spent = budget.summary(record.events())
+    view = run_view(record, info, budget=spent)
     if args.json:
-        return print_json({**_ids(record), **info, "jobs": jobs, "budget": spent})
-    else:
-        console.print(run_table(jobs, f"{record.dir}  ({info.get('status', '?')})"))
-        console.print(budget.describe(spent))
-        if info.get("driver_lost"):
-            console.print(f"[bold red]{info['reason']}[/]")
+        return print_json(view)
+    console.print(run_table(record.jobs(), f"{view['run_dir']}  ({info.get('status', '?')})"))
+    console.print(budget.describe(spent))
+    show_outcome(view.get("outcome"), console)
+    if info.get("driver_lost"):
+        console.print(f"[bold red]{info['reason']}[/]")
     return 0
+
+
+def show_outcome(outcome: dict | None, console: Console) -> None:
+    """An ended run's outcome in three lines: the ensemble's score, the submission and where it came from."""
+    if not outcome:
+        return
+    cv = outcome.get("ensemble_cv")
+    console.print(f"ensemble ({outcome.get('ensemble_method')}) {outcome.get('metric')}: "
+                  + ("—" if cv is None else f"[bold]{cv:.4f}[/]") + "; "
+                  + ", ".join(f"{j['name']} {'—' if j['cv_score'] is None else format(j['cv_score'], '.4f')} "
+                              f"(folds kept {','.join(map(str, j['folds_kept'])) or 'none'})"
+                              for j in outcome.get("jobs", [])))
+    console.print(f"submission: {outcome.get('submission') or '—'} (source {outcome.get('submission_source')}: "
+                  f"{outcome.get('submission_source_text')})")
 
 
 def cmd_ensemble(args: argparse.Namespace, console: Console) -> int:
@@ -185,13 +245,15 @@ def cmd_top(args: argparse.Namespace, console: Console) -> int:
     from scheduler.core.units import format_duration
     from scheduler.cli.views import run_table
 
+    from scheduler.store.runview import run_view
+
     record = RunRecord.open_existing(run_dir(args.run))
     if args.json:
         info = settle(record)
         now = info.get("finished") or time.time()
-        return print_json({**_ids(record), **info, "elapsed_s": round(now - info.get("started", now), 1),
-                           "training_left_s": round(max(0.0, info["deadline"] - now), 1) if info.get("deadline")
-                           else None, "jobs": record.jobs()})
+        return print_json(run_view(record, info, elapsed_s=round(now - info.get("started", now), 1),
+                                   training_left_s=round(max(0.0, info["deadline"] - now), 1)
+                                   if info.get("deadline") else None))
 
     def table():
         info = settle(record)
@@ -199,7 +261,7 @@ def cmd_top(args: argparse.Namespace, console: Console) -> int:
         elapsed = format_duration(now - info.get("started", now))
         left = format_duration(max(0.0, info["deadline"] - now)) if info.get("deadline") else "—"
         status = info.get("status", "?")
-        title = f"{record.dir} ({status}) — {elapsed} elapsed, {left} of training left"
+        title = f"{record.dir.resolve()} ({status}) — {elapsed} elapsed, {left} of training left"
         return run_table(record.jobs(), title), status
 
     t, status = table()
@@ -267,6 +329,8 @@ def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
     from scheduler.runtime.resume import settle, stop_leftovers
     from scheduler.store.record import RunRecord
 
+    from scheduler.store.runview import run_view
+
     record = RunRecord.open_existing(run_dir(args.run))
     units = _units(record, args.job) if args.job else []
     info = settle(record)
@@ -274,8 +338,8 @@ def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
         left = stop_leftovers(record)
         record.set_run(status=RunStatus.CANCELLED.value)
         record.event("cancel", reason="cancel requested; the run's driver was already gone", stopped=left)
-        msg = {**_ids(record), "cancel": args.job or "*", "requested": False, "status": RunStatus.CANCELLED.value,
-               "driver_lost": True, "reason": info["reason"], "stopped": left}
+        msg = run_view(record, record.run_info(), cancel=args.job or "*", requested=False, driver_lost=True,
+                       reason=info["reason"], stopped=left)
         done = f"stopped the scripts its jobs left running ({', '.join(left)})" if left else "nothing was running"
         print(json.dumps(msg) if args.json else f"{info['reason']}\n{done}: {record.dir} is marked cancelled")
         return 0
@@ -283,6 +347,6 @@ def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
         raise UserError(f"run {record.dir} is not running (status {info.get('status')})")
     for unit in units or [None]:
         record.request_cancel(unit)
-    msg = {**_ids(record), "cancel": args.job or "*", "requested": True, "tasks": units}
+    msg = run_view(record, info, cancel=args.job or "*", requested=True, tasks=units)
     print(json.dumps(msg) if args.json else f"cancel requested for {args.job or 'every job'} in {record.dir}")
     return 0

@@ -294,7 +294,8 @@ def cmd_serve(args, console) -> int:
                   "token_file": str(service.state_dir / "token"), "log": str(log_path), "hardware": hw.to_json(),
                   "limits_mib": service.limits, "ray": not args.no_ray,
                   "jobs": "ray" if service.procs.shows_slots else "local",
-                  "hint": "in another shell: python -m scheduler slot request --gpu-memory 12GB --cpus 2 --minutes 20"})
+                  "hint": f"in another shell: python -m scheduler slot request --url {url} --gpu-memory 12GB --cpus 2 "
+                          "--minutes 20"})  # the URL served, not the clients' default
     sys.stdout.flush()
     try:
         serve(service, host=args.host, port=args.port)

@@ -91,7 +91,8 @@ def _advised_or_stdin(args: argparse.Namespace, console: Console) -> None:
         if not args.hardware or not args.budget:
             raise UserError("--advise needs --hardware (e.g. A10-24GB) and --budget (e.g. 20m)")
         advised = make_advice(args)
-        path, replaced = write(advised, args.out)
+        out = args.out or str(Path(tempfile.mkdtemp(prefix="gpupack-plan-")) / "advised.yaml")  # the run folder
+        path, replaced = write(advised, out)  # keeps its own copy (plan.yaml); --out keeps one where asked
         said = f"wrote {path}{' (replacing the plan there)' if replaced else ''}; submitting it"
         if not args.json:
             show(advised, console)

@@ -32,6 +32,7 @@ def print_json(doc) -> int:
 
 
 def run_dir(run: str | None) -> Path:
+    """The run folder, absolute: every path a verb prints or writes of it is then absolute too."""
     from scheduler.store.runindex import resolve
 
-    return resolve(run)
+    return resolve(run).resolve()

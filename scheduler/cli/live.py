@@ -18,7 +18,9 @@ from rich.live import Live
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime.driver import Driver, RunOptions
 from scheduler.runtime.submit import default_run_dir, submit
+from scheduler.core.folds import fold_name
 from scheduler.core.states import RunStatus
+from scheduler.store.runview import RunView
 from scheduler.core.units import format_duration
 from scheduler.cli.views import run_table, show_dry_run, show_summary
 
@@ -64,14 +66,14 @@ def _describe(ev: dict) -> str | None:
         sps = ev.get("train_samples_per_s", ev.get("samples_per_s"))
         val = ev.get("val_score")  # an epoch early stopping does not need is not validated
         loss = ev.get("loss")
-        return (f"{job}: fold {ev.get('fold', 0) + 1} epoch {ev.get('epoch')}/{ev.get('epochs')} loss "
+        return (f"{job}: fold {fold_name(ev.get('fold', 0))} epoch {ev.get('epoch')}/{ev.get('epochs')} loss "
                 f"{float('nan') if loss is None else loss:.4f} " + ("not validated" if val is None else f"val {val:.4f}")
-                + (f" {sps:,.0f} train samples/s" if sps else ""))
+                + (f" {sps:,.0f} train/s" if sps else ""))
     if kind == "sample" and ev.get("job_end") and ev.get("busy_share") is not None:
         return f"{job}: busy {ev['busy_share']:.0%} of {format_duration(ev.get('wall_s') or 0)}"
     if kind == "fold":
         kept = " (kept from before)" if ev.get("kept") else ""
-        return f"{job}: fold {ev.get('fold', 0) + 1} done{kept}, score {ev.get('score', float('nan')):.4f}"
+        return f"{job}: fold {fold_name(ev.get('fold', 0))} done{kept}, score {ev.get('score', float('nan')):.4f}"
     if kind == "resume":
         kept = ", ".join(f"{j} {len(f)}" for j, f in ev.get("kept_folds", {}).items() if f) or "none"
         return (f"resumed: running {', '.join(ev.get('jobs', [])) or 'nothing'} again (folds kept: {kept}); "
@@ -121,7 +123,7 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
         signal.signal(signal.SIGTERM, terminate)  # again: ray.init installs its own handler, which aborts
         mode = "CPU rehearsal (no CUDA): reduced images, rows and steps; packing is the card's" \
             if not driver.cuda else "on the GPU"
-        shown.print(f"run folder {run_dir}   {mode}")
+        shown.print(f"run folder {run_dir.resolve()}   {mode}")
         if driver.cluster and driver.cluster.dashboard_url:
             shown.print(f"Ray dashboard: {driver.cluster.dashboard_url}")
         if shown.is_terminal:
@@ -168,6 +170,7 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
     end = RunStatus(summary["status"])
     status = end.exit_code  # the README's table: 0 finished/deadline, 1 failed, 130 cancelled
     summary = {"run_id": Path(summary["run_dir"]).resolve().name, **summary}
+    RunView.model_validate(summary)  # the run as every verb describes it (store/runview.py)
     if getattr(args, "advised_plan", None):
         summary["advised_plan"] = args.advised_plan
     if args.json:
@@ -193,10 +196,24 @@ def end_line(end: RunStatus, run_dir: str) -> str:
     return what.get(end, f"[bold red]{end.value}[/]")
 
 
+def detached_view(run_dir: Path, started: dict) -> dict:
+    """What ``submit --detach`` answers: the run as ``status`` describes it (running), with the driver's pid and
+    log."""
+    from scheduler.store.record import RunRecord
+    from scheduler.store.runview import run_view
+
+    record = RunRecord.open_existing(run_dir)
+    try:
+        return run_view(record, record.run_info(), **started)
+    finally:
+        record.close()
+
+
 def _detached(args, run_dir: Path, data_dir: Path | None, builtin: str | None, console: Console) -> int:
     from scheduler.cli.detach import start
 
     started = start(args, run_dir, data_dir, builtin)
+    started = detached_view(run_dir, started)
     if getattr(args, "advised_plan", None):
         started["advised_plan"] = args.advised_plan
     if args.json:

@@ -138,10 +138,10 @@ def run_table(jobs: list[dict], title: str) -> Table:
     t = Table(title=title, title_justify="left")
     right = ("wave", "memory", "util", "busy", "train/s", "left", "score")
     # busy: the share of the task's wall time in training, validation and prediction steps (core.walltime)
-    for col in ("job", "state", "wave", "device", "memory", "util", "busy", "train/s", "folds", "epoch", "left",
-                "score"):
-        t.add_column(col, justify="right" if col in right else "left", no_wrap=True,
-                     min_width=len(col), overflow="ellipsis" if col == "job" else "fold")
+    for col in ("task", "state", "wave", "device", "memory", "util", "busy", "train/s", "folds", "epoch", "left",
+                "score"):  # a task's name is never cut (``logs``/``cancel`` take it): the other columns wrap
+        t.add_column(col, justify="right" if col in right else "left", no_wrap=col == "task",
+                     min_width=len(col), overflow="fold")
     for j in jobs:
         p = j.get("progress") or {}
         folds_total = p.get("folds") or 0

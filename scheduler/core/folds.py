@@ -19,3 +19,9 @@ def fold_train_rows(rows: int | None, folds: int) -> int | None:
     if not rows:
         return None
     return rows - math.ceil(HOLDOUT_FRACTION * rows) if folds <= 1 else rows - math.ceil(rows / folds)
+
+
+def fold_name(fold: int) -> str:
+    """A fold as every view names it: ``f0``, ``f1``, … numbered from 0, as ``events.jsonl``, the kept folds and the
+    task names (``resnet50/f0+1``) number them; the live view and the report both print this."""
+    return f"f{int(fold)}"

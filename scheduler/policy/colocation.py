@@ -36,14 +36,27 @@ GAVEL_CARD = "V100-16GB"
 _GAVEL_JOB = re.compile(r"ResNet-50 \(batch size (\d+)\)")
 
 
-def profiles_dir() -> Path:
+PACKAGED_GAVEL = "colocation-gavel-v100-resnet50.json"  # under scheduler/policy/data/ (benchmarks/policy_data.py)
+
+
+def profiles_dir() -> Path | None:
+    """A folder of raw co-location profiles to read instead of the packaged pairs (``GPUPACK_COLOCATION_PROFILES``)."""
     env = os.environ.get("GPUPACK_COLOCATION_PROFILES")
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data" / "colocation-profiles"
+    return Path(env) if env else None
 
 
 def gavel_resnet50_pairs(folder: Path | None = None) -> list[tuple[tuple[int, int], float]]:
-    """((batch a, batch b), summed normalised throughput) of Gavel's V100 ResNet-50 pairs on one GPU."""
-    path = (folder or profiles_dir()) / "gavel" / "simulation_throughputs.json"
+    """((batch a, batch b), summed normalised throughput) of Gavel's V100 ResNet-50 pairs on one GPU: derived from
+    the raw profiles in ``folder`` (or ``GPUPACK_COLOCATION_PROFILES``), else the packaged pairs
+    (``policy/data/colocation-gavel-v100-resnet50.json``), which is what runs read."""
+    folder = folder or profiles_dir()
+    if folder is None:
+        path = Path(__file__).resolve().parent / "data" / PACKAGED_GAVEL
+        if not path.is_file():
+            return []
+        return [((int(p["batches"][0]), int(p["batches"][1])), float(p["gain"]))
+                for p in json.loads(path.read_text())["pairs"]]
+    path = folder / "gavel" / "simulation_throughputs.json"
     if not path.is_file():
         return []
     v100 = json.loads(path.read_text()).get("v100", {})

@@ -119,9 +119,15 @@ BUILTIN_ROWS = tuple(Row(m, ips, ms, b, size, params, BUILTIN_FILE) for m, ips, 
 ))
 
 
+PACKAGED_BENCHMARKS = "timm-benchmarks"  # under scheduler/policy/data/: benchmarks/policy_data.py derives them
+
+
 def benchmark_dir() -> Path:
+    """The benchmark files read at run time: those shipped in the package (``policy/data/timm-benchmarks``, made
+    from ``shared/data/timm-benchmarks`` by ``benchmarks/policy_data.py``), so that an installed gpupack decides as
+    the repository does; ``GPUPACK_TIMM_BENCHMARKS`` names another folder."""
     env = os.environ.get("GPUPACK_TIMM_BENCHMARKS")
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data" / "timm-benchmarks"
+    return Path(env) if env else Path(__file__).resolve().parent / "data" / PACKAGED_BENCHMARKS
 
 
 @functools.lru_cache(maxsize=8)

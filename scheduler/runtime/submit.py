@@ -11,7 +11,7 @@ from typing import Callable
 import pandas as pd
 
 from scheduler.policy import ensemble
-from scheduler.store import outputs
+from scheduler.store import outputs, runview
 from scheduler.runtime import resume
 from scheduler.core.errors import UserError
 from scheduler.policy.dryrun import DryRun
@@ -90,6 +90,8 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
     record.event("run_end", status=status, ensemble_cv=summary["ensemble_cv"],
                  submission_source=summary["submission_source"], stopped_by=stopped_by)
     summary["status"] = status
+    found = runview.outcome(record)  # the run's outcome as `status` gives it, read back from what was just written
+    summary["outcome"] = None if found is None else found.model_dump(mode="json")
     from scheduler.store.report import build, memory_rows
 
     summary["memory"] = memory_rows(record.dir, record.events())  # per GPU job: estimated vs measured MiB
@@ -139,11 +141,7 @@ def write_anyway(record: RunRecord, method: str, metric: str) -> tuple[dict, boo
     raise AssertionError("unreachable")
 
 
-SOURCES = {
-    "folds": "the jobs' finished folds, blended",
-    "partial": "a partial model (a fold cut short, at its best epoch): NO JOB FINISHED A FOLD",
-    "prior": "the class frequencies of train.csv, not a model: NO JOB FINISHED A FOLD",
-}
+SOURCES = runview.SOURCES  # what each submission_source means, said once (store/runview.py)
 
 
 def write_submission(record: RunRecord, method: str, metric: str, models: bool = True) -> dict:
@@ -207,20 +205,9 @@ def write_submission(record: RunRecord, method: str, metric: str, models: bool =
     record.event("ensemble", method=method, metric=metric, weights=weights, ensemble_cv=ens_cv, job_scores=job_scores,
                  ensemble_rows=ens_rows, job_rows=job_rows, held_out_score=held_out, submission_source=source,
                  form=comp.form.kind)
-    jobs = []
-    for name, rows in _by_job(record.jobs()).items():
-        res_path = record.dir / "jobs" / name / "result.json"
-        res = json.loads(res_path.read_text()) if res_path.is_file() else {}
-        first = min(rows, key=lambda r: (r["wave"], r["name"]))
-        jobs.append({"name": name, "kind": first["kind"], "state": _job_state([r["state"] for r in rows]),
-                     "wave": first["wave"], "device": first["device"], "cv_score": res.get("cv_score"),
-                     "folds": len(res.get("folds", [])), "rows": job_rows.get(name), "weight": weights.get(name, 0.0),
-                     "notes": res.get("notes", []),
-                     "tasks": [{"task": r["name"], "state": r["state"], "wave": r["wave"], "device": r["device"],
-                                "cv_score": r.get("cv_score")} for r in rows],
-                     "cut": [f"{r['name']}: {r['progress']['cut']} ({r['progress'].get('cut_reason', '')})"
-                             for r in rows if (r.get("progress") or {}).get("cut")]})
-    return {"run_dir": str(record.dir), "submission": str(path), "jobs": jobs, "ensemble_cv": ens_cv,
+    jobs = [j.model_dump(mode="json") for j in runview.job_outcomes(record, weights, job_rows)]
+    return {"run_id": record.dir.resolve().name, "run_dir": runview.absolute(record.dir),
+            "submission": runview.absolute(path), "jobs": jobs, "ensemble_cv": ens_cv,
             "ensemble_rows": ens_rows, "ensemble_method": method, "metric": metric, "held_out_score": held_out,
             "notes": notes,
             "submission_source": source, "submission_source_text": SOURCES[source]}
@@ -247,23 +234,6 @@ def _unpredicted_note(n: int, of: int) -> str:
 def _with_tasks(folders: list[Path]) -> list[Path]:
     """Job folders and, after each, its tasks' sub-folders (a lane's partial model lies in its own)."""
     return [p for d in folders for p in [d, *sorted(x for x in d.iterdir() if x.is_dir() and x.name != "folds")]]
-
-
-def _by_job(rows: list[dict]) -> dict[str, list[dict]]:
-    """The record's task rows, grouped by job (in the order the record lists them)."""
-    from scheduler.policy.tasks import job_of
-
-    out: dict[str, list[dict]] = {}
-    for r in rows:
-        out.setdefault(job_of(r["name"]), []).append(r)
-    return out
-
-
-def _job_state(states: list[str]) -> str:
-    """A job's state from its tasks': theirs when they agree, else the first that is not SUCCEEDED (a job is as
-    done as its least done task)."""
-    order = [JobState.RUNNING, JobState.PENDING, JobState.FAILED, JobState.CANCELLED, JobState.SUCCEEDED]
-    return next((s.value for s in order if s.value in states), states[0])
 
 
 def blend_outputs(folders: list[Path], data: str, metric: str, method: str, out: Path) -> dict:

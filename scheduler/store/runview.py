@@ -1,0 +1,226 @@
+"""One schema for a run as every verb describes it: its state, its tasks and, once ended, its outcome.
+
+Words. A **job** is the plan's unit (``resnet50``: a model, its folds, its resources); a **task** is a running piece of
+one (``resnet50`` whole, or ``resnet50/f0+1``, a lane of its folds). The run record's rows are tasks.
+
+Every verb that describes a plan run (``status``, ``runs``, ``top``, ``cancel``, ``submit --detach``, ``submit``'s
+summary; ``--json`` each) builds its answer here, so that one run reads the same whichever verb is asked: the same
+keys, the same words (``core.states.RunStatus`` for the run, ``JobState`` for a task), paths absolute, folds numbered
+from 0 as ``events.jsonl`` numbers them. ``docs/run.schema.json`` is ``RunView.model_json_schema()``
+(tests/test_run_schema.py keeps the two equal and validates each verb's answer against the file).
+
+Older keys stay beside the new ones (agents read them): ``jobs`` is what each verb always called it (the task rows in
+``status``/``top``, counts by state in ``runs``, the per-job results in ``submit``'s summary), beside ``tasks``,
+``task_states`` and ``outcome.jobs``, which say each one thing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from scheduler.core.states import JobState, RunStatus
+
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "run.schema.json"
+
+Source = Literal["folds", "partial", "prior"]
+SOURCES: dict[str, str] = {
+    "folds": "the jobs' finished folds, blended",
+    "partial": "a partial model (a fold cut short, at its best epoch): NO JOB FINISHED A FOLD",
+    "prior": "the class frequencies of train.csv, not a model: NO JOB FINISHED A FOLD",
+}
+
+
+class TaskView(BaseModel):
+    """A task's row in the run record: where it was placed, its state and its live progress."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(description="the task: the job's name, or '<job>/f<folds>' for a lane of its folds (from f0)")
+    job: str | None = Field(None, description="the plan's job this task is a piece of")
+    kind: str | None = None
+    state: JobState
+    wave: int | None = None
+    node: str | None = None
+    device: int | None = Field(None, description="the card's index on its node; null: a CPU task")
+    gpu_memory_mib: int | None = Field(None, description="the MiB the task was packed with (its share)")
+    cpus: int | None = None
+    attempts: int | None = None
+    cv_score: float | None = None
+    progress: dict[str, Any] = Field(default_factory=dict, description="live figures (folds 0-based, as events)")
+    updated: float | None = None
+
+
+class TaskOutcome(BaseModel):
+    task: str
+    state: JobState
+    wave: int | None = None
+    device: int | None = None
+    cv_score: float | None = None
+
+
+class JobOutcome(BaseModel):
+    """What one of the plan's jobs left: its CV on its own out-of-fold rows and the folds it kept."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    kind: str | None = None
+    state: JobState = Field(description="the job's state: its tasks' when they agree, else the least done")
+    wave: int | None = None
+    device: int | None = None
+    cv_score: float | None = Field(None, description="the job's score on its out-of-fold rows (the plan's metric)")
+    folds: int = Field(0, description="how many folds it kept (len(folds_kept))")
+    folds_kept: list[int] = Field(default_factory=list, description="the folds it finished and kept, from 0")
+    rows: int | None = Field(None, description="out-of-fold rows its cv_score stands on")
+    weight: float = Field(0.0, description="its weight in the ensemble's blend")
+    weights: str | None = Field(None, description="the pretrained weights it started from (a tag), if any")
+    notes: list[str] = Field(default_factory=list)
+    tasks: list[TaskOutcome] = Field(default_factory=list)
+    cut: list[str] = Field(default_factory=list, description="the budget's cuts, each naming its task")
+
+
+class Outcome(BaseModel):
+    """What an ended run produced: the blend's score, the submission (absolute path) and where it came from."""
+
+    ensemble_cv: float | None = Field(description="the ensemble's score on the out-of-fold rows some job predicts")
+    ensemble_rows: int | None = None
+    ensemble_method: str | None = None
+    metric: str | None = None
+    held_out_score: float | None = None
+    submission: str | None = Field(description="absolute path of submission.csv (null: none written)")
+    submission_source: Source | None = None
+    submission_source_text: str | None = None
+    jobs: list[JobOutcome] = Field(default_factory=list)
+
+
+class RunView(BaseModel):
+    """A plan run, as every verb describes it. Keys a verb adds of its own (``budget``, ``elapsed_s``, ``cancel``,
+    the run folder's keys such as ``deadline`` or ``driver``) ride along as extra keys."""
+
+    model_config = ConfigDict(extra="allow")
+    run_id: str = Field(description="the run folder's name; every verb takes it")
+    run_dir: str = Field(description="the run folder, absolute")
+    plan: str | None = None
+    status: RunStatus | None = Field(None, description="running, then one end: finished, deadline, cancelled, "
+                                                       "failed, crashed; error: refused before anything ran")
+    started: float | None = None
+    finished: float | None = None
+    outcome: Outcome | None = Field(None, description="once ended: score, submission and its source, per job")
+    tasks: Union[list[TaskView], list[str], None] = Field(
+        None, description="status/top: each task's row; cancel: the names of the tasks it asked to stop")
+    task_states: dict[str, int] | None = Field(None, description="runs: how many tasks are in each state")
+    jobs: Union[list[TaskView], dict[str, int], list[JobOutcome], None] = Field(
+        None, description="the older key: status/top the task rows (= tasks), runs the counts (= task_states), "
+                          "submit's summary the per-job results (= outcome.jobs)")
+
+
+class RunList(BaseModel):
+    runs: list[RunView]
+
+
+def absolute(path: str | Path) -> str:
+    return str(Path(path).resolve())
+
+
+def outcome(record) -> Outcome | None:
+    """The run's outcome from its record: the last blend (its ``ensemble`` event), the submission file and each job's
+    result. None while nothing was blended."""
+    blend = next((e for e in reversed(record.events()) if e.get("event") == "ensemble"), None)
+    if blend is None:
+        return None
+    source = blend.get("submission_source")
+    path = record.dir / "submission.csv"
+    return Outcome(ensemble_cv=blend.get("ensemble_cv"), ensemble_rows=blend.get("ensemble_rows"),
+                   ensemble_method=blend.get("method"), metric=blend.get("metric"),
+                   held_out_score=blend.get("held_out_score"),
+                   submission=absolute(path) if path.is_file() else None, submission_source=source,
+                   submission_source_text=SOURCES.get(source),
+                   jobs=job_outcomes(record, blend.get("weights") or {}, blend.get("job_rows") or {}))
+
+
+def job_outcomes(record, weights: dict[str, float], job_rows: dict[str, int]) -> list[JobOutcome]:
+    """Per plan job: its state, CV, folds kept (from its ``result.json``), rows, blend weight, tasks and cuts."""
+    out = []
+    for name, rows in by_job(record.jobs()).items():
+        res_path = record.dir / "jobs" / name / "result.json"
+        try:
+            res = json.loads(res_path.read_text()) if res_path.is_file() else {}
+        except (OSError, ValueError):
+            res = {}
+        kept = sorted(int(f["fold"]) for f in res.get("folds", []) if f.get("fold") is not None)
+        first = min(rows, key=lambda r: (r["wave"] if r["wave"] is not None else 0, r["name"]))
+        out.append(JobOutcome(
+            name=name, kind=first["kind"], state=job_state([r["state"] for r in rows]), wave=first["wave"],
+            device=first["device"], cv_score=res.get("cv_score"), folds=len(res.get("folds", [])), folds_kept=kept,
+            rows=job_rows.get(name), weight=weights.get(name, 0.0), weights=res.get("weights"),
+            notes=res.get("notes", []),
+            tasks=[TaskOutcome(task=r["name"], state=r["state"], wave=r["wave"], device=r["device"],
+                               cv_score=r.get("cv_score")) for r in rows],
+            cut=[f"{r['name']}: {r['progress']['cut']} ({r['progress'].get('cut_reason', '')})"
+                 for r in rows if (r.get("progress") or {}).get("cut")]))
+    return out
+
+
+def by_job(rows: list[dict]) -> dict[str, list[dict]]:
+    """The record's task rows, grouped by job (in the order the record lists them)."""
+    from scheduler.policy.tasks import job_of
+
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(job_of(r["name"]), []).append(r)
+    return out
+
+
+def job_state(states: list[str]) -> str:
+    """A job's state from its tasks': theirs when they agree, else the first that is not SUCCEEDED (a job is as
+    done as its least done task)."""
+    order = [JobState.RUNNING, JobState.PENDING, JobState.FAILED, JobState.CANCELLED, JobState.SUCCEEDED]
+    return next((s.value for s in order if s.value in states), states[0])
+
+
+def task_rows(record) -> list[dict]:
+    """The record's task rows, each with the job it belongs to."""
+    from scheduler.policy.tasks import job_of
+
+    return [{**r, "job": job_of(r["name"])} for r in record.jobs()]
+
+
+def run_view(record, info: dict, *, with_rows: bool = True, **extra: Any) -> dict:
+    """A run as JSON (``RunView``): its folder's keys (``info``, from ``resume.settle``), ids and absolute folder,
+    its tasks' rows (``with_rows``; else their counts by state) and, once ended, its outcome; ``extra``: the verb's own
+    keys. Validated against the schema before it is returned, so no verb prints another shape."""
+    body: dict[str, Any] = {**info, "run_id": Path(record.dir).resolve().name, "run_dir": absolute(record.dir)}
+    if info.get("data_dir"):
+        body["data_dir"] = absolute(info["data_dir"])
+    status = info.get("status")
+    ended = status is not None and status != RunStatus.RUNNING.value
+    found = outcome(record) if ended else None
+    body["outcome"] = None if found is None else found.model_dump(mode="json")
+    rows = task_rows(record)
+    if with_rows:
+        body["tasks"] = rows
+        body["jobs"] = rows
+    else:
+        counts = dict(sorted(Counter(r["state"] for r in rows).items()))
+        body["task_states"] = counts
+        body["jobs"] = counts
+    body.update(extra)
+    RunView.model_validate(body)  # a shape the schema does not hold is this program's error, found here
+    return body
+
+
+def schema() -> dict:
+    return RunView.model_json_schema()
+
+
+def write_schema(path: Path = SCHEMA_FILE) -> Path:
+    """Write ``docs/run.schema.json`` from the model (``python -m scheduler.store.runview`` does it)."""
+    path.write_text(json.dumps(schema(), indent=2) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(write_schema())
