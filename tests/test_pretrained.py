@@ -128,6 +128,7 @@ def test_a_run_on_a_seeded_cache_names_the_tag_it_loaded(hub, run_cli):
     status = json.loads(run_cli("status", run, "--json")[1])
     weights = {j["name"]: j["progress"].get("weights") for j in status["jobs"]}
     assert weights and set(weights.values()) == {TAG}, weights
+    assert [j["weights"] for j in status["outcome"]["jobs"]] == [TAG]  # the ended run's outcome names it too
     logs = json.loads(run_cli("logs", run, "mnv3", "--json")[1])
     assert TAG in json.dumps(logs)
     assert run_cli("report", run, "--json")[0] == 0

@@ -155,7 +155,9 @@ def job_outcomes(record, weights: dict[str, float], job_rows: dict[str, int]) ->
         out.append(JobOutcome(
             name=name, kind=first["kind"], state=job_state([r["state"] for r in rows]), wave=first["wave"],
             device=first["device"], cv_score=res.get("cv_score"), folds=len(res.get("folds", [])), folds_kept=kept,
-            rows=job_rows.get(name), weight=weights.get(name, 0.0), weights=res.get("weights"),
+            rows=job_rows.get(name), weight=weights.get(name, 0.0),
+            weights=(res.get("throughput") or {}).get("weights")
+            or next((r["progress"]["weights"] for r in rows if (r.get("progress") or {}).get("weights")), None),
             notes=res.get("notes", []),
             tasks=[TaskOutcome(task=r["name"], state=r["state"], wave=r["wave"], device=r["device"],
                                cv_score=r.get("cv_score")) for r in rows],
