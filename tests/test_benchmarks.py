@@ -107,7 +107,7 @@ def test_the_built_competition_loads_scores_and_is_learnable(tmp_path):
                          for i in ids])
 
     model = LogisticRegression(max_iter=3000).fit(pixels(comp.train["id"], "train"), comp.train["label"])
-    accuracy = model.score(pixels(solution["id"], "test"), solution["label"])
+    accuracy = model.score(pixels(solution["id"], "test"), solution["label"].astype(str))  # labels are text
     assert accuracy > 0.4, accuracy
 
 
