@@ -92,9 +92,9 @@ def card(nvml=None) -> dict:
 
 
 def _tree(pid: int) -> list[int]:
-    from scheduler.runtime.telemetry import _tree as tree  # the monitor's own: a pid and its descendants
+    from scheduler.core.proctree import ProcessTree  # the one sampler's: a pid and its descendants
 
-    return tree(pid)
+    return ProcessTree.pids(pid)
 
 
 class Sampler:
