@@ -51,8 +51,11 @@ def ray_cluster():
     hw = hardware.from_profile("A100-40GB", gpus_per_node=TEST_GPUS, cpus=TEST_CPUS)
     if ray.is_initialized():  # left by a module that failed before it could clean up: do not fail this one too
         ray.shutdown()
+    ram_mib = sum(n.memory_mib or 0 for n in hw.nodes)  # the profile's host RAM, as a run's own Ray declares it: the
+    # tasks ask for theirs (Ray's ``memory``), which Ray's default (70 % of what is free now) may not hold on a busy box
     ray.init(address="local", num_cpus=TEST_CPUS, num_gpus=TEST_GPUS, resources=runtime.device_resources(hw, 0.90),
-             include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False)
+             include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False,
+             **({"_memory": ram_mib * 1024 * 1024} if ram_mib else {}))
     yield ray
     ray.shutdown()
 

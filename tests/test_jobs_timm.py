@@ -40,7 +40,9 @@ def test_timm_rehearsal_returns_folds_keyed_by_id(comp, tmp_path, few_steps, mon
         assert f.test_pred.shape == (360, 10) and np.allclose(f.test_pred.sum(axis=1), 1)
         assert f.epochs == 1 and (tmp_path / f"tiny_fold{f.fold}.pt").is_file()
         # the out-of-fold labels are the train rows of those ids
-        assert (f.val_true == comp.train.set_index("id").loc[f.val_ids, "label"].to_numpy()).all()
+        # the true classes, as indices into the job's classes (labels are text: '0'…'9')
+        want = comp.class_index(comp.train.set_index("id").loc[f.val_ids, "label"].to_numpy())
+        assert (np.asarray(f.val_true) == want).all()
     assert list(out.test_ids) == list(comp.test.id)
     assert out.cv_score() is not None
 

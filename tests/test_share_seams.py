@@ -183,8 +183,8 @@ def test_a_command_scripts_environment_carries_the_caps_mib_and_fraction(fake_cu
     script = ("import json, os; json.dump({k: v for k, v in os.environ.items() if k.startswith('GPUPACK_')}, "
               "open(os.path.join(os.environ['GPUPACK_OUTPUT_DIR'], 'env.json'), 'w'))")
     spec = CommandJob(name="cmd", kind="command", command=[sys.executable, "-c", script], folds=2)
-    out = apply.run(_record(spec, digits, tmp_path), lambda kind, data: None, lambda: False, dict)
-    assert out.folds == []
+    with pytest.raises(RuntimeError, match="wrote no oof.csv or test.csv"):  # it predicts nothing: a failed task
+        apply.run(_record(spec, digits, tmp_path), lambda kind, data: None, lambda: False, dict)
     env = json.loads((tmp_path / "work" / "output" / "env.json").read_text())
     want = memory_cap(6_000, GB80, outside_allocator_mib(None))
     assert env["GPUPACK_GPU_MEMORY_MIB"] == "6000"
