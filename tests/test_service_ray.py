@@ -57,3 +57,36 @@ def test_a_plan_beside_a_granted_slot_reads_the_devices_and_sees_the_slot_once(r
     svc.release(slot["slot_id"])
     wait_until(lambda: ray.available_resources().get(res) == before, "the released MiB back in Ray")
     svc.close()
+
+
+def test_a_plan_submitted_beside_a_granted_slot_runs_to_the_end(ray_cluster, tmp_path, run_cli):
+    """While the service holds a 12 GB slot on device 0 of the same Ray, a plan run (a LightGBM job and a 20 GB
+    command task) joins that Ray, reads its devices past the slot's placement-group names (a ValueError, before) and
+    runs to its end: its task fits the MiB the slot left, which Ray enforces."""
+    import json
+    import sys
+
+    from conftest import FAKE_TRAIN, TEST_HARDWARE
+
+    ray = ray_cluster
+    hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
+    backend = RayBackend(hw, 0.90)
+    svc = Service(hw, tmp_path / "svc", backend=backend, start_threads=False)
+    try:
+        slot = svc.request_slot({"gpu_memory": "12GB", "cpus": 2, "minutes": 5})
+        backend.wait_idle()
+        wait_until(lambda: any("_group_" in k for k in ray.cluster_resources()), "the slot's group named in Ray")
+        plan = tmp_path / "beside.yaml"
+        plan.write_text(json.dumps({"name": "beside", "hardware": TEST_HARDWARE, "budget": "5m", "jobs": [
+            {"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 20, "resources": {"cpus": 2}},
+            {"name": "script", "kind": "command", "command": [sys.executable, FAKE_TRAIN], "folds": 2,
+             "resources": {"cpus": 1, "gpu_memory": "20GB"}}]}))
+        code, out, err = run_cli("submit", plan, "--run-dir", tmp_path / "run", "--no-dashboard", "--json")
+        assert code == 0, err
+        summary = json.loads(out.strip().splitlines()[-1])
+        assert summary["status"] == "finished"
+        assert {j["name"]: j["state"] for j in summary["jobs"]} == {"lgbm": "SUCCEEDED", "script": "SUCCEEDED"}
+        assert svc.get_slot(slot["slot_id"])["state"] == "granted"  # the slot held its MiB all along
+        svc.release(slot["slot_id"])
+    finally:
+        svc.close()
