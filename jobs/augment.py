@@ -88,14 +88,20 @@ def is_glyphs(paths: list[Path]) -> tuple[bool, str]:
     sample = list(paths)[::step][:SAMPLE]
     if not sample:
         return False, "no training images"
-    gray, longest = True, 0
+    gray, longest, read = True, 0, 0
     for p in sample:
-        with Image.open(p) as im:
-            longest = max(longest, *im.size)
-            if gray and im.mode not in ("1", "L", "LA", "I", "I;16", "F"):  # colour modes: gray when R = G = B
-                a = np.asarray(im.convert("RGB"), dtype=np.int16)
-                gray = bool(np.all(a[..., 0] == a[..., 1]) and np.all(a[..., 1] == a[..., 2]))
-    seen = f"{len(sample)} sampled images {'grayscale' if gray else 'in colour'}, at most {longest} px"
+        try:
+            with Image.open(p) as im:
+                longest = max(longest, *im.size)
+                if gray and im.mode not in ("1", "L", "LA", "I", "I;16", "F"):  # colour modes: gray when R = G = B
+                    a = np.asarray(im.convert("RGB"), dtype=np.int16)
+                    gray = bool(np.all(a[..., 0] == a[..., 1]) and np.all(a[..., 1] == a[..., 2]))
+            read += 1
+        except (OSError, ValueError, Image.DecompressionBombError):  # the door's image check names it, one line
+            continue
+    if not read:
+        return False, "no readable training images sampled"
+    seen = f"{read} sampled images {'grayscale' if gray else 'in colour'}, at most {longest} px"
     return gray and longest <= GLYPH_MAX_PX, seen
 
 
