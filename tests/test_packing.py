@@ -228,3 +228,15 @@ def test_matches_brute_force_on_small_cases(case):
     assert p.exact
     assert key_of(p)[0][0] == key[0][0]  # the first wave holds as much as fits
     assert key_of(p) == key  # and the whole lexicographic objective is optimal
+
+
+def test_the_packer_packs_around_what_others_hold_on_a_device():
+    """A device with MiB held by others (a service's slot, read from Ray) takes only what is left under the band's
+    top: the task that no longer fits there goes to the other device."""
+    from scheduler.core.hardware import Device, Node
+    from scheduler.policy.packing import Demand, pack
+
+    devices = (Device("n", 0, 40960, held_mib=12288), Device("n", 1, 40960))
+    p = pack([Demand("big", 30720, 1)], [Node("n", 8, devices)], (0.7, 0.9))
+    assert [(a.job, a.device) for a in p.assignments] == [("big", 1)]
+    assert devices[0].limit_mib(0.9) == 36864 - 12288 and p.limit_mib(devices[0]) == 24576

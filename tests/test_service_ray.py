@@ -90,3 +90,29 @@ def test_a_plan_submitted_beside_a_granted_slot_runs_to_the_end(ray_cluster, tmp
         svc.release(slot["slot_id"])
     finally:
         svc.close()
+
+
+def test_a_plan_joining_the_cluster_packs_around_what_a_slot_holds(ray_cluster, tmp_path):
+    """Joined to a running Ray (``--address``), a plan reads what others hold on each device (a service's slot: 12 GB
+    of device 0) and packs around it: a 30 GB task that fits only the other device goes there, not where Ray would
+    keep it waiting for the slot to end."""
+    from scheduler.core import plan as planmod
+    from scheduler.policy import dryrun
+
+    ray = ray_cluster
+    hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
+    backend = RayBackend(hw, 0.90)
+    svc = Service(hw, tmp_path / "svc", backend=backend, start_threads=False)
+    try:
+        svc.request_slot({"gpu_memory": "12GB", "cpus": 2, "minutes": 5})
+        backend.wait_idle()
+        seen = wait_until(lambda: (h := runtime.cluster_hardware()).devices[0].held_mib == 12288 and h,
+                          "the slot's MiB seen as held on device 0")
+        assert [d.held_mib for d in seen.devices] == [12288, 0]
+        plan = planmod.from_dict({"name": "around", "hardware": "A100-40GB", "budget": "5m", "jobs": [
+            {"name": "big", "kind": "command", "command": ["true"], "folds": 2,
+             "resources": {"cpus": 1, "gpu_memory": "30GB"}}]})
+        dry = dryrun.prepare(plan, seen, estimated=False)
+        assert [(a.node, a.device) for a in dry.placement.assignments] == [(seen.devices[1].node, 1)]
+    finally:
+        svc.close()

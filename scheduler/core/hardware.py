@@ -7,6 +7,8 @@ its CPU cores and devices. Memory is counted in integer MiB, and card names are 
 
 from __future__ import annotations
 
+import math
+
 import dataclasses
 import difflib
 import os
@@ -59,6 +61,13 @@ class Device:
     index: int
     memory_mib: int
     name: str = ""
+    # MiB others hold on it now (a slot of the service, another plan's tasks), read from Ray when a plan joins a
+    # running cluster (``runtime.cluster.cluster_hardware``): the packer packs around it
+    held_mib: int = 0
+
+    def limit_mib(self, high: float) -> int:
+        """What a plan may pack on it: the band's top of the card, less what others hold now."""
+        return max(0, math.floor(self.memory_mib * high + 1e-9) - self.held_mib)
 
     @property
     def key(self) -> str:

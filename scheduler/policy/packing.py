@@ -104,7 +104,7 @@ class Placement:
     how: str = ""  # how it was found and what is proven, in words
 
     def limit_mib(self, device: Device) -> int:
-        return floor(device.memory_mib * self.band[1])
+        return device.limit_mib(self.band[1])
 
     def load_mib(self, wave: int, device: Device) -> int:
         return sum(a.gpu_memory_mib for a in self.jobs_on(wave, device))
@@ -428,8 +428,8 @@ class Cluster:
         self.nodes, self.band = nodes, band
         self.devices = tuple(d for n in nodes for d in n.devices)
         self.dev_node = [i for i, n in enumerate(nodes) for _ in n.devices]
-        self.limit = [floor(d.memory_mib * high) for d in self.devices]
-        self.low = [max(1, math.ceil(d.memory_mib * low - 1e-9)) for d in self.devices]
+        self.limit = [d.limit_mib(high) for d in self.devices]  # less what others hold (a service's slot)
+        self.low = [max(1, math.ceil(d.memory_mib * low - 1e-9) - d.held_mib) for d in self.devices]
         self.node_cpus = [n.cpus for n in nodes]
         self.node_devs = [[j for j, i in enumerate(self.dev_node) if i == ni] for ni in range(len(nodes))]
         self.shape = [(n.cpus, tuple((self.limit[j], self.low[j]) for j in self.node_devs[i])) for i, n in enumerate(nodes)]

@@ -52,6 +52,7 @@ def device_resources(hardware: Hardware, band_high: float) -> dict[str, float]:
 def cluster_hardware() -> Hardware:
     """The connected cluster's nodes and devices, read back from the resources its nodes declared."""
     nodes = []
+    free = ray.available_resources()
     for info in ray.nodes():
         if not info.get("Alive"):
             continue
@@ -64,7 +65,9 @@ def cluster_hardware() -> Hardware:
         for key, value in res.items():
             if key.startswith(f"{TOTAL_PREFIX}{name}_"):
                 index = int(key.rsplit("_", 1)[1])
-                devices.append(Device(name, index, int(value), "cluster"))
+                declared = res.get(memory_resource(name, index), 0.0)  # others' share of it is held now
+                held = max(0, int(declared - free.get(memory_resource(name, index), declared)))
+                devices.append(Device(name, index, int(value), "cluster", held_mib=held))
         ram = int(res.get("memory", 0)) // (1024 * 1024) or None  # Ray's ``memory`` resource: bytes tasks may hold
         nodes.append(Node(name, int(res.get("CPU", 0)), tuple(sorted(devices, key=lambda d: d.index)), ram))
     if not nodes:
