@@ -234,6 +234,7 @@ class Driver(Runner):
         self.begin()
         if self.run_state.done() or time.time() >= self.deadline:
             self.handle(rl.Start(time.time()))  # nothing to start, or no window left: what was saved is blended
+            self.record_provenance()
             return
         try:
             self.place.start(self)
@@ -243,6 +244,7 @@ class Driver(Runner):
         self.on_start(self)
         try:
             self.handle(rl.Start(time.time()))
+            self.record_provenance()  # the first tasks are on their way; no fold is kept before the loop takes it
             while not self.run_state.done():
                 self._poll_events()
                 if not self._wait_results(self.opts.poll_s):

@@ -121,7 +121,6 @@ class Runner:
                                                   self.plan.metric)
         self.record.set_run(rehearsal=not self.cuda, data_dir=str(self.data_dir), deadline=self.deadline,
                             builtin=self.builtin)
-        resume.record_made_from(self.record, self.dry, self.data_dir)  # checked by a later --resume
         self.record.event("run_start", plan=self.plan.name, rehearsal=not self.cuda, budget_s=self.plan.budget,
                           training_deadline_s=round(self.deadline - self.started_at, 1), resumed=self.opts.resume)
         if self.cuda:  # a rehearsal's CPU epochs have nothing to do with the card's: no model for them
@@ -129,6 +128,12 @@ class Runner:
             if self.run_state.modelled:
                 self.record.event("note", note="seconds per epoch from the time model, until measured: "
                                   + ", ".join(f"{k} {v:.1f}s" for k, v in self.run_state.modelled.items()))
+
+    def record_provenance(self) -> None:
+        """What the run's folds are made from (the data's fingerprint, each job's split), checked by a later
+        ``--resume``. Recorded once the first tasks are launched, before any of their folds can be kept: hashing the
+        competition's files is not on the way to the first launch."""
+        resume.record_made_from(self.record, self.dry, self.data_dir)
 
     def launch_record(self, name: str, attempt: int = 1) -> LaunchRecord:
         """The task's planned record (``jobs/<task>/launch.json``, made by the planner before the run) bound to what
