@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -311,6 +312,38 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+@contextmanager
+def sitting(given: Path | None, prefix: str):
+    """Where a sitting's competition and runs go: ``given``, or a temp folder removed when the sitting ends."""
+    tmp = None if given is not None else tempfile.TemporaryDirectory(prefix=prefix)
+    work = given if tmp is None else Path(tmp.name)
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        yield work
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def competition(work: Path, images: int, seed: int, size: int, log) -> Path:
+    """``work/competition``, built (``benchmarks.competitions``) unless a sitting before left it there."""
+    from benchmarks.competitions import build
+
+    data = work / "competition"
+    if not (data / "solution.csv").is_file():
+        t = time.time()
+        build(data, images, seed, size)
+        log(f"competition: {images} images of {size} px in {data} ({time.time() - t:.0f} s)")
+    return data
+
+
+def report(result: dict, as_json: bool, table_of) -> int:
+    """The sitting's figures, with the load after it: one JSON document, or ``table_of(result)``."""
+    result["load_after"] = load()
+    print(json.dumps(result, indent=2) if as_json else table_of(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=6000, help="images in the competition (at least 5,000 for the "
@@ -328,22 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON document at the end instead of the table")
     args = ap.parse_args(argv)
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
-    tmp = None
-    if args.workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="gpupack-budget-")
-        args.workdir = Path(tmp.name)
-    work = args.workdir
-    work.mkdir(parents=True, exist_ok=True)
-    from benchmarks.competitions import build
-
     result = {"images": args.images, "plan": str(args.plan), "budget_fraction": args.budget_fraction,
               "load_before": load(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": {}}
-    try:
-        data = work / "competition"
-        if not (data / "solution.csv").is_file():
-            t = time.time()
-            build(data, args.images, args.seed, args.size)
-            log(f"competition: {args.images} images of {args.size} px in {data} ({time.time() - t:.0f} s)")
+    with sitting(args.workdir, "gpupack-budget-") as work:
+        data = competition(work, args.images, args.seed, args.size, log)
         runs = result["runs"]
 
         def keep(name: str, fig: dict) -> None:  # each run's figures saved as it ends (a later crash keeps them)
@@ -359,15 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             keep("floor", run_plan("floor", floor_plan(args.plan, work / "floor.yaml"), data, work / "floor", None,
                                    log))
         result["goals"] = goals(runs)
-    finally:
-        result["load_after"] = load()
-        if tmp is not None:
-            tmp.cleanup()
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(table(result))
-    return 0
+    return report(result, args.json, table)
 
 
 if __name__ == "__main__":

@@ -409,8 +409,6 @@ def _free_port() -> int:
 
 def part5_service(ctx: Sitting) -> dict:
     """Two slots of the slot service, a timm spec job in each, side by side; each job's NVML peak vs its slot."""
-    from scheduler.service.client import Client
-
     state, port = ctx.workdir / "service", _free_port()
     hw = "auto" if not ctx.rehearsal else HARDWARE
     cmd = scheduler_cmd("serve", "--state", state, "--port", port, "--hardware", hw, "--no-ray", "--json")

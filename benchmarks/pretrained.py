@@ -37,14 +37,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.budget import load, read_events, run_plan  # noqa: E402
+from benchmarks.budget import competition, load, read_events, report, run_plan, sitting  # noqa: E402
 
 JOB = "lite0"
 RUNS = (("scratch", False), ("pretrained", True))
@@ -114,30 +113,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON document at the end instead of the table")
     args = ap.parse_args(argv)
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
-    tmp = None
-    if args.workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="gpupack-pretrained-")
-        args.workdir = Path(tmp.name)
-    work = args.workdir
-    work.mkdir(parents=True, exist_ok=True)
-    from benchmarks.competitions import build
     from benchmarks.lite0_weights import seed_hub_cache
     from scheduler.core.plan import load as load_plan
 
     result = {"images": args.images, "size": args.size, "folds": args.folds, "epochs": args.epochs,
               "image_size": args.image_size, "budget": args.budget, "load_before": load(),
               "started": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": {}}
-    try:
+    with sitting(args.workdir, "gpupack-pretrained-") as work:
         os.environ["HF_HOME"] = str(work / "hf")
         os.environ.pop("HF_HUB_CACHE", None)
         os.environ["HF_HUB_OFFLINE"] = "1"
         path, result["weights_file"] = seed_hub_cache(work / "hf")
         log(f"hub cache: {path} ({result['weights_file']['matched']} tensors)")
-        data = work / "competition"
-        if not (data / "solution.csv").is_file():
-            t = time.time()
-            build(data, args.images, args.seed, args.size)
-            log(f"competition: {args.images} images of {args.size} px in {data} ({time.time() - t:.0f} s)")
+        data = competition(work, args.images, args.seed, args.size, log)
         for name, pretrained in RUNS:
             plan = work / f"{name}.yaml"
             plan.write_text(plan_text(pretrained, args.folds, args.epochs, args.batch_size, args.image_size,
@@ -150,15 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             result["runs"][name] = fig
             result["rehearsal"] = fig.get("rehearsal")
             (work / "result.json").write_text(json.dumps(result, indent=2))
-    finally:
-        result["load_after"] = load()
-        if tmp is not None:
-            tmp.cleanup()
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(table(result))
-    return 0
+    return report(result, args.json, table)
 
 
 if __name__ == "__main__":

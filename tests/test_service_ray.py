@@ -8,16 +8,22 @@ from scheduler.runtime import cluster as runtime
 from scheduler.service.service import RayBackend, Service
 
 
-def test_a_lease_reserves_the_memory_resource_in_ray(ray_cluster, tmp_path):
-    ray = ray_cluster
+def ray_service(ray, folder):
+    """The slot service on the session's Ray (2 × A100-40GB), its Ray backend, device 0's memory resource and what
+    is free of it, once Ray's view of the idle device has caught up (a view read too early, on a busy machine, never
+    matched the lease's arithmetic)."""
     hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
     backend = RayBackend(hw, 0.90)
-    svc = Service(hw, tmp_path, backend=backend, start_threads=False)
+    svc = Service(hw, folder, backend=backend, start_threads=False)
     res = runtime.memory_resource("local", 0)
-    # what is free before the lease, once Ray's view of the idle device has caught up (a view read too early, on a busy
-    # machine, never matched the lease's arithmetic)
     before = wait_until(lambda: ray.available_resources().get(res) == ray.cluster_resources().get(res)
                         and ray.available_resources()[res], "Ray's view of the idle device")
+    return svc, backend, res, before
+
+
+def test_a_lease_reserves_the_memory_resource_in_ray(ray_cluster, tmp_path):
+    ray = ray_cluster
+    svc, backend, res, before = ray_service(ray, tmp_path)
     slot = svc.request_slot({"gpu_memory": "12GB", "cpus": 2, "minutes": 5})
     backend.wait_idle()
     # Ray's view of its resources catches up in its own time: wait for it to show the lease (not for 1.2 s)
@@ -41,12 +47,7 @@ def test_a_plan_beside_a_granted_slot_reads_the_devices_and_sees_the_slot_once(r
     from scheduler.runtime import elastic
 
     ray = ray_cluster
-    hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
-    backend = RayBackend(hw, 0.90)
-    svc = Service(hw, tmp_path, backend=backend, start_threads=False)
-    res = runtime.memory_resource("local", 0)
-    before = wait_until(lambda: ray.available_resources().get(res) == ray.cluster_resources().get(res)
-                        and ray.available_resources()[res], "Ray's view of the idle device")
+    svc, backend, res, before = ray_service(ray, tmp_path)
     slot = svc.request_slot({"gpu_memory": "12GB", "cpus": 2, "minutes": 5})
     backend.wait_idle()
     wait_until(lambda: any("_group_" in k for k in ray.cluster_resources()), "the slot's group named in Ray")
@@ -69,9 +70,7 @@ def test_a_plan_submitted_beside_a_granted_slot_runs_to_the_end(ray_cluster, tmp
     from conftest import FAKE_TRAIN, TEST_HARDWARE
 
     ray = ray_cluster
-    hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
-    backend = RayBackend(hw, 0.90)
-    svc = Service(hw, tmp_path / "svc", backend=backend, start_threads=False)
+    svc, backend, _res, _before = ray_service(ray, tmp_path / "svc")
     try:
         slot = svc.request_slot({"gpu_memory": "12GB", "cpus": 2, "minutes": 5})
         backend.wait_idle()
@@ -100,9 +99,7 @@ def test_a_plan_joining_the_cluster_packs_around_what_a_slot_holds(ray_cluster, 
     from scheduler.policy import dryrun
 
     ray = ray_cluster
-    hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
-    backend = RayBackend(hw, 0.90)
-    svc = Service(hw, tmp_path / "svc", backend=backend, start_threads=False)
+    svc, backend, _res, _before = ray_service(ray, tmp_path / "svc")
     try:
         svc.request_slot({"gpu_memory": "12GB", "cpus": 2, "minutes": 5})
         backend.wait_idle()
