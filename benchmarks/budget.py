@@ -10,7 +10,8 @@ figures come from what the run wrote (``events.jsonl`` and ``status RUN --json``
 the benchmark measures any controller. For each run it prints the wall time, the training window and the share of it
 used (the last training activity — a task's last sample, epoch or fold, or its success — ÷ the window; goal
 ≥ 75 % for the budgeted run), the held-out score (the submission against the competition's ``solution.csv``; goals: the
-budgeted run within 0.01 of the uncut one and never below the floor), every cut and undo (``budget_cut`` /
+budgeted run within 0.01 of the uncut one and never below the floor; each gap also image by image, with McNemar's
+exact p-value: whether the test set can tell the runs apart), every cut and undo (``budget_cut`` /
 ``budget_restore``: what, old → new, reason, margin) and the estimate's error at the first cut: (the actual last
 training activity − ``estimated_finish_s``) ÷ ``estimated_finish_s``, both in seconds from the window's start. A
 ``budget_cut`` without ``estimated_finish_s`` (a controller that does not say what it expected) gives "—" and the
@@ -168,6 +169,43 @@ def goals(runs: dict[str, dict]) -> dict:
     return out
 
 
+def paired(solution: Path, sub_a: Path, sub_b: Path) -> dict:
+    """Two submissions scored image by image against ``solution.csv`` (a one-label competition): how many test
+    images only ``a`` gets right, how many only ``b``, and McNemar's exact two-sided p-value on those discordant
+    pairs — whether the test set can tell the two apart at all (a held-out gap of a few images of 1,200 is noise).
+    ``why`` says so when the files are not one label per id."""
+    import pandas as pd
+    from scipy.stats import binomtest
+
+    try:
+        truth = pd.read_csv(solution).set_index("id")
+        a, b = (pd.read_csv(p).set_index("id").reindex(truth.index) for p in (sub_a, sub_b))
+    except (OSError, KeyError, ValueError) as e:
+        return {"why": f"cannot read the submissions or the solution ({e})"}
+    if truth.shape[1] != 1 or a.shape[1] != 1 or b.shape[1] != 1:
+        return {"why": "not a one-label competition: no image-by-image comparison"}
+    col = truth.columns[0]
+    right_a = (a.iloc[:, 0] == truth[col]).to_numpy()
+    right_b = (b.iloc[:, 0] == truth[col]).to_numpy()
+    only_a, only_b = int((right_a & ~right_b).sum()), int((~right_a & right_b).sum())
+    p_value = binomtest(min(only_a, only_b), only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
+    return {"n": int(len(truth)), "only_a": only_a, "only_b": only_b, "difference": (only_a - only_b) / len(truth),
+            "p_value": round(float(p_value), 4), "why": None}
+
+
+def comparisons(runs: dict[str, dict], solution: Path) -> dict:
+    """Each budgeted run against the uncut run and the floor, image by image (:func:`paired`)."""
+    out = {}
+    for name, r in runs.items():
+        if not name.startswith("budgeted"):
+            continue
+        for ref in ("uncut", "floor"):
+            if ref in runs:
+                out[f"{name} vs {ref}"] = paired(solution, Path(r["run_dir"]) / "submission.csv",
+                                                 Path(runs[ref]["run_dir"]) / "submission.csv")
+    return out
+
+
 # --- running ------------------------------------------------------------------------------------------------------
 
 
@@ -305,6 +343,10 @@ def table(result: dict) -> str:
                          + (f"{est['error']:+.1%} (estimated {est['estimated_finish_s']} s, actual "
                             f"{est['actual_finish_s']} s, margin {est.get('margin_source')})"
                             if est["error"] is not None else f"— ({est['why']})"))
+    for name, c in result.get("paired", {}).items():
+        lines.append(f"{name}, image by image: " + (
+            f"right only in the first {c['only_a']}, only in the second {c['only_b']} of {c['n']} "
+            f"({c['difference']:+.4f}; McNemar p = {c['p_value']})" if c.get("why") is None else f"— ({c['why']})"))
     for name, g in result["goals"].items():
         lines.append(f"{name} goals: " + ", ".join(f"{k} {'—' if v is None else ('met' if v else 'NOT met')}"
                                                    for k, v in g.items()))
@@ -380,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
             keep("floor", run_plan("floor", floor_plan(args.plan, work / "floor.yaml"), data, work / "floor", None,
                                    log))
         result["goals"] = goals(runs)
+        result["paired"] = comparisons(runs, data / "solution.csv")
     return report(result, args.json, table)
 
 

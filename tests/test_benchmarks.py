@@ -197,6 +197,36 @@ def test_the_floor_plan_is_the_plan_with_one_fold_everywhere(tmp_path):
     assert all(j.folds == 1 for j in planmod.load(tmp_path / "floor.yaml").jobs)
 
 
+def test_two_submissions_are_compared_image_by_image_with_mcnemars_p(tmp_path):
+    """A held-out gap of two images in 1,200 is not a gap the test set can tell: the benchmark says how many images
+    each run alone gets right and McNemar's exact p on them, beside the two scores."""
+    import pandas as pd
+
+    b = _bench("budget")
+    ids = list(range(100))
+    truth = [i % 10 for i in ids]
+    pd.DataFrame({"id": ids, "label": truth}).to_csv(tmp_path / "solution.csv", index=False)
+    a = [t if i >= 30 else (t + 1) % 10 for i, t in zip(ids, truth)]  # wrong on ids 0-29
+    c = [t if not 20 <= i < 40 else (t + 1) % 10 for i, t in zip(ids, truth)]  # wrong on ids 20-39
+    for name, labels in (("a", a), ("b", c)):
+        pd.DataFrame({"id": ids[::-1], "label": labels[::-1]}).to_csv(tmp_path / f"{name}.csv", index=False)
+    got = b.paired(tmp_path / "solution.csv", tmp_path / "a.csv", tmp_path / "b.csv")
+    assert (got["n"], got["only_a"], got["only_b"], got["why"]) == (100, 10, 20, None)  # a: 30-39; b: 0-19
+    assert got["difference"] == -0.1 and 0.05 < got["p_value"] < 0.15  # exact two-sided binomial of 10 in 30
+    lopsided = b.paired(tmp_path / "solution.csv", tmp_path / "solution.csv", tmp_path / "a.csv")
+    assert (lopsided["only_a"], lopsided["only_b"]) == (30, 0) and lopsided["p_value"] < 1e-6
+    pd.DataFrame({"id": ids, "p0": 0.5, "p1": 0.5}).to_csv(tmp_path / "proba.csv", index=False)
+    assert "not a one-label" in b.paired(tmp_path / "solution.csv", tmp_path / "proba.csv", tmp_path / "a.csv")["why"]
+    runs = {"uncut": {"run_dir": str(tmp_path / "u")}, "budgeted": {"run_dir": str(tmp_path / "b")}}
+    for d, labels in (("u", a), ("b", c)):
+        (tmp_path / d).mkdir()
+        pd.DataFrame({"id": ids, "label": labels}).to_csv(tmp_path / d / "submission.csv", index=False)
+    pairs = b.comparisons(runs, tmp_path / "solution.csv")
+    assert list(pairs) == ["budgeted vs uncut"] and pairs["budgeted vs uncut"]["only_a"] == 20
+    text = b.table({"runs": {}, "goals": {}, "paired": pairs, "images": 100, "load_before": [], "load_after": []})
+    assert "budgeted vs uncut, image by image: right only in the first 20, only in the second 10 of 100" in text
+
+
 # --- benchmarks/lite0_weights.py and benchmarks/pretrained.py (issue 34) ------------------------------------------
 
 

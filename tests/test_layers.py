@@ -244,3 +244,19 @@ def test_the_process_check_sees_a_job_that_runs_its_own_script(tmp_path):
                    "os.killpg(p.pid, 9)\nos.environ.get('A')\n")
     assert process_uses(bad) == ["1: import subprocess", "2: from subprocess", "3: Popen(", "4: subprocess.run(",
                                  "5: os.killpg("]
+
+
+def test_a_command_jobs_process_starts_without_scikit_learn_or_torch():
+    """What a task's process imports before its job's own work: the actor, the record's schema, the competition
+    reader and the command backend. scikit-learn (about a second of CPU, once pulled in by the metrics module) and
+    torch belong to the kinds and metrics that use them: four tasks starting on two cores each paid it, and the
+    first wave came up a third slower than bare Ray's."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import scheduler.execute.ray_actor, scheduler.execute.apply, scheduler.core.plan, jobs, "
+            "jobs.data, jobs.command_job, scheduler.execute.command, scheduler.core.scoring as s; "
+            "s.get('accuracy')([0, 1], [[0.9, 0.1], [0.2, 0.8]]); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'torch', 'lightgbm', 'timm'}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

@@ -241,3 +241,24 @@ def test_fold_files_round_trip_as_data():
         assert np.array_equal(back.val_pred, fold.val_pred) and back.val_true.tolist() == [0, 1]
         assert meta["classes"] == ["a", "b"] and meta["split"] == {"folds": 2, "seed": 1}
         assert test_ids.tolist() == ["t1", "t2", "t3"]
+
+
+def test_what_the_folds_are_made_from_is_on_record_before_the_first_fold_is_kept(tmp_path, data, run_cli,
+                                                                                  monkeypatch):
+    """The driver records the data's fingerprint and the splits once its first tasks are up, or before it keeps the
+    first fold, whichever comes first (hashing a large competition is kept off the way to the first launch): a fold
+    on disk without them would be resumed into a world nobody checked."""
+    seen = []
+    keep = resume.keep_fold
+
+    def watching_keep(job_dir, fold, *args, **kw):
+        made = RunRecord.open_existing(job_dir.parents[1]).run_info().get("made_from") or {}
+        seen.append((fold.fold, sorted(made.get("data", {})), made.get("splits", {}).get("quick")))
+        return keep(job_dir, fold, *args, **kw)
+
+    monkeypatch.setattr(resume, "keep_fold", watching_keep)
+    _run(run_cli, tmp_path, [QUICK, {**QUICK, "name": "later"}], data)  # in process, one task at a time: the
+    assert [s[0] for s in seen] == [0, 1, 0, 1], seen  # first keeps its folds while the second has not started
+    for fold, files, split in seen:
+        assert "train.csv" in files and "test.csv" in files, (fold, files)
+        assert split is not None and split["folds"] == 2, split

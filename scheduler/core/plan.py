@@ -40,7 +40,7 @@ def parse_budget_s(text: str | int | float) -> float:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Resources(_Strict):

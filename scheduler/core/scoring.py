@@ -23,9 +23,16 @@ from functools import partial
 from typing import Callable
 
 import numpy as np
-from sklearn import metrics as skm
 
 _EPS = 1e-15
+
+
+def _sklearn():
+    """scikit-learn's metrics, imported by the metrics that use them (auc, f1_macro, qwk): the import costs about a
+    second of CPU, which every job's process paid at start-up (four starting on two cores stalled each other)."""
+    from sklearn import metrics
+
+    return metrics
 
 
 @dataclass(frozen=True)
@@ -90,14 +97,15 @@ def auc(y_true, y_pred) -> float:
     p = _proba(y_pred)
     y = _labels(y_true)
     if p.shape[1] == 2:
-        return float(skm.roc_auc_score(y, p[:, 1]))
+        return float(_sklearn().roc_auc_score(y, p[:, 1]))
+    skm = _sklearn()
     scores = [skm.roc_auc_score(y == c, p[:, c]) for c in range(p.shape[1]) if 0 < np.sum(y == c) < len(y)]
     return float(np.mean(scores)) if scores else float("nan")
 
 
 def f1_macro(y_true, y_pred) -> float:
     p = _proba(y_pred)
-    return float(skm.f1_score(_labels(y_true), p.argmax(axis=1), average="macro", zero_division=0))
+    return float(_sklearn().f1_score(_labels(y_true), p.argmax(axis=1), average="macro", zero_division=0))
 
 
 def qwk(y_true, y_pred) -> float:
@@ -106,7 +114,7 @@ def qwk(y_true, y_pred) -> float:
     y = _labels(y_true)
     if np.array_equal(hard, y):
         return 1.0
-    return float(skm.cohen_kappa_score(y, hard, weights="quadratic"))
+    return float(_sklearn().cohen_kappa_score(y, hard, weights="quadratic"))
 
 
 def rmse(y_true, y_pred) -> float:

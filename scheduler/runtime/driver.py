@@ -244,9 +244,10 @@ class Driver(Runner):
         self.on_start(self)
         try:
             self.handle(rl.Start(time.time()))
-            self.record_provenance()  # the first tasks are on their way; no fold is kept before the loop takes it
             while not self.run_state.done():
                 self._poll_events()
+                if self.live and all(h.started for h in self.live.values()):
+                    self.record_provenance()  # the first tasks are up (a kept fold records it first, if sooner)
                 if not self._wait_results(self.opts.poll_s):
                     time.sleep(self.opts.poll_s)
                 self.handle(*self._cancel_requests(), rl.Tick(time.time()))
@@ -259,6 +260,7 @@ class Driver(Runner):
             self._stop_all("interrupted (Ctrl-C)")
             raise
         finally:
+            self.record_provenance()  # a run whose tasks never all started is on record too
             self.place.stop()
             self.executor.close()
 

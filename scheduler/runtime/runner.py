@@ -91,6 +91,7 @@ class Runner:
         self.cuda = False
         self.data_dir: Path | None = None
         self.builtin: str | None = None
+        self._provenance_recorded = False
         self.records, notes = records.for_run(dry, record.dir)  # saved by the planner; planned here only if missing
         for task, note in notes:
             record.event("note", task, note=note)
@@ -131,9 +132,12 @@ class Runner:
 
     def record_provenance(self) -> None:
         """What the run's folds are made from (the data's fingerprint, each job's split), checked by a later
-        ``--resume``. Recorded once the first tasks are launched, before any of their folds can be kept: hashing the
-        competition's files is not on the way to the first launch."""
-        resume.record_made_from(self.record, self.dry, self.data_dir)
+        ``--resume``; once per driver. The loop records it once its first tasks are running, or before it keeps the
+        first fold, whichever comes first: hashing the competition's files (seconds, on a large one) is neither on
+        the way to the first launch nor taken from the tasks' processes while they start."""
+        if not self._provenance_recorded:
+            self._provenance_recorded = True
+            resume.record_made_from(self.record, self.dry, self.data_dir)
 
     def launch_record(self, name: str, attempt: int = 1) -> LaunchRecord:
         """The task's planned record (``jobs/<task>/launch.json``, made by the planner before the run) bound to what
@@ -180,6 +184,7 @@ class Runner:
                 self.log(name, ev.get("line", ""))
                 continue
             if kind == "fold" and "output" in ev:  # kept before it is logged: a reader that sees it may rely on it
+                self.record_provenance()  # what a kept fold is made from is on record before the fold
                 fold = ev.pop("output")
                 try:
                     resume.keep_fold(self.job_dir(name), fold, ev.pop("classes"), ev.pop("test_ids"),
