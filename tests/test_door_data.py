@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import TEST_HARDWARE
 
 PLAN = """name: d
 hardware: {profile: A100-40GB, gpus_per_node: 1, cpus: 4}

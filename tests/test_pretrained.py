@@ -7,7 +7,6 @@ import os
 
 import pytest
 
-from conftest import ROOT
 
 MODEL = "mobilenetv3_small_050"  # the smallest model timm has hub weights for: seeding and loading take a second
 TAG = "mobilenetv3_small_050.lamb_in1k"

@@ -17,7 +17,6 @@ import pandas as pd
 import pytest
 
 from conftest import FAKE_TRAIN, TEST_HARDWARE
-from scheduler.core.errors import UserError
 from scheduler.runtime import resume
 from scheduler.runtime.driver import InProcessDriver
 from scheduler.store.record import RunRecord
