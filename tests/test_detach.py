@@ -35,11 +35,14 @@ def test_detach_runs_status_cancel_end_to_end(tmp_path, monkeypatch, run_cli):
     work.mkdir(), elsewhere.mkdir()
     (work / "plan.yaml").write_text(PLAN)
     monkeypatch.chdir(work)
-    started = answer(run_cli("submit", "plan.yaml", "--detach", "--in-process", "--json"))
+    started = answer(run_cli("submit", "plan.yaml", "--detach", "--in-process", "--json", "--run-dir",
+                             "runs/new/r1"))  # a folder not made yet: the driver's log goes in it from the start
+    rid = started["run_id"]
+    assert started["run_dir"] == str(work / "runs" / "new" / "r1")
     assert set(started) >= {"run_id", "run_dir", "pid", "log"}
     jsonschema.validate(started, json.loads(runview.SCHEMA_FILE.read_text()))  # the run as status describes it
     assert started["status"] == "running" and started["outcome"] is None
-    rid, pid = started["run_id"], started["pid"]
+    pid = started["pid"]
     driver = psutil.Process(pid)
     try:
         assert driver.is_running()  # it returned while the run goes on
@@ -51,7 +54,7 @@ def test_detach_runs_status_cancel_end_to_end(tmp_path, monkeypatch, run_cli):
 
         def running():  # the job's script has started: the cancel lands on a running job
             jobs = answer(run_cli("status", rid, "--json"))["jobs"]
-            return jobs[0]["state"] == "RUNNING" and (work / "runs" / rid / "jobs/sleeper/output/env.json").is_file()
+            return jobs[0]["state"] == "RUNNING" and (work / "runs/new/r1/jobs/sleeper/output/env.json").is_file()
 
         wait_for(running)
         asked = answer(run_cli("cancel", rid, "--json"))
@@ -60,8 +63,8 @@ def test_detach_runs_status_cancel_end_to_end(tmp_path, monkeypatch, run_cli):
         driver.wait(timeout=120)  # the driver ends once the cancel is carried out
         after = answer(run_cli("status", rid, "--json"))
         assert after["status"] != "running" and [j["state"] for j in after["jobs"]] == ["CANCELLED"]
-        assert (work / "runs" / rid / "submission.csv").is_file()  # written as after any end
-        log = (work / "runs" / rid / "driver.log").read_text()
+        assert (work / "runs" / "new" / "r1" / "submission.csv").is_file()  # written as after any end
+        log = (work / "runs" / "new" / "r1" / "driver.log").read_text()
         assert json.loads(log.splitlines()[-1])["run_id"] == rid  # the driver's --json summary, at the log's end
     finally:
         if driver.is_running():

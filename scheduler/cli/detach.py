@@ -46,6 +46,7 @@ def child_argv(args, run_dir: Path, data_dir: Path | None, builtin: str | None, 
 def start(args, run_dir: Path, data_dir: Path | None, builtin: str | None) -> dict:
     """Start the run's driver in the background; ``{"run_id", "run_dir", "pid", "log"}`` once it holds the run."""
     log_path = run_dir / LOG
+    run_dir.mkdir(parents=True, exist_ok=True)  # a --run-dir not made yet (the default one is made when picked)
     read_end, write_end = os.pipe()
     try:
         with open(log_path, "ab") as log:
