@@ -1,7 +1,7 @@
 """What gpupack adds to starting jobs on Ray, measured in one run against bare Ray actors.
 
-- per job launch: gpupack's actor (its resources, its device, the first poll answered) against a bare actor
-  (``num_cpus=1``, one method call answered), each created and answered one at a time;
+- per job launch: gpupack's actor (its resources, its device, its job) until its first poll answers (RUNNING),
+  against a bare actor (``num_cpus=1``, one method call answered), each created and answered one at a time;
 - submit to running: from ``submit()`` (Ray already up, as when joining a cluster) until every first-wave job is
   RUNNING, against the same number of bare actors created at once that run the same job themselves (answer, read
   the competition, run the same script: ``BareJob``) until all answered — what the jobs would cost without gpupack.
@@ -41,6 +41,7 @@ from scheduler.policy import dryrun  # noqa: E402
 from scheduler.runtime import cluster as runtime  # noqa: E402 -- the cluster's resources
 from scheduler.runtime.driver import RunOptions  # noqa: E402
 from scheduler.runtime.submit import submit  # noqa: E402
+from scheduler.store import datasource  # noqa: E402
 
 
 @ray.remote(num_cpus=1)
@@ -89,15 +90,16 @@ def bare_launch() -> float:
 
 
 def gpupack_launch(i: int) -> float:
-    """The executor's submit (the actor's resources, its device) until its first poll and its environment answer."""
+    """The executor's submit (the actor's resources, its device, its job's ``run``) until its first poll answers: the
+    moment the driver marks a task RUNNING. (Its job starts at that answer, importing what it needs: a call made
+    after it, such as ``environment``, waits on those imports, in gpupack or out.)"""
     from scheduler.execute.launch import LaunchRecord
     from scheduler.execute.ray_actor import RayExecutor
 
     spec = planmod.job_from_dict({"kind": "command", "name": "bench", "command": ["true"]})
     record = LaunchRecord(task=f"bench-{i}", job="bench", spec=spec, data_dir=".", workdir=".", metric="accuracy",
                           seed=0, cpus=1, node="local", device=0, gpu_memory_mib=4096)
-    return timed_actors(lambda _i: RayExecutor("bench").submit(record).actor,
-                        lambda a: [a.poll.remote(0), a.environment.remote()])
+    return timed_actors(lambda _i: RayExecutor("bench").submit(record).actor, lambda a: [a.poll.remote(0)])
 
 
 def bare_wave(n: int) -> float:
@@ -132,6 +134,8 @@ def gpupack_wave(n: int, data: Path, tmp: Path, k: int) -> float:
     plan = planmod.from_dict({"name": "bench", "hardware": {"profile": "A100-40GB", "gpus_per_node": 2, "cpus": 16},
                               "budget": "5m", "jobs": jobs})
     dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan))
+    dry.data = datasource.inspect(datasource.choose(str(data), plan, tmp / "plan.yaml"), plan)  # as the CLI's dry
+    # run does before its submit: the folder read and checked
     run_dir = tmp / f"run{k}"
     started = {}
     t0 = time.time()

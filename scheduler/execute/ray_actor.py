@@ -21,6 +21,7 @@ placement-group bundle: there ``start`` hands the record to the local process-gr
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import threading
 import time
@@ -151,10 +152,13 @@ class JobActor:
     def _should_stop(self) -> bool:
         return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)
 
-    def run(self, record: LaunchRecord):
-        """The record travels with ``run``, not the constructor: unpickling its spec loads the plan's schema, and
-        the first poll (the sign the process is up) should not wait for that."""
-        self._answered.wait(FIRST_POLL_S)  # the job's imports (torch, sklearn) hold the GIL: answer first
+    def run(self, record: bytes | LaunchRecord):
+        """The record travels with ``run``, not the constructor, and as the bytes of its pickle: unpickling its spec
+        loads the plan's schema, and the first poll (the sign the process is up) should not wait for that, nor
+        share the process with it (Ray hands bytes over as they are; they are unpickled here, once it answered)."""
+        self._answered.wait(FIRST_POLL_S)  # the job's imports (torch, pandas, the schema) hold the GIL: answer first
+        if isinstance(record, bytes):
+            record = pickle.loads(record)
         from scheduler.execute.apply import run
 
         self._deadline = record.deadline
@@ -223,7 +227,7 @@ def killed_for_ram(error: BaseException, host_mib: int | None, in_use=_memory_in
 class RayHandle(Handle):
     def __init__(self, record: LaunchRecord, actor):
         self.record, self.actor = record, actor
-        self.result_ref = actor.run.remote(record)
+        self.result_ref = actor.run.remote(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
         self.poll_ref = actor.poll.remote(0, 0.0)
         self._events: list[dict] = []
         self._answered = False

@@ -30,7 +30,7 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
     until the submission is written, and a new run goes only into a folder that holds none (``--resume`` continues
     one). Two submits into one folder, at once or one after the other, never mix. ``on_ready``: called once the lock
     is held and the folder records the run as running (before the cluster starts), e.g. to tell a waiting parent."""
-    if opts.data_dir is not None:
+    if opts.data_dir is not None and dry.data is None:  # the CLI's dry run read and checked it (datasource.inspect)
         from jobs.data import load_competition
 
         load_competition(opts.data_dir)  # a bad folder is the user's error: found before any run folder exists
