@@ -141,14 +141,18 @@ def note_process(d: Path, task: str, pid: int, started: float) -> Path:
 def end_group(pgid: int, task: str, grace_s: float) -> bool:
     """SIGTERM to what is left of a job's group, SIGKILL to what is still there ``grace_s`` later, and back once
     it has gone (or a grace after the SIGKILL); True when something was there."""
+    import psutil
+
     if not signal_group(pgid, task, signal.SIGTERM):
         return False
-    for sig in (signal.SIGKILL, None):
-        end = time.time() + grace_s
-        while time.time() < end and group_members(pgid, task):
-            time.sleep(0.05)
-        if sig is not None:
-            signal_group(pgid, task, sig)  # stragglers would keep holding GPU memory
+    end = time.time() + grace_s
+    while time.time() < end and group_members(pgid, task):
+        time.sleep(0.05)
+    stragglers = group_members(pgid, task)
+    if stragglers and signal_group(pgid, task, signal.SIGKILL):  # they would keep holding GPU memory
+        # back once each has exited: one being torn down (its memory, the card's too, still being freed) no longer
+        # shows its environment, so it has left the group's members before it is gone
+        psutil.wait_procs(stragglers, timeout=grace_s)
     return True
 
 
