@@ -152,13 +152,12 @@ class JobActor:
     def _should_stop(self) -> bool:
         return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)
 
-    def run(self, record: bytes | LaunchRecord):
+    def run(self, pickled: bytes):
         """The record travels with ``run``, not the constructor, and as the bytes of its pickle: unpickling its spec
         loads the plan's schema, and the first poll (the sign the process is up) should not wait for that, nor
         share the process with it (Ray hands bytes over as they are; they are unpickled here, once it answered)."""
         self._answered.wait(FIRST_POLL_S)  # the job's imports (torch, pandas, the schema) hold the GIL: answer first
-        if isinstance(record, bytes):
-            record = pickle.loads(record)
+        record: LaunchRecord = pickle.loads(pickled)
         from scheduler.execute.apply import run
 
         self._deadline = record.deadline
