@@ -42,6 +42,7 @@ from scheduler.runtime import cluster as runtime  # noqa: E402 -- the cluster's 
 from scheduler.runtime.driver import RunOptions  # noqa: E402
 from scheduler.runtime.submit import submit  # noqa: E402
 from scheduler.store import datasource  # noqa: E402
+from scheduler.store.record import events_from  # noqa: E402
 
 
 @ray.remote(num_cpus=1)
@@ -141,18 +142,12 @@ def gpupack_wave(n: int, data: Path, tmp: Path, k: int) -> float:
     t0 = time.time()
 
     def watch():  # reads what the file gained since the last look: the watching costs the driver's process little
-        offset, events = 0, run_dir / "events.jsonl"
+        offset = 0
         while len(started) < n:
-            if events.exists():
-                with events.open("rb") as f:
-                    f.seek(offset)
-                    got = f.read()
-                whole = got[:got.rfind(b"\n") + 1]  # a line still being written is read at the next look
-                offset += len(whole)
-                for line in whole.splitlines():
-                    e = json.loads(line)
-                    if e["event"] == "state" and e["new"] == "RUNNING":
-                        started.setdefault(e["job"], e["time"])
+            events, offset = events_from(run_dir / "events.jsonl", offset)
+            for e in events:
+                if e["event"] == "state" and e["new"] == "RUNNING":
+                    started.setdefault(e["job"], e["time"])
             time.sleep(0.05)
 
     w = threading.Thread(target=watch, daemon=True)

@@ -87,3 +87,20 @@ def test_the_cli_refuses_a_used_run_dir_in_one_line_before_planning(tmp_path, di
     assert len(err.strip().splitlines()) == 1
     code, out, err = run_cli("submit", plan, "--data", digits_dir, "--run-dir", run_dir / "submission.csv")
     assert code == 2 and "is not a folder" in err  # a file given as the folder
+
+
+def test_new_events_are_read_from_an_offset_whole_lines_only(tmp_path):
+    """The live view and the overhead benchmark read what events.jsonl gained since their last look: a line still
+    being written is left for the next look, never parsed in half."""
+    from scheduler.store.record import events_from
+
+    path = tmp_path / "events.jsonl"
+    assert events_from(path, 0) == ([], 0)  # not there yet
+    path.write_text('{"event": "a"}\n{"event": "b", "job": "x"')  # the second line half written
+    events, offset = events_from(path, 0)
+    assert events == [{"event": "a"}] and offset == len('{"event": "a"}\n')
+    with path.open("a") as f:
+        f.write('}\n{"event": "c"}\n')
+    events, offset = events_from(path, offset)
+    assert events == [{"event": "b", "job": "x"}, {"event": "c"}] and offset == path.stat().st_size
+    assert events_from(path, offset) == ([], offset)

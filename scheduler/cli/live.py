@@ -33,16 +33,11 @@ class _Lines:
         self.offset = 0
 
     def __call__(self, driver: Driver) -> None:
-        path = driver.record.events_path
-        if not path.exists():
-            return
-        with path.open() as f:
-            f.seek(self.offset)
-            lines = f.readlines()
-            self.offset = f.tell()
+        from scheduler.store.record import events_from
+
+        events, self.offset = events_from(driver.record.events_path, self.offset)
         elapsed = format_duration(time.time() - driver.started_at)
-        for line in lines:
-            ev = json.loads(line)
+        for ev in events:
             text = _describe(ev)
             if text:
                 self.console.print(f"[dim]{elapsed:>7}[/] {text}")

@@ -31,6 +31,18 @@ CREATE TABLE IF NOT EXISTS cancel_requests (job TEXT, at REAL, seen INTEGER DEFA
 """
 
 
+def events_from(path: Path, offset: int) -> tuple[list[dict], int]:
+    """The events ``events.jsonl`` at ``path`` gained past byte ``offset``, and the offset to read on from: whole
+    lines only (one still being written is read at the next look); none while the file is not there."""
+    if not path.is_file():
+        return [], offset
+    with path.open("rb") as f:
+        f.seek(offset)
+        got = f.read()
+    whole = got[:got.rfind(b"\n") + 1]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()], offset + len(whole)
+
+
 class RunRecord:
     """Writes and reads one run's folder."""
 
