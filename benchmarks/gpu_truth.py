@@ -326,7 +326,8 @@ def junit_counts(path: Path) -> dict:
 def part1_checks(ctx: Sitting) -> dict:
     """``pytest -m gpu`` and ``doctor --json``."""
     xml = ctx.workdir / "gpu_tests.xml"
-    where = ["tests/test_gpu_real.py"] if ctx.quick else ["tests"]
+    # tests/test_gpu_truth.py's gpu test is this script's part 2: it would run option1 on the card a second time
+    where = ["tests/test_gpu_real.py"] if ctx.quick else ["tests", "--ignore=tests/test_gpu_truth.py"]
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *where]
     ctx.log(f"  $ {shlex.join(cmd[1:])}")
     p = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=ctx.timeout_s)
@@ -502,7 +503,7 @@ def part6_small_card(ctx: Sitting) -> dict:
     from scheduler.core.hardware import profile
 
     plan = ctx.workdir / "advised_a10.yaml"
-    cmd = scheduler_cmd("advise", "--hardware", SMALL_CARD, "--budget", "10m", "--json", "--out", plan,
+    cmd = scheduler_cmd("advise", "--hardware", SMALL_CARD, "--budget", ctx.args.advise_budget, "--json", "--out", plan,
                         *(["--models", "resnet18,lightgbm"] if ctx.quick else []))
     ctx.log(f"  $ {shlex.join(cmd[1:])}")
     a = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=ctx.timeout_s)
@@ -521,9 +522,11 @@ def part6_small_card(ctx: Sitting) -> dict:
 PARTS = {1: "checks", 2: "option1", 3: "sequential", 4: "competition", 5: "service", 6: "small_card"}
 
 
-def run_parts(ctx: Sitting, parts: list[int]) -> dict:
-    """Each asked-for part, its section of the JSON; a part that raises is a section with its error, the others
-    still run (a card run is rare: one fault must not cost the rest of the figures)."""
+def run_parts(ctx: Sitting, parts: list[int], done: Callable[[dict], None] = lambda sections: None) -> dict:
+    """Each asked-for part in the order asked, its section of the JSON; a part that raises is a section with its
+    error, the others still run (a card run is rare: one fault must not cost the rest of the figures). ``done`` is
+    called with the sections so far after every part: the JSON is on disk before the next part starts, so a sitting
+    cut short (a device call's time limit) still hands back every part it finished."""
     sections: dict = {}
     for n in parts:
         name = PARTS[n]
@@ -548,6 +551,7 @@ def run_parts(ctx: Sitting, parts: list[int]) -> dict:
             sec = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
         sec["part_s"] = round(time.time() - t0, 1)
         sections[name] = sec
+        done(sections)
     return sections
 
 
@@ -612,21 +616,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="gpu_truth.json", help="the JSON's path (default gpu_truth.json)")
     ap.add_argument("--quick", action="store_true", help="small plans and sizes (the CPU rehearsal of the tests)")
     ap.add_argument("--images", type=int, help="part 4's competition size (default 8000; --quick 300)")
-    ap.add_argument("--parts", default="1,2,3,4,5,6", help="which parts, e.g. 2 or 2,3 (default all)")
+    ap.add_argument("--parts", default="1,2,3,4,5,6",
+                    help="which parts, run in the order given, e.g. 2 or 1,2,6,5,3,4 (default all, in order)")
+    ap.add_argument("--advise-budget", default="10m", help="part 6's `advise --budget` (default 10m)")
     ap.add_argument("--every", type=float, default=0.5, help="seconds between NVML readings (default 0.5)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds any one command may take (default 3600)")
     ap.add_argument("--workdir", help="where runs and the competition go (default a new temp folder)")
     args = ap.parse_args(argv)
-    parts = sorted({int(p) for p in args.parts.split(",") if p.strip()})
-    if not set(parts) <= set(PARTS):
-        ap.error(f"--parts: each of {sorted(PARTS)}")
+    try:
+        parts = list(dict.fromkeys(int(p) for p in args.parts.split(",") if p.strip()))
+    except ValueError:
+        parts = [0]
+    if not parts or not set(parts) <= set(PARTS):
+        ap.error(f"--parts: a comma-separated list of {sorted(PARTS)}, got {args.parts!r}")
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="gpu_truth-"))
     workdir.mkdir(parents=True, exist_ok=True)
     ctx = Sitting(args, card(), workdir)
     ctx.log(f"gpu_truth: {ctx.why if ctx.rehearsal else ctx.card['name']}; work in "
             f"{workdir}")
-    doc = document(ctx, argv, run_parts(ctx, parts))
-    Path(args.out).write_text(json.dumps(doc, indent=1))
+    out = Path(args.out)
+
+    def write(sections: dict) -> None:
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(document(ctx, argv, sections), indent=1))
+        tmp.replace(out)
+
+    sections = run_parts(ctx, parts, done=write)
+    write(sections)
+    doc = json.loads(out.read_text())
     print(table(doc))
     print(f"written: {args.out}")
     return 0
