@@ -323,6 +323,18 @@ def junit_counts(path: Path) -> dict:
             "errors": n["errors"], "skipped": n["skipped"]}
 
 
+def _bounded(cmd: list[str], ctx: Sitting) -> subprocess.CompletedProcess:
+    """``cmd`` run to its end or to ``--timeout``; one that runs out is an answer (exit ``None``, what it printed so
+    far and a line saying so), not an exception: part 1's second check still runs (on an H100, 2026-11-25,
+    ``pytest -m gpu`` ran past a 200 s timeout and took doctor's verdict with it)."""
+    try:
+        return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=ctx.timeout_s)
+    except subprocess.TimeoutExpired as e:
+        text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
+        return subprocess.CompletedProcess(cmd, None, text(e.stdout),
+                                           text(e.stderr) + f"\ntimed out after {ctx.timeout_s:.0f} s (--timeout)")
+
+
 def part1_checks(ctx: Sitting) -> dict:
     """``pytest -m gpu`` and ``doctor --json``."""
     xml = ctx.workdir / "gpu_tests.xml"
@@ -330,14 +342,14 @@ def part1_checks(ctx: Sitting) -> dict:
     where = ["tests/test_gpu_real.py"] if ctx.quick else ["tests", "--ignore=tests/test_gpu_truth.py"]
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *where]
     ctx.log(f"  $ {shlex.join(cmd[1:])}")
-    p = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=ctx.timeout_s)
+    p = _bounded(cmd, ctx)
     tests = {"command": shlex.join(cmd[1:]), "exit": p.returncode,
              **(junit_counts(xml) if xml.is_file() else {"why": p.stdout[-1500:] + p.stderr[-1500:]})}
     if ctx.rehearsal:
         tests["note"] = "every gpu test skips without CUDA"
     dcmd = scheduler_cmd("doctor", "--json", *(["--no-gain"] if ctx.quick else []))
     ctx.log(f"  $ {shlex.join(dcmd[1:])}")
-    d = subprocess.run(dcmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=ctx.timeout_s)
+    d = _bounded(dcmd, ctx)
     answer = _last_json(d.stdout) or {}
     checks = {c["name"]: c["status"] for c in answer.get("checks", [])}
     return {"pytest_gpu": tests,

@@ -16,7 +16,7 @@ from jobs import JobContext, run_job, timm_job
 from jobs.data import load_competition
 from jobs.memory import cuda_device
 from scheduler.core.hardware import physical_memory_mib, visible_index
-from scheduler.core.memcap import memory_cap
+from scheduler.core.memcap import MIN_ALLOCATOR_MIB, memory_cap
 from scheduler.execute.apply import hold_to, process_cap
 from scheduler.policy.overhead import outside_allocator_mib, overhead_for
 from scheduler.core.plan import TimmJob
@@ -80,8 +80,18 @@ def test_the_cap_leaves_outside_the_allocator_what_the_estimator_adds_there():
     assert outside_allocator_mib("RTX3090-24GB", "1.12.0+cu113") > 1_000
 
 
-def test_a_small_share_keeps_at_least_half_for_the_allocator():
-    assert memory_cap(1_000, H100_MIB, 760).allocator_mib == 500
+def test_a_small_share_still_holds_its_context_and_allocator_within_itself():
+    """Seen on an H100 (gpu_truth part 6, an advised A10-24GB plan): EfficientNet-B0 folds of 1,435 MiB each,
+    ~740 MiB of context each; a floor of half the share for the allocator let NVML see 1,454 MiB. Every share that
+    can hold the context keeps allocator + context within itself; only a share smaller than the context keeps a
+    minimum for the allocator."""
+    cap = memory_cap(1_435, H100_MIB, 760)
+    assert cap.allocator_mib == 675 and cap.allocator_mib + cap.outside_mib <= 1_435
+    for share in range(760 + MIN_ALLOCATOR_MIB, 4_000, 7):
+        c = memory_cap(share, H100_MIB, 760)
+        assert c.allocator_mib + c.outside_mib <= share
+        assert c.fraction * H100_MIB <= c.allocator_mib
+    assert memory_cap(900, H100_MIB, 760).allocator_mib == MIN_ALLOCATOR_MIB
 
 
 def test_the_fraction_is_of_the_physical_card_rounded_down():

@@ -135,6 +135,21 @@ def test_pytests_counts_come_from_its_junit_xml(gt, tmp_path):
     assert gt.junit_counts(xml) == {"passed": 4, "failed": 2, "errors": 1, "skipped": 3}
 
 
+def test_a_check_that_runs_past_its_timeout_is_an_answer_and_the_next_check_still_runs(gt, tmp_path, monkeypatch):
+    """On an H100, ``pytest -m gpu`` ran past part 1's --timeout and the exception took doctor's verdict with it:
+    a command that runs out is now an exit of ``None`` with what it printed so far, and part 1 goes on to doctor."""
+    ctx = _ctx(gt, tmp_path, gt.NO_CUDA)
+    ctx.timeout_s = 1.0
+    slow = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"]
+    p = gt._bounded(slow, ctx)
+    assert p.returncode is None and "started" in p.stdout and "timed out after 1 s" in p.stderr
+    ran = []
+    monkeypatch.setattr(gt, "scheduler_cmd", lambda *a: ran.append(a) or slow)
+    sec = gt.part1_checks(ctx)
+    assert sec["pytest_gpu"]["exit"] is None and "timed out" in sec["pytest_gpu"]["why"]
+    assert ran and ran[0][0] == "doctor" and sec["doctor"]["exit"] is None and sec["doctor"]["ok"] is None
+
+
 def test_the_sequential_copy_sets_fold_parallel_false_on_every_timm_job_and_quick_shrinks_only_timm(gt, tmp_path):
     import yaml
 
@@ -189,5 +204,21 @@ def test_part_2_on_the_card_every_task_holds_its_share(tmp_path):
     run = doc["parts"]["option1"]
     assert doc["rehearsal"] is False and run["exit"] == 0, run.get("stderr_tail")
     assert run["tasks"] and all(t["nvml_peak_mib"] is not None for t in run["tasks"]), run["tasks"]
-    assert all(t["within_share_plus_context"] for t in run["tasks"]), run["tasks"]
+    assert all(t["within_share"] for t in run["tasks"]), run["tasks"]  # on an H100, 2026-11-25: 6,532 of 6,727 MiB
     assert all(b is not None for b in run["busy_share"].values()), run["busy_share"]
+
+
+@pytest.mark.gpu
+def test_part_6_on_the_card_small_shares_of_a_smaller_card_hold(tmp_path):
+    """On a real card: a plan advised for an A10-24GB gives its folds small shares (1.4-1.8 GB each); NVML sees each
+    task within its share, context included (on an H100, 2026-11-25, EfficientNet-B0's 1,435 MiB folds reached
+    1,454 MiB while the cap left the allocator half the share)."""
+    out = tmp_path / "gpu_truth.json"
+    p = subprocess.run([sys.executable, "benchmarks/gpu_truth.py", "--parts", "6", "--advise-budget", "3m", "--out",
+                        str(out), "--workdir", str(tmp_path / "work")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=1800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = json.loads(out.read_text())["parts"]["small_card"]
+    assert run["exit"] == 0 and run["records_of_small_card"], run.get("stderr_tail") or run.get("advise")
+    assert run["tasks"] and all(t["nvml_peak_mib"] is not None for t in run["tasks"]), run["tasks"]
+    assert all(t["within_share"] for t in run["tasks"]), run["tasks"]

@@ -8,8 +8,11 @@ grant. Before, three formulas agreed by care; one of them gave a script the shar
 capped itself with it could pass its share by the CUDA context it also holds.
 
 The rule: a process holds its CUDA context and libraries outside the allocator (``policy.overhead``: ~760 MiB with
-lazy loading); the estimator counts them in the planned MiB, so the allocator gets the share less them, but never
-less than half the share (a tiny share would otherwise leave it nothing). The fraction is of the *physical* card (a
+lazy loading); the estimator counts them in the planned MiB, so the allocator gets the share less them — also for a
+small share: on an H100 an advised A10-24GB plan gave EfficientNet-B0 folds 1,435 MiB each, and the old floor of
+half the share (717 MiB for the allocator) let NVML see 1,454 MiB, 19 over the share. Only a share too small to
+hold the context at all keeps ``MIN_ALLOCATOR_MIB`` for the allocator (such a process passes its share: no torch job
+runs in less). The fraction is of the *physical* card (a
 plan for an A100-40GB run on an 80 GB card caps each job at its planned MiB, not at the same fraction of the larger
 card), rounded down: a cap never rounds up past the share. On a CPU rehearsal the card is the plan's.
 """
@@ -18,6 +21,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+
+MIN_ALLOCATOR_MIB = 256  # what a share smaller than its context still leaves the allocator
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,6 @@ def memory_cap(share_mib: int | float, card_mib: int | float, outside_mib: int |
     share, card, outside = int(share_mib), int(card_mib), math.ceil(outside_mib)
     if share <= 0 or card <= 0:
         raise ValueError(f"a memory cap needs a share and a card: {share_mib!r} MiB of {card_mib!r} MiB")
-    allocator = max(share // 2, share - outside)
+    allocator = max(MIN_ALLOCATOR_MIB, share - outside)
     fraction = min(1.0, math.floor(allocator / card * 1e4 + 1e-6) / 1e4)
     return Cap(share_mib=share, card_mib=card, outside_mib=outside, allocator_mib=allocator, fraction=fraction)
