@@ -342,3 +342,18 @@ def test_the_two_pretrained_plans_differ_in_pretrained_only(tmp_path):
     assert jobs[True].pretrained and not jobs[False].pretrained
     assert jobs[True].model_copy(update={"pretrained": False}) == jobs[False]
     assert jobs[True].lr == 5e-4
+
+
+def test_the_lgbm_folds_benchmark_scores_each_fold_count_on_the_test_labels(tmp_path, capsys):
+    """``benchmarks/lgbm_folds.py`` on a small competition: one held-out figure per split seed and fold count, each an
+    accuracy on the competition's test labels, and the summary line per count."""
+    lf = importlib.import_module("benchmarks.lgbm_folds")
+    assert lf.main(["--images", "300", "--split-seeds", "2", "--folds", "1,2", "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("split seed ") == 2 and "1 folds: mean held-out" in out and "2 folds: mean held-out" in out
+    job = lf.plan_params(ROOT / "plans" / "option1.yaml")
+    assert job["params"] == {"num_leaves": 63, "learning_rate": 0.05} and job["early"] >= 1
+    score = lf.held_out(tmp_path / "competition", 2, 0, job, threads=1)
+    assert 0.3 < score <= 1.0  # learnable: ten classes, far above chance
+    with pytest.raises(SystemExit):
+        lf.main(["--folds", "0"])
