@@ -515,8 +515,8 @@ def part6_small_card(ctx: Sitting) -> dict:
     from scheduler.core.hardware import profile
 
     plan = ctx.workdir / "advised_a10.yaml"
-    cmd = scheduler_cmd("advise", "--hardware", SMALL_CARD, "--budget", ctx.args.advise_budget, "--json", "--out", plan,
-                        *(["--models", "resnet18,lightgbm"] if ctx.quick else []))
+    cmd = scheduler_cmd("advise", "--hardware", SMALL_CARD, "--budget", ctx.args.advise_budget, "--json",
+                        "--out", plan, *(["--models", "resnet18,lightgbm"] if ctx.quick else []))
     ctx.log(f"  $ {shlex.join(cmd[1:])}")
     a = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=ctx.timeout_s)
     if a.returncode != 0 or not plan.is_file():

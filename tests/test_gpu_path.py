@@ -92,6 +92,7 @@ def test_a_small_share_still_holds_its_context_and_allocator_within_itself():
         assert c.allocator_mib + c.outside_mib <= share
         assert c.fraction * H100_MIB <= c.allocator_mib
     assert memory_cap(900, H100_MIB, 760).allocator_mib == MIN_ALLOCATOR_MIB
+    assert memory_cap(200, H100_MIB, 760).allocator_mib == 200  # a share under the minimum: the whole share
 
 
 def test_the_fraction_is_of_the_physical_card_rounded_down():

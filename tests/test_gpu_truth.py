@@ -92,7 +92,7 @@ def test_a_peak_is_judged_against_the_share_and_the_cuda_context_memcap_names(gt
 def _ctx(gt, tmp_path, why):
     import argparse
 
-    args = argparse.Namespace(quick=True, every=0.5, timeout=60, images=None)
+    args = argparse.Namespace(quick=True, every=0.5, timeout=60, images=None, advise_budget="10m")
     card = {"name": None if why else "NVIDIA H100 80GB HBM3", "memory_mib": None if why else 81559, "devices": [],
             "cuda": why is None, "why": why}
     return gt.Sitting(args, card, tmp_path)

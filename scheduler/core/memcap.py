@@ -46,6 +46,6 @@ def memory_cap(share_mib: int | float, card_mib: int | float, outside_mib: int |
     share, card, outside = int(share_mib), int(card_mib), math.ceil(outside_mib)
     if share <= 0 or card <= 0:
         raise ValueError(f"a memory cap needs a share and a card: {share_mib!r} MiB of {card_mib!r} MiB")
-    allocator = max(MIN_ALLOCATOR_MIB, share - outside)
+    allocator = max(min(MIN_ALLOCATOR_MIB, share), share - outside)  # never more than the share itself
     fraction = min(1.0, math.floor(allocator / card * 1e4 + 1e-6) / 1e4)
     return Cap(share_mib=share, card_mib=card, outside_mib=outside, allocator_mib=allocator, fraction=fraction)
