@@ -40,13 +40,14 @@ from scheduler.policy.autotune import (PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_
 from scheduler.core.scoring import get as get_metric
 from scheduler.core.plan import TimmJob
 from scheduler.core.walltime import Ledger
+from scheduler.core import rehearsal
 from scheduler.policy import inputs
 
 log = logging.getLogger("gpupack.job")
 
-REHEARSAL_IMAGE_SIZE = 32
-REHEARSAL_EPOCHS = 3
-REHEARSAL_STEPS_PER_EPOCH = 25
+REHEARSAL_IMAGE_SIZE = rehearsal.IMAGE_SIZE
+REHEARSAL_EPOCHS = rehearsal.EPOCHS
+REHEARSAL_STEPS_PER_EPOCH = rehearsal.STEPS_PER_EPOCH
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,13 @@ from jobs.contract import JobContext
 from jobs.images import ResizableBatchSampler
 from jobs.memory import CudaMemory, SimulatedDevice
 from jobs.trainer import Trainer
+from scheduler.core import rehearsal
 from scheduler.core.plan import TimmJob
 from scheduler.policy.autotune import MIN_STEPS, BatchTuner, Observation, lr_factor
 
 log = logging.getLogger("gpupack.job")
 
-REHEARSAL_BATCH_SIZE = 32
+REHEARSAL_BATCH_SIZE = rehearsal.BATCH_SIZE
 
 
 def job_memory(spec: TimmJob, ctx: JobContext, cuda: bool, device: torch.device):

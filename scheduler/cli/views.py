@@ -86,6 +86,7 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
         j.add_row(row["task"], spec.kind, folds, str(row["wave"]), where, str(getattr(spec, "batch_size", None) or "—"),
                   format_mib(row["host_memory_mib"]), row["reason"])
     console.print(j)
+    show_timeline(dry, console)
     if dry.data is not None:
         d = dry.data
         console.print(f"[bold]data:[/] {d['source']}: {d['train_rows']:,} train rows, {d['test_rows']:,} test rows, "
@@ -93,6 +94,30 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
         console.print(f"[bold]submission:[/] {d['submission']}")
     for w in dry.warnings:
         console.print(f"[yellow]warning:[/] {w}")
+
+
+TIMELINE_WIDTH = 40
+
+
+def show_timeline(dry: DryRun, console: Console) -> None:
+    """When each task is predicted to start and end (``dry.timeline``): start-up ``░``, work ``█``, on one scale."""
+    if dry.timeline is None:
+        return
+    doc = dry.timeline_json()
+    wall = max(doc["predicted_wall_s"], 1e-9)
+    t = Table(title=f"Predicted timeline ({doc['where']})", title_justify="left")
+    for col in ("task", "start", "start-up", "end", "folds × epochs", "per fold", ""):
+        t.add_column(col, justify="left" if col in ("task", "") else "right")
+    for row in doc["tasks"]:
+        a, b, c = (round(TIMELINE_WIDTH * row[k] / wall) for k in ("start_s", "startup_end_s", "end_s"))
+        bar = " " * a + "░" * max(0, b - a) + "█" * max(1 if c > b else 0, c - b)
+        tm = row["time"]
+        t.add_row(row["task"], format_duration(row["start_s"]), format_duration(row["startup_s"]),
+                  format_duration(row["end_s"]), f"{tm['folds']} × {tm['epochs']}", format_duration(tm["fold_s"]), bar)
+    console.print(t)
+    console.print(f"[bold]predicted wall[/] {format_duration(doc['predicted_wall_s'])} of the "
+                  f"{format_duration(doc['window_s'])} training window ({doc['window_use']:.0%}); smallest form "
+                  f"(one fold, one epoch) {format_duration(doc['smallest_wall_s'])}")
 
 
 def _dev(dry: DryRun, row: dict):

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from scheduler.core import hardware as hw
 from scheduler.core.errors import UserError
 from scheduler.core.folds import fold_train_rows
-from scheduler.policy import tasks as tk
+from scheduler.policy import plantime, tasks as tk
+from scheduler.policy.timeline import Timeline
 from scheduler.policy.fit import SEARCH_STEPS, FitJob, fit
 from scheduler.policy.packing import Assignment, Demand, Placement, pack, within_host_memory
 from scheduler.core.plan import Plan
@@ -31,6 +32,10 @@ class DryRun:
     lanes_why: dict[str, str] = field(default_factory=dict)  # per job: why its folds run side by side, or do not
     speed: object = None  # (model, image size, batch, card) -> timemodel.Speed: the time model, with what was measured
     images_mib: dict[str, int] = field(default_factory=dict)  # job -> its decoded training images on the card, MiB
+    timing: plantime.Timing | None = None  # where the tasks run, as far as time goes (None: no time model asked)
+    times: dict = field(default_factory=dict)  # task -> tasktime.TaskTime, where the placement puts it
+    timeline: Timeline | None = None  # each task's predicted start and end (``policy/timeline``)
+    smallest_wall_s: float | None = None  # the plan's predicted wall at its smallest form (one fold, one epoch)
 
     def __post_init__(self) -> None:
         if not self.tasks:
@@ -162,7 +167,33 @@ class DryRun:
             "changes": list(self.changes),
             "warnings": list(self.warnings),
             **({"data": self.data} if self.data is not None else {}),
+            **({"timeline": self.timeline_json()} if self.timeline is not None else {}),
         }
+
+    @property
+    def window_s(self) -> float:
+        """The training window: the budget less what is kept for ensembling and writing."""
+        return self.plan.budget * (1 - self.plan.reserve_for_inference)
+
+    def timeline_rows(self) -> list[dict]:
+        """One row per task, in the order it starts: its predicted start, end of start-up and end (seconds from the
+        run's start), and its time's fields (``tasktime.TaskTime``)."""
+        if self.timeline is None:
+            return []
+        rows = []
+        for name, span in sorted(self.timeline.spans.items(), key=lambda kv: (kv[1].start, kv[0])):
+            t = self.times[name]
+            rows.append({"task": name, "job": self.tasks[name].job if name in self.tasks else name, **span.to_json(),
+                         "startup_s": round(span.startup_end - span.start, 1),
+                         "time": t.to_json()})
+        return rows
+
+    def timeline_json(self) -> dict:
+        wall = self.timeline.wall_s
+        return {"where": self.timing.describe(), "predicted_wall_s": round(wall, 1),
+                "window_s": round(self.window_s, 1), "window_use": round(wall / self.window_s, 4) if self.window_s else None,
+                "smallest_wall_s": None if self.smallest_wall_s is None else round(self.smallest_wall_s, 1),
+                "fits": wall <= self.window_s, "never": dict(self.timeline.never), "tasks": self.timeline_rows()}
 
 
 def expected_gain(specs: list, card: str, speed=None) -> dict | None:
@@ -191,9 +222,10 @@ def expected_gain(specs: list, card: str, speed=None) -> dict | None:
 
 
 def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, int] | None, speed=None, *,
-           host=None) -> tk.Lanes:
+           host=None, timing: plantime.Timing | None = None, data: plantime.Data | None = None) -> tk.Lanes:
     """How many of each job's folds run side by side (``tasks.fold_lanes``), packed as the fitter packs.
-    ``host(job, cores)``: one lane's host RAM, MiB."""
+    ``host(job, cores)``: one lane's host RAM, MiB. With ``timing``, by the plan's predicted end on the card the plan
+    names (a CPU rehearsal runs the card's tasks: its lanes are the card's, as its packing is)."""
     from scheduler.policy.colocation import LARGE_CARDS
 
     band = plan.band
@@ -221,8 +253,27 @@ def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, in
 
     size = {(d.node, d.index): int(d.memory_mib * band[1]) for n in nodes for d in n.devices}
     ram = {n.name: n.memory_mib for n in nodes}
+    finish = None
+    if timing is not None:
+        timing = dataclasses.replace(timing, rehearsal=False, in_process=False)
+        fitted_plan = plan.model_copy(update={"jobs": [
+            j.model_copy(update={"batch_size": fitted.batches[j.name]}) if isinstance(fitted.batches.get(j.name), int)
+            else j for j in plan.jobs]})
+        slow = _device_slowdown(fitted_plan, {}, hardware.profile, speed)
+        by_job = {j.name: j for j in jobs}
+
+        def finish(lanes: dict[str, int], where: dict) -> float:
+            tasks = {t.name: t for j in jobs for t in tk.lanes_of(j.name, j.folds, lanes[j.name])}
+            placed = [Assignment(t.name, *where[t.name], fitted.memory_mib[t.job],
+                                 tk.lane_cpus(by_job[t.job].cpus, t.lanes) if t.folds is not None else by_job[t.job].cpus,
+                                 "") for t in tasks.values()]
+            times = plantime.plan_times(fitted_plan, tasks, placed, card=hardware.profile, timing=timing, data=data)
+            return plantime.project(times, None, hardware, band[1], timing, device_slowdown=slow,
+                                    assignments=placed).wall_s
+
     return tk.fold_lanes(jobs, pack_units, gain, room_mib=lambda node, dev: size.get((node, dev), 0),
-                         large_card=hardware.profile in LARGE_CARDS, fixed=fixed, ram_mib=lambda n: ram.get(n))
+                         large_card=hardware.profile in LARGE_CARDS, fixed=fixed, ram_mib=lambda n: ram.get(n),
+                         finish=finish)
 
 
 def resolve_hardware(plan: Plan, override: str | None = None) -> hw.Hardware:
@@ -359,7 +410,7 @@ def _host_memory(plan: Plan, fitted, estimated: bool, train_rows: int | None, te
 
 def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_rows: int | None = None, *,
             measured=None, lanes: dict[str, int] | None = None, speed=None, test_rows: int | None = None,
-            features: int | None = None) -> DryRun:
+            features: int | None = None, timing: plantime.Timing | None = None) -> DryRun:
     """Estimate, fit into the band and pack ``plan`` onto ``hardware``; collect what a person should know first.
 
     ``estimated=False`` packs the plan's own ``gpu_memory`` figures as written (``--trust-plan-memory``).
@@ -368,6 +419,9 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     measured: they are used before computed ones, and each job's row says which (``estimate_source``).
     ``test_rows`` and ``features`` size the tasks' host RAM (``policy.hostmem``); each wave's tasks on a node fit
     the node's RAM.
+    ``timing`` (where the tasks will run: the card or this machine's CPU rehearsal, in process or not, what this
+    machine learned) turns the time model on: each task's predicted start and end (``dry.timeline``), lanes chosen by
+    the plan's predicted end, and a warning where the budget cannot hold the plan's smallest form.
     """
     if not hardware.devices and any(j.uses_gpu for j in plan.jobs):
         raise UserError(f"plan '{plan.name}' has GPU jobs but hardware '{hardware.profile}' has no GPU")
@@ -379,7 +433,8 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     est = _estimator(plan, card, measured, seen, images) if estimated else None
     fitted = fit(_fit_jobs(shared, estimated, train_rows), nodes, plan.band, est)
     host = _host_memory(plan, fitted, estimated, train_rows, test_rows, features)
-    chosen = _lanes(shared, fitted, nodes, hardware, lanes, speed, host=host)
+    data = plantime.Data(train_rows, test_rows, features)
+    chosen = _lanes(shared, fitted, nodes, hardware, lanes, speed, host=host, timing=timing, data=data)
     tasks = {t.name: t for job in plan.jobs
              for t in tk.lanes_of(job.name, job.folds, chosen.lanes.get(job.name, 1))}
     split = [t for t in tasks.values() if t.folds is not None]
@@ -433,5 +488,53 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
         warnings.append(f"{len(later)} task(s) wait for a later wave: {', '.join(later)}")
     if not placement.exact:
         warnings.append(f"the placement is not proven optimal: {placement.how}")
+    if timing is not None:
+        warnings += _timeline(dry, timing, data)
     dry.warnings = warnings
     return dry
+
+
+def _timeline(dry: DryRun, timing: plantime.Timing, data: plantime.Data) -> list[str]:
+    """The plan's predicted timeline, and the warnings it calls for."""
+    dry.timing = timing
+    dry.times = plantime.plan_times(dry.plan, dry.tasks, dry.placement.assignments, card=dry.hardware.profile,
+                                    timing=timing, data=data)
+    slow = _device_slowdown(dry.plan, dry.tasks, dry.hardware.profile, dry.speed)
+    dry.timeline = plantime.project(dry.times, dry.placement, dry.hardware, dry.plan.band[1], timing,
+                                    device_slowdown=slow)
+    cuttable = {t: dry.spec(t).kind == "timm" for t in dry.times}
+    dry.smallest_wall_s = plantime.project(plantime.smallest(dry.times, cuttable.get), dry.placement, dry.hardware,
+                                           dry.plan.band[1], timing, device_slowdown=slow).wall_s
+    out = []
+    wall, window = dry.timeline.wall_s, dry.window_s
+    if dry.smallest_wall_s > window:
+        out.append(f"time: the budget cannot hold even the plan's smallest form: one fold and one epoch of every "
+                   f"image job is predicted to take {dry.smallest_wall_s:.0f} s of the {window:.0f} s training window; "
+                   f"raise --budget or drop a job")
+    elif wall > window:
+        out.append(f"time: the plan is predicted to take {wall:.0f} s, past its {window:.0f} s training window: the "
+                   f"budget will cut epochs or folds (its smallest form takes {dry.smallest_wall_s:.0f} s)")
+    for name, why in dry.timeline.never.items():
+        out.append(f"time: {name} never starts: {why}")
+    return out
+
+
+def _device_slowdown(plan: Plan, tasks: dict, card: str, speed=None):
+    """(the tasks busy on one card) -> how much slower each runs there (``colocation.shared``), 1.0 when unknown."""
+    from scheduler.policy import colocation, timemodel
+
+    def slowdown(names: list[str]) -> float:
+        specs = [plan.job(tasks[n].job if n in tasks else tk.job_of(n)) for n in names]
+        speeds = []
+        for s in specs:
+            if not getattr(s, "model", None) or not isinstance(getattr(s, "batch_size", None), int):
+                continue
+            fn = speed or (lambda m, size, b, c: timemodel.speed(m, size, b, card=c))
+            sp = fn(s.model, getattr(s, "image_size", 224), s.batch_size, card)
+            if sp is not None:
+                speeds.append(sp)
+        if len(speeds) < 2 or card not in hw.PROFILES:
+            return 1.0
+        return float(colocation.shared(speeds, card)["slowdown"])
+
+    return slowdown

@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 
 SEP = "/"
 GAIN_TOLERANCE = 0.05  # a gain within 5 % of the last one counts as "no less work": the model's own error is larger
+TIME_TOLERANCE = 0.01  # another lane must bring the plan's predicted end this much sooner (a share of it)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ class Lanes:
 GainFn = Callable[[list[str]], float | None]
 # [(unit name, MiB, cores, host MiB)] -> (waves, {unit: (wave, node, device)})
 PackFn = Callable[[list[tuple[str, int, int, int]]], tuple[int, dict[str, tuple[int, str, int | None]]]]
+# (lanes per job, {unit: (wave, node, device)}) -> the plan's predicted wall, seconds (``policy/plantime``)
+FinishFn = Callable[[dict[str, int], dict[str, tuple[int, str, int | None]]], float]
 
 
 def _units(jobs: Sequence[LaneJob], lanes: dict[str, int]) -> list[tuple[str, int, int, int]]:
@@ -106,16 +109,19 @@ def _units(jobs: Sequence[LaneJob], lanes: dict[str, int]) -> list[tuple[str, in
 
 def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib: Callable[[str, int], int],
                large_card: bool, fixed: dict[str, int] | None = None,
-               ram_mib: Callable[[str], int | None] = lambda node: None) -> Lanes:
+               ram_mib: Callable[[str], int | None] = lambda node: None, finish: FinishFn | None = None) -> Lanes:
     """The lanes of each job (see the module's docstring). ``room_mib(node, device)`` is a device's memory under the
     band's top; ``ram_mib(node)`` a node's host RAM (None: not known); ``fixed`` forces lanes (a resumed run keeps
-    the tasks it had)."""
+    the tasks it had). With ``finish`` (the time model's predicted wall of the plan as it would run), a lane is kept
+    only where the plan ends sooner with it (``TIME_TOLERANCE``), in place of the packing-gain rule: each lane pays
+    its start-up again and slows its neighbours, and the timeline counts both."""
     lanes = {j.name: 1 for j in jobs}
     why: dict[str, str] = {}
     if fixed is not None:
         lanes.update({k: v for k, v in fixed.items() if k in lanes})
         return Lanes(lanes, {k: "as the run being resumed had it" for k, v in lanes.items() if v > 1})
     waves, where = pack(_units(jobs, lanes))
+    one_lane = finish(lanes, where) if finish else None
     tried: set[str] = {j.name for j in jobs if not j.splittable or j.folds < 2}
     stops: dict[str, str] = {}
     while True:
@@ -148,13 +154,21 @@ def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib:
         if t_waves > waves:
             stop("another lane would push work into a later wave")
             continue
-        verdict = _gain_verdict(j, jobs, (lanes, where), (trial, t_where), gain=gain, large_card=large_card)
+        if finish is not None:
+            verdict = _time_verdict(j, finish(lanes, where), finish(trial, t_where), trial[j.name])
+        else:
+            verdict = _gain_verdict(j, jobs, (lanes, where), (trial, t_where), gain=gain, large_card=large_card)
         if verdict is not None:
             stop(verdict)
             continue
         lanes, where = trial, t_where
     for j in jobs:
-        if lanes[j.name] > 1:
+        if lanes[j.name] > 1 and finish is not None:
+            why[j.name] = (f"{lanes[j.name]} of {j.folds} folds side by side: the plan is predicted to end at "
+                           f"{finish(lanes, where):.0f} s, against {one_lane:.0f} s with every job in one lane")
+            if j.name in stops:
+                why[j.name] += f"; no more: {stops[j.name]}"
+        elif lanes[j.name] > 1:
             why[j.name] = (f"{lanes[j.name]} of {j.folds} folds side by side: the band had room and the packing gain "
                            f"held ({_gain_text(j, jobs, lanes, where, gain)})")
             if j.name in stops:
@@ -208,6 +222,14 @@ def _gain_verdict(j, jobs, now: tuple, then: tuple, *, gain: GainFn, large_card:
         return (f"the device's packing gain would fall from {g_before:.2f}x to {g_after:.2f}x with another fold "
                 "beside it")
     return None
+
+
+def _time_verdict(j: LaneJob, before_s: float, after_s: float, lanes: int) -> str | None:
+    """None when the plan ends sooner with the lane; else why not, in seconds."""
+    if after_s < before_s * (1 - TIME_TOLERANCE):
+        return None
+    return (f"the plan is predicted to end at {after_s:.0f} s with {lanes} lanes of {j.name}, against {before_s:.0f} s "
+            f"with {lanes - 1}: another lane's start-up and its neighbours' contention outweigh what it runs")
 
 
 def _gain_text(j, jobs, lanes, where, gain: GainFn) -> str:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scheduler.core import boundedlog
+from scheduler.core import boundedlog, rehearsal
 from scheduler.core.hardware import card_name
 from scheduler.core.states import JobState
 from scheduler.policy import runloop as rl
@@ -54,8 +54,7 @@ def ensure_data(data_dir: Path | None, run_dir: Path, builtin: str | None = None
 
 def rehearsal_threads(cpus: int, wave_cpus: int) -> int:
     """Threads for a CPU rehearsal: this machine's cores shared out as the plan shares the card's node."""
-    physical = os.cpu_count() or 1
-    return max(1, min(cpus or 1, round(physical * (cpus or 1) / max(1, wave_cpus))))
+    return rehearsal.threads(cpus, wave_cpus, os.cpu_count() or 1)
 
 
 def modelled_epochs(dry: DryRun) -> dict[str, float]:

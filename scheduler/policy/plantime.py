@@ -1,0 +1,111 @@
+"""A plan's time: each task's ``TaskTime`` where the placement puts it, and the timeline of the run it makes.
+
+The bridge between a placement (``policy/packing``), the time model of a task (``policy/tasktime``) and the run as
+the run loop executes it (``policy/timeline``). The dry run's timeline, the lane rule's "does the plan end sooner",
+the runner's record of predicted against actual and the budget's projection of tasks not yet started all come from
+:func:`plan_times` and :func:`project`, so they agree by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from scheduler.core import rehearsal
+from scheduler.policy import tasktime as tt
+from scheduler.policy.tasks import Task
+from scheduler.policy.timeline import Item, Timeline, simulate
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Where and how the plan's tasks will run, as far as time goes."""
+
+    rehearsal: bool  # no CUDA: every task computes on this machine's cores at the rehearsal's scale
+    cores: int  # this machine's cores (the work's cores in the rehearsal)
+    in_process: bool = False  # one task after another in the driver's process (``--in-process``)
+    learned: tt.Learned | None = None  # what this machine's runs measured against their predictions
+    command_s: Callable[[str], float | None] | None = None  # a command job's last measured wall, by job name
+
+    def describe(self) -> str:
+        where = (f"CPU rehearsal on this machine's {self.cores} core(s)" if self.rehearsal
+                 else "the plan's card")
+        return where + (", one task after another in process" if self.in_process else "")
+
+
+@dataclass(frozen=True)
+class Data:
+    rows: int | None
+    test_rows: int | None
+    features: int | None = None
+
+
+def _wave_cpus(assignments) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for a in assignments:
+        out[a.wave] = out.get(a.wave, 0) + a.cpus
+    return out
+
+
+def plan_times(plan, tasks: dict[str, Task], assignments, *, card: str, timing: Timing, data: Data,
+               batch_of: Callable[[str], int | None] | None = None) -> dict[str, tt.TaskTime]:
+    """Each placed task's time alone (``tasktime.predict``): on ``card`` (a hardware profile), or in the rehearsal
+    with the threads the runner will give it."""
+    waves = _wave_cpus(assignments)
+    out = {}
+    for a in assignments:
+        t = tasks.get(a.job) or Task(a.job, a.job, None)
+        job = plan.job(t.job)
+        folds = len(t.folds) if t.folds is not None else getattr(job, "folds", 1) or 1
+        cpus = rehearsal.threads(a.cpus, waves[a.wave], timing.cores) if timing.rehearsal else a.cpus
+        batch = batch_of(t.job) if batch_of else getattr(job, "batch_size", None)
+        work = tt.work_of(job, a.job, folds, rows=data.rows, test_rows=data.test_rows, batch=batch, cpus=cpus,
+                          features=data.features, ray_process=not timing.in_process,
+                          command_s=timing.command_s(t.job) if timing.command_s and job.kind == "command" else None)
+        out[a.job] = tt.predict(work, card=None if timing.rehearsal else card, cores=timing.cores
+                                if timing.rehearsal else max(cpus, 1), learned=timing.learned)
+    return out
+
+
+def items(times: dict[str, tt.TaskTime], assignments, *, remaining: dict[str, float] | None = None,
+          started: dict[str, float] | None = None) -> list[Item]:
+    """The timeline's items: each task's start-up and work; a running task (``started``: since when) with its
+    ``remaining`` seconds as measured."""
+    remaining, started = remaining or {}, started or {}
+    out = []
+    for a in assignments:
+        t = times.get(a.job)
+        if t is None:
+            continue
+        running = a.job in started
+        out.append(Item(a.job, a.wave, a.node, a.device, a.gpu_memory_mib or 0, a.cpus,
+                        0.0 if running else t.startup.total_s,
+                        remaining[a.job] if running and a.job in remaining else t.total_s - t.startup.total_s,
+                        threads=t.threads, on_device=t.on_device, fixed=running and a.job in remaining,
+                        started_at=started.get(a.job)))
+    return out
+
+
+def project(times: dict[str, tt.TaskTime], placement, hardware, band_high: float, timing: Timing, *,
+            device_slowdown=None, now: float = 0.0, remaining: dict[str, float] | None = None,
+            started: dict[str, float] | None = None, assignments=None) -> Timeline:
+    """The run's timeline: every task's start, end of start-up and end (seconds from the run's start)."""
+    assignments = placement.assignments if assignments is None else assignments
+    capacity = {(d.node, d.index): int(d.memory_mib * band_high) for d in hardware.devices}
+    node_cpus = {n.name: n.cpus for n in hardware.nodes}
+    cores = {n: timing.cores for n in node_cpus} if timing.rehearsal else node_cpus
+    return simulate(items(times, assignments, remaining=remaining, started=started), capacity_mib=capacity,
+                    cores=cores, ray_cpus=node_cpus, sequential=timing.in_process, now=now,
+                    device_slowdown=device_slowdown)
+
+
+def smallest(times: dict[str, tt.TaskTime], cuttable: Callable[[str], bool]) -> dict[str, tt.TaskTime]:
+    """The plan's smallest form the budget may make of it: one fold and one epoch for every task it may cut (a task
+    that runs as lanes keeps each lane's one fold: the budget cuts a task's folds, not its lanes)."""
+    out = {}
+    for name, t in times.items():
+        if not cuttable(name):
+            out[name] = t
+            continue
+        out[name] = t.with_plan(folds=min(t.folds, 1), epochs=1)
+    return out

@@ -1,0 +1,297 @@
+"""The time model of a task: how long one task (a job whole, or one lane of its folds) takes, field by field.
+
+Memory is a contract (``core/memcap``); so is time. Every part of gpupack that needs a task's seconds — the dry run's
+timeline, the lane rule, the budget's projection of tasks not yet started, the record of predicted against actual —
+reads a :class:`TaskTime` made here, and none keeps its own guess. Its fields:
+
+- **start-up** (:class:`Startup`): the task's process (a Ray actor; nothing in process), its imports, its data (the
+  images decoded, onto the device when they live there) and its first step (the model built, kernels chosen, the
+  optimizer's state made);
+- **seconds per steady step** and **steps per epoch** (boosting rounds for a tree kind);
+- **validation** per validated epoch, **precise BN** per validated epoch where the job recomputes BatchNorm
+  statistics, **prediction** of the test set once per fold (each test-time view counted);
+- **fold change**: a new model and optimizer per fold.
+
+All figures are a task **alone**: what its neighbours take from it (cores, the card) is the timeline's
+(``policy/timeline``), which runs the tasks as the run loop will.
+
+Where each figure comes from (``TaskTime.sources`` names it, the dry run's ``--json`` carries it):
+
+1. **On a card**: seconds per step and images/s for prediction from the card's time model (``policy/timemodel``:
+   timm's training benchmark, scaled for image size, batch, card and precision, corrected by what gpupack measured).
+2. **In the CPU rehearsal** (no CUDA): the job computes at ``core/rehearsal``'s scale (32 px, batch ≤ 32, ≤ 25 steps an
+   epoch); a step costs ``CPU_FIXED_STEP_S`` plus the benchmark's per-image cost at that size × ``CPU_PER_IMAGE``.
+3. **Start-up**: the constants below, each named with where it came from.
+4. **Learned on this machine**: each run records, per task, what each field took against what was predicted
+   (``store/timings``); the next prediction multiplies each field by the median of its recent ratios for the same
+   kind, model and card (``Learned``). A field nothing was learned for keeps its packaged figure.
+
+Pure: the learned ratios are passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+from scheduler.core import rehearsal
+from scheduler.core.folds import fold_train_rows
+from scheduler.policy import timemodel
+from scheduler.policy.autotune import PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS, optimizer_steps
+
+# --- start-up, alone (each learned per machine once a run has measured it) ---------------------------------------
+PROCESS_S = 1.5  # a Ray actor's worker process, up to the job's first line (NOTES.md: actor create + call 0.3–0.6 s,
+#                 a fresh worker's interpreter and Ray's imports ~1 s here)
+IMPORTS_S = {"timm": 6.0, "lightgbm": 1.5, "command": 0.3, "xgboost": 1.5}  # torch + timm ≈ 5–7 s on this CPU
+CUDA_CONTEXT_S = 2.0  # the card's context and cuDNN/cuBLAS handles (first CUDA call), on a card only
+MODEL_BUILD_S_PER_MPARAM = 0.02  # building a timm model, initialising its weights: ~0.4 s for ResNet-50's 25.6 M
+FIRST_STEP_STEPS = 3.0  # the first step costs about this many steady ones (kernel choice, optimizer state, allocator)
+DECODE_S_PER_MPIXEL = 0.004  # decoding and resizing one megapixel of image (PIL, one core)
+# --- the CPU rehearsal ----------------------------------------------------------------------------------------------
+CPU_FIXED_STEP_S = 0.02  # Python, the optimizer and the loader per step, whatever the batch (one core)
+CPU_PER_IMAGE = 400.0  # one core trains an image this many times slower than the RTX 3090 (the benchmark's card)
+# --- tree kinds -----------------------------------------------------------------------------------------------------
+TREE_S_PER_CELL_ROUND = 4e-8  # LightGBM: seconds per (row × feature × boosting round) on one core, histogram method
+DEFAULT_ROUNDS = 300  # boosting rounds assumed when early stopping will decide
+COMMAND_S = 60.0  # a command job's wall when nothing was learned of it: a guess, said so
+
+
+@dataclass(frozen=True)
+class Startup:
+    """Seconds from a task's launch to the end of its first step, in its four parts."""
+
+    process_s: float = 0.0
+    imports_s: float = 0.0
+    data_s: float = 0.0
+    first_step_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.process_s + self.imports_s + self.data_s + self.first_step_s
+
+    def scaled(self, factor: float) -> "Startup":
+        return Startup(*(getattr(self, f) * factor for f in ("process_s", "imports_s", "data_s", "first_step_s")))
+
+
+@dataclass(frozen=True)
+class TaskTime:
+    """One task's seconds, alone on its node and card (see the module's docstring)."""
+
+    task: str
+    kind: str
+    startup: Startup
+    step_s: float  # one steady optimizer step (a boosting round for a tree kind)
+    steps_per_epoch: int
+    epochs: int  # per fold
+    folds: int  # this task's folds
+    validation_s: float = 0.0  # per validated epoch
+    validations: int = 0  # validated epochs per fold
+    precise_bn_s: float = 0.0  # per validated epoch, before it
+    prediction_s: float = 0.0  # the test set, once per fold, every test-time view
+    fold_change_s: float = 0.0  # per fold: a new model and optimizer (a command job's whole run here)
+    on_device: bool = False  # its steady work runs on a card (else on the node's cores)
+    threads: int = 1  # cores its steady work keeps busy
+    sources: dict = field(default_factory=dict)  # field -> where its figure came from
+
+    @property
+    def epoch_s(self) -> float:
+        """An epoch's training steps alone; its validation comes on top where it validates (``fold_s``)."""
+        return self.steps_per_epoch * self.step_s
+
+    @property
+    def fold_s(self) -> float:
+        return (self.epochs * self.epoch_s + self.validations * (self.validation_s + self.precise_bn_s)
+                + self.prediction_s + self.fold_change_s)
+
+    @property
+    def total_s(self) -> float:
+        return self.startup.total_s + self.folds * self.fold_s
+
+    def with_plan(self, *, folds: int | None = None, epochs: int | None = None) -> "TaskTime":
+        """The same task with fewer folds or epochs (a budget's cut): every epoch still validates at the end."""
+        epochs = self.epochs if epochs is None else max(1, epochs)
+        return replace(self, folds=self.folds if folds is None else max(0, folds), epochs=epochs,
+                       validations=min(self.validations, epochs) if self.validations else 0)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["startup"] = {**asdict(self.startup), "total_s": round(self.startup.total_s, 3)}
+        d.update(epoch_s=round(self.epoch_s, 4), fold_s=round(self.fold_s, 3), total_s=round(self.total_s, 3))
+        return d
+
+
+# (kind, model, card, field) -> actual ÷ predicted learned on this machine (None: nothing learned), and its source
+Learned = Callable[[str, str, str, str], "tuple[float, str] | None"]
+LEARNED_FIELDS = ("startup", "step_s", "validation_s", "prediction_s", "fold_change_s")
+
+
+@dataclass(frozen=True)
+class TaskWork:
+    """What the time model needs of one task, as the planner knows it at the door."""
+
+    task: str
+    kind: str  # "timm", "lightgbm", "command" …
+    folds: int  # this task's folds
+    rows: int | None  # the competition's training rows (None: not known)
+    test_rows: int | None
+    job_folds: int = 1  # the job's folds (how the rows split)
+    model: str | None = None
+    image_size: int = 224
+    batch: int | None = None
+    epochs: int = 1
+    cpus: int = 1
+    tta: bool = False
+    patience: int | None = None
+    amp: bool = True
+    images_on_device: bool = False
+    features: int | None = None  # tabular columns
+    rounds: int | None = None  # boosting rounds asked (None: early stopping decides)
+    command_s: float | None = None  # a command job's wall, when a past run measured it
+    ray_process: bool = True  # runs in its own process (an actor); False in process
+
+
+def cpu_threads(cpus: int, cores: int) -> int:
+    """Cores a task's steady work keeps busy on a node of ``cores``: its own, never more than the node's."""
+    return max(1, min(int(cpus), int(cores)))
+
+
+def predict(w: TaskWork, *, card: str | None, cores: int, learned: Learned | None = None) -> TaskTime:
+    """The task's time alone. ``card``: the hardware profile it trains on, or None for the CPU rehearsal; ``cores``:
+    the cores of the node it runs on (the machine's own in the rehearsal)."""
+    threads = cpu_threads(w.cpus, cores)
+    if w.kind == "timm" and w.model:
+        t = _timm(w, card, threads)
+    elif w.kind in ("lightgbm", "xgboost"):
+        t = _trees(w, threads)
+    else:
+        t = _command(w)
+    return _learn(t, w, card, learned)
+
+
+def _process(w: TaskWork) -> float:
+    return PROCESS_S if w.ray_process else 0.0
+
+
+def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
+    job_folds = max(1, w.job_folds)
+    train = fold_train_rows(w.rows, job_folds) or w.rows or 1000
+    val = max(0, (w.rows or train) - train) if w.rows else max(1, train // 4)
+    test = w.test_rows or 0
+    passes = timemodel.prediction_passes(w.tta)
+    batch = int(w.batch or 32)
+    src: dict[str, str] = {}
+    row = timemodel.base_row(w.model)
+    params_m = row[0].params_m if row else 25.0
+    if card is None:  # the CPU rehearsal, at its own scale
+        size, b = min(w.image_size, rehearsal.IMAGE_SIZE), min(batch, rehearsal.BATCH_SIZE)
+        epochs = min(w.epochs, rehearsal.EPOCHS)
+        steps = min(math.ceil(train / b), rehearsal.STEPS_PER_EPOCH)
+        u_gpu = timemodel.per_image_s(row[0], size) if row else 0.0005
+        per_image = u_gpu * CPU_PER_IMAGE / threads
+        step = CPU_FIXED_STEP_S + b * per_image
+        forward = per_image / timemodel.EVAL_SPEEDUP
+        planned_steps = min(optimizer_steps(train, b, epochs), rehearsal.STEPS_PER_EPOCH * epochs)
+        src["step_s"] = (f"CPU rehearsal at {size} px, batch {b}: {CPU_FIXED_STEP_S} s + {b} × the benchmark's "
+                         f"per-image cost × {CPU_PER_IMAGE:.0f} ÷ {threads} core(s)")
+        first = FIRST_STEP_STEPS * step
+        data = (train + val) * size * size / 1e6 * DECODE_S_PER_MPIXEL
+    else:
+        size, b, epochs = w.image_size, batch, w.epochs
+        steps = math.ceil(train / b)
+        sp = timemodel.speed(w.model, size, b, card=card, amp=w.amp)
+        if sp is None:
+            step, forward = 0.05 + b * 0.002, 0.002 / timemodel.EVAL_SPEEDUP
+            src["step_s"] = f"no benchmark row near {w.model}: 50 ms + 2 ms an image assumed"
+        else:
+            step, forward = sp.step_s, 1.0 / (sp.images_per_s * timemodel.EVAL_SPEEDUP)
+            src["step_s"] = f"the card's time model ({sp.source}): {sp.images_per_s:.0f} images/s at batch {b}"
+        planned_steps = optimizer_steps(train, b, epochs)
+        first = CUDA_CONTEXT_S + FIRST_STEP_STEPS * step
+        # decoded on the host by the job's cores (loader workers), then onto the card once when they live there
+        data = (train + val) * size * size / 1e6 * DECODE_S_PER_MPIXEL / (threads if not w.images_on_device else 1)
+    first += MODEL_BUILD_S_PER_MPARAM * params_m
+    bn_rows = min(PRECISE_BN_MAX_SAMPLES, train) if planned_steps < PRECISE_BN_UNDER_STEPS else 0
+    validations = _validated_epochs(epochs, w.patience)
+    imports = IMPORTS_S["timm"]
+    src["startup"] = (f"process {_process(w):.1f} s, imports {imports:.1f} s, {train + val:,} images decoded at "
+                      f"{size} px, the first step ≈ {FIRST_STEP_STEPS:.0f} steady ones + the model's build"
+                      + (" + the CUDA context" if card else ""))
+    src["validation_s"] = f"{val:,} rows × {passes} view(s) forwarded at a third of a training image's cost"
+    return TaskTime(w.task, w.kind, Startup(_process(w), imports, data, first), step, steps, epochs, w.folds,
+                    validation_s=val * passes * forward, validations=validations,
+                    precise_bn_s=bn_rows * forward, prediction_s=test * passes * forward,
+                    fold_change_s=MODEL_BUILD_S_PER_MPARAM * params_m, on_device=card is not None,
+                    threads=threads, sources=src)
+
+
+def _validated_epochs(epochs: int, patience: int | None) -> int:
+    if patience is None:
+        return epochs
+    from scheduler.policy.inputs import validates
+
+    return sum(1 for e in range(1, epochs + 1) if validates(e, epochs, patience))
+
+
+def _trees(w: TaskWork, threads: int) -> TaskTime:
+    rows = fold_train_rows(w.rows, max(1, w.job_folds)) or w.rows or 1000
+    features = w.features or 64
+    rounds = w.rounds or DEFAULT_ROUNDS
+    per_round = rows * features * TREE_S_PER_CELL_ROUND / threads
+    src = {"step_s": f"{rows:,} rows × {features} features × {TREE_S_PER_CELL_ROUND:g} s a cell-round ÷ {threads} "
+                     f"core(s), {rounds} rounds" + ("" if w.rounds else " (early stopping decides; assumed)"),
+           "startup": f"process {_process(w):.1f} s, imports {IMPORTS_S.get(w.kind, 1.5):.1f} s, the table read"}
+    data = (w.rows or 0) * features * 2e-7
+    return TaskTime(w.task, w.kind, Startup(_process(w), IMPORTS_S.get(w.kind, 1.5), data, 0.0), per_round, rounds,
+                    1, w.folds, prediction_s=(w.test_rows or 0) * features * 1e-7, fold_change_s=0.05,
+                    threads=threads, sources=src)
+
+
+def _command(w: TaskWork) -> TaskTime:
+    wall = w.command_s if w.command_s is not None else COMMAND_S
+    src = {"fold_change_s": "its last run's wall on this machine" if w.command_s is not None
+           else f"nothing measured of it yet: {COMMAND_S:.0f} s assumed",
+           "startup": f"process {_process(w):.1f} s"}
+    return TaskTime(w.task, w.kind, Startup(_process(w), IMPORTS_S["command"], 0.0, 0.0), 0.0, 0, 1, 1,
+                    fold_change_s=wall, threads=1, sources=src)
+
+
+def _learn(t: TaskTime, w: TaskWork, card: str | None, learned: Learned | None) -> TaskTime:
+    """Each field times what this machine measured against its prediction before (``Learned``)."""
+    if learned is None:
+        return t
+    model, where = w.model or "-", card or "cpu"
+    changes: dict = {}
+    sources = dict(t.sources)
+    for f in LEARNED_FIELDS:
+        found = learned(w.kind, model, where, f)
+        if not found:
+            continue
+        ratio, how = found
+        if f == "startup":
+            changes["startup"] = t.startup.scaled(ratio)
+        elif f == "validation_s":
+            changes["validation_s"], changes["precise_bn_s"] = t.validation_s * ratio, t.precise_bn_s * ratio
+        else:
+            changes[f] = getattr(t, f) * ratio
+        sources[f] = f"{sources.get(f, 'modelled')}; × {ratio:.2f} {how}"
+    return replace(t, **changes, sources=sources) if changes else t
+
+
+def work_of(job, task: str, folds: int, *, rows: int | None = None, test_rows: int | None = None,
+            batch: int | None = None, cpus: int = 1, features: int | None = None, command_s: float | None = None,
+            ray_process: bool = True) -> TaskWork:
+    """A plan job's task as the time model reads it (``job``: a ``core.plan`` job spec, already fitted)."""
+    kind = job.kind
+    return TaskWork(task, kind, folds, rows, test_rows, job_folds=getattr(job, "folds", 1) or 1,
+                    model=getattr(job, "model", None), image_size=getattr(job, "image_size", 224) or 224,
+                    batch=batch if isinstance(batch, int) else None, epochs=getattr(job, "epochs", 1) or 1,
+                    cpus=cpus, tta=getattr(job, "tta", None) is True, patience=getattr(job, "patience", None),
+                    amp=getattr(job, "amp", True), images_on_device=bool(getattr(job, "images_on_device", False)),
+                    features=features, rounds=_rounds(job), command_s=command_s, ray_process=ray_process)
+
+
+def _rounds(job) -> int | None:
+    if getattr(job, "early_stopping_rounds", None):
+        return None
+    return getattr(job, "num_boost_round", None)

@@ -1,0 +1,175 @@
+"""When each task starts and ends: the run as the run loop will execute it, from each task's time (``policy/tasktime``).
+
+The run loop launches every task at once, in wave order; a task starts when its device has room for its share and
+its node has its cores (Ray holds it until then), and an in-process run takes them one after another. While tasks
+run side by side they slow each other, and the timeline counts it:
+
+- **on the node's cores**: a task's start-up (its process, imports, decoding, first step) and, in the CPU rehearsal or
+  for a tree kind, its steady work keep ``threads`` cores busy; when the busy threads of a node pass its cores, each
+  runs ``Σ threads ÷ cores`` times slower;
+- **on a card**: the steady work of the tasks on one device runs at the slowdown ``device_slowdown`` gives for them
+  (``colocation.shared``: measured for these models on this card, else modelled from each step's busy share).
+
+It is a fluid simulation: between two events (a task starts, ends its start-up, or ends) each task's rate is fixed;
+at each event the rates are worked out again. A task already running can be given its remaining seconds as measured
+(``Item.fixed``): those run at the rate they were measured at. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Item:
+    """One task as the timeline sees it."""
+
+    name: str
+    wave: int
+    node: str
+    device: int | None
+    mib: int  # its share of the device (0: none)
+    cpus: int  # cores Ray holds for it
+    startup_s: float  # alone
+    work_s: float  # alone: everything after its first step
+    threads: int = 1  # cores its work keeps busy (start-up: ``threads`` too)
+    on_device: bool = False  # its steady work runs on the card
+    fixed: bool = False  # running: ``work_s`` is its remaining time as measured, neighbours already counted
+    started_at: float | None = None  # running since (then it needs no room: it holds it)
+
+
+@dataclass(frozen=True)
+class Span:
+    start: float
+    startup_end: float
+    end: float
+    slowdown: float  # its steady work's mean slowdown from its neighbours (1: alone)
+
+    def to_json(self) -> dict:
+        return {"start_s": round(self.start, 1), "startup_end_s": round(self.startup_end, 1),
+                "end_s": round(self.end, 1), "slowdown": round(self.slowdown, 3)}
+
+
+@dataclass
+class Timeline:
+    spans: dict[str, Span] = field(default_factory=dict)
+    never: dict[str, str] = field(default_factory=dict)  # tasks that can never start, and why
+
+    @property
+    def wall_s(self) -> float:
+        return max((s.end for s in self.spans.values()), default=0.0)
+
+    def end_of(self, names) -> float:
+        return max((self.spans[n].end for n in names if n in self.spans), default=0.0)
+
+
+# the names of the tasks busy on one device's card -> how much slower each runs there (1.0 alone)
+DeviceSlowdown = Callable[[list[str]], float]
+
+
+def simulate(items: list[Item], *, capacity_mib: dict[tuple[str, int], int], cores: dict[str, int],
+             ray_cpus: dict[str, int] | None = None, sequential: bool = False, now: float = 0.0,
+             device_slowdown: DeviceSlowdown | None = None) -> Timeline:
+    """Each task's start, end of start-up and end, in seconds on the run's clock (``now``: where it stands).
+    ``capacity_mib``: each device's room for shares (its memory under the band's top); ``cores``: the cores that do
+    the work on each node (the machine's own in the rehearsal); ``ray_cpus``: the cores Ray hands out on each node
+    (default ``cores``); ``sequential``: one task at a time, in order (the in-process backend)."""
+    ray_cpus = ray_cpus or cores
+    device_slowdown = device_slowdown or (lambda names: 1.0)
+    order = sorted(items, key=lambda i: (i.started_at is None, i.wave, i.name))
+    left = {i.name: [i.startup_s if i.started_at is None else 0.0, i.work_s] for i in order}
+    start: dict[str, float] = {}
+    startup_end: dict[str, float] = {}
+    slowed: dict[str, list[float]] = {i.name: [0.0, 0.0] for i in order}  # [seconds at work, Σ slowdown × seconds]
+    running: list[Item] = []
+    pending = list(order)
+    tl = Timeline()
+    for i in order:
+        if i.started_at is not None:
+            start[i.name] = startup_end[i.name] = i.started_at
+    t = now
+
+    def admit() -> None:
+        for i in list(pending):
+            if sequential and running:
+                return
+            if i.started_at is None and not _fits(i, running, capacity_mib, ray_cpus):
+                if _never(i, capacity_mib, ray_cpus):
+                    tl.never[i.name] = f"needs {i.mib:,} MiB and {i.cpus} cores; its device or node never has them"
+                    pending.remove(i)
+                continue
+            pending.remove(i)
+            running.append(i)
+            start.setdefault(i.name, t)
+            if sequential:
+                return
+
+    admit()
+    while running:
+        rates = _rates(running, left, cores, device_slowdown)
+        step = min(left[i.name][0 if left[i.name][0] > EPS else 1] / rates[i.name] for i in running)
+        step = max(step, 0.0)
+        for i in running:
+            phase = 0 if left[i.name][0] > EPS else 1
+            done = step * rates[i.name]
+            if phase == 1 and not i.fixed:
+                slowed[i.name][0] += step
+                slowed[i.name][1] += step / max(rates[i.name], EPS)
+            left[i.name][phase] = max(0.0, left[i.name][phase] - done)
+        t += step
+        for i in list(running):
+            if left[i.name][0] <= EPS and i.name not in startup_end:
+                startup_end[i.name] = t
+            if left[i.name][0] <= EPS and left[i.name][1] <= EPS:
+                running.remove(i)
+                secs, weighted = slowed[i.name]
+                tl.spans[i.name] = Span(start[i.name], startup_end.get(i.name, t), t,
+                                        weighted / secs if secs > 0 else 1.0)
+        admit()
+    for i in pending:  # nothing running and still waiting: it never fits
+        tl.never.setdefault(i.name, f"needs {i.mib:,} MiB and {i.cpus} cores; its device or node never has them")
+    return tl
+
+
+def _fits(i: Item, running: list[Item], capacity: dict, ray_cpus: dict) -> bool:
+    if i.device is not None and i.mib:
+        used = sum(r.mib for r in running if (r.node, r.device) == (i.node, i.device))
+        if used + i.mib > capacity.get((i.node, i.device), 0):
+            return False
+    cpus = sum(r.cpus for r in running if r.node == i.node)
+    return cpus == 0 or cpus + i.cpus <= ray_cpus.get(i.node, cpus + i.cpus)
+
+
+def _never(i: Item, capacity: dict, ray_cpus: dict) -> bool:
+    return bool(i.device is not None and i.mib and i.mib > capacity.get((i.node, i.device), 0))
+
+
+def _rates(running: list[Item], left: dict, cores: dict[str, int], device_slowdown: DeviceSlowdown) -> dict:
+    """Each running task's progress per second: 1 alone; slower where its node's busy threads pass its cores or its
+    card is shared."""
+    threads: dict[str, int] = {}
+    on_card: dict[tuple, list[str]] = {}
+    for i in running:
+        in_startup = left[i.name][0] > 0
+        if i.fixed and not in_startup:
+            continue
+        if in_startup or not i.on_device:
+            threads[i.node] = threads.get(i.node, 0) + i.threads
+        else:
+            threads[i.node] = threads.get(i.node, 0) + 1  # the Python loop feeding the card
+            on_card.setdefault((i.node, i.device), []).append(i.name)
+    card_slow = {k: max(1.0, device_slowdown(v)) if len(v) > 1 else 1.0 for k, v in on_card.items()}
+    rates = {}
+    for i in running:
+        if i.fixed and left[i.name][0] <= 0:
+            rates[i.name] = 1.0
+            continue
+        cpu_slow = max(1.0, threads.get(i.node, 0) / max(1, cores.get(i.node, 1)))
+        if left[i.name][0] > 0 or not i.on_device:
+            rates[i.name] = 1.0 / cpu_slow
+        else:
+            rates[i.name] = 1.0 / card_slow.get((i.node, i.device), 1.0)
+    return rates

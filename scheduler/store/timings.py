@@ -1,0 +1,116 @@
+"""What this machine's runs took against what the time model said: the time model's memory of this machine.
+
+Each task that ends writes, per field of its time (``policy/tasktime.LEARNED_FIELDS`` and the task's whole wall), what
+was predicted and what it took, keyed by kind, model and card ("cpu" for the CPU rehearsal). The next prediction for
+the same kind, model and card multiplies each field by the median of its ``RECENT`` newest ratios (actual ÷
+predicted): a machine slower than the packaged figures, or a contention the timeline undercounts, is learned after
+one run. A command job's wall is kept the same way, by job name.
+
+Stored beside the memory measurements (``store/measurements``: same SQLite file, its own table), so a user's cache
+holds both; every function takes ``path=`` (tests).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import statistics
+import time
+from pathlib import Path
+
+from scheduler.core import hardware as hw
+from scheduler.policy import plantime
+from scheduler.store import measurements
+
+RECENT = 5  # ratios a field's correction is the median of: recent enough to follow a change of the machine
+# a ratio outside these bounds is a fault (a task killed at once, a clock jump), not a measurement of the machine
+MIN_RATIO, MAX_RATIO = 0.05, 20.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS task_times (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL, model TEXT NOT NULL, card TEXT NOT NULL, field TEXT NOT NULL,
+    predicted REAL NOT NULL, actual REAL NOT NULL, run TEXT, task TEXT, time REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS task_times_key ON task_times (kind, model, card, field);
+"""
+
+
+def _connect(path) -> sqlite3.Connection:
+    p = Path(path) if path else measurements.default_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(p), timeout=30)
+    conn.executescript(_SCHEMA)
+    return conn
+
+
+def record(kind: str, model: str | None, card: str, figures: dict[str, tuple[float, float]], *, run: str = "",
+           task: str = "", path=None) -> int:
+    """Store ``figures`` ({field: (predicted, actual)}), those with both positive; returns how many were kept."""
+    rows = [(kind, model or "-", card, f, float(p), float(a), run, task, time.time())
+            for f, (p, a) in figures.items() if p and a and p > 0 and a > 0
+            and MIN_RATIO <= a / p <= MAX_RATIO]
+    if not rows:
+        return 0
+    with _connect(path) as conn:
+        conn.executemany("INSERT INTO task_times (kind, model, card, field, predicted, actual, run, task, time) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    return len(rows)
+
+
+def ratios(kind: str, model: str | None, card: str, field: str, *, path=None) -> list[float]:
+    """The newest ``RECENT`` actual ÷ predicted ratios of one field (newest first)."""
+    with _connect(path) as conn:
+        rows = conn.execute("SELECT predicted, actual FROM task_times WHERE kind=? AND model=? AND card=? AND field=? "
+                            "ORDER BY id DESC LIMIT ?", (kind, model or "-", card, field, RECENT)).fetchall()
+    return [a / p for p, a in rows]
+
+
+def learned(*, path=None):
+    """A ``tasktime.Learned``: (kind, model, card, field) -> (median ratio, its source) or None; read once per
+    question (a dry run asks a few dozen)."""
+    cache: dict = {}
+
+    def find(kind: str, model: str, card: str, field: str):
+        key = (kind, model, card, field)
+        if key not in cache:
+            try:
+                found = ratios(kind, model, card, field, path=path)
+            except sqlite3.Error:  # an unreadable cache is no reason to refuse a plan: the packaged figures
+                found = []
+            cache[key] = (statistics.median(found), f"learned from {len(found)} task(s) on this machine") \
+                if found else None
+        return cache[key]
+
+    return find
+
+
+def command_wall(*, path=None):
+    """(job name) -> the newest measured wall of a command job of that name, or None."""
+    def wall(job: str) -> float | None:
+        try:
+            with _connect(path) as conn:
+                row = conn.execute("SELECT actual FROM task_times WHERE kind='command' AND model=? AND field='wall_s' "
+                                   "ORDER BY id DESC LIMIT 1", (job,)).fetchone()
+        except sqlite3.Error:
+            return None
+        return float(row[0]) if row else None
+
+    return wall
+
+
+def sees_cuda() -> bool:
+    """Whether this machine's tasks will train on a card (NVML sees one); else they run as CPU rehearsals."""
+    try:
+        with hw.Nvml() as nv:
+            return nv.count() > 0
+    except Exception:  # noqa: BLE001 -- no driver, no library: no card
+        return False
+
+
+def timing(*, in_process: bool = False, rehearsal: bool | None = None, path=None) -> plantime.Timing:
+    """Where this machine will run a plan's tasks, with what it learned: what ``submit`` (its dry run and its run)
+    and ``status`` predict with."""
+    return plantime.Timing(rehearsal=(not sees_cuda()) if rehearsal is None else rehearsal,
+                           cores=os.cpu_count() or 1, in_process=in_process, learned=learned(path=path),
+                           command_s=command_wall(path=path))
