@@ -256,9 +256,7 @@ def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, in
     finish = None
     if timing is not None:
         timing = dataclasses.replace(timing, rehearsal=False, in_process=False)
-        fitted_plan = plan.model_copy(update={"jobs": [
-            j.model_copy(update={"batch_size": fitted.batches[j.name]}) if isinstance(fitted.batches.get(j.name), int)
-            else j for j in plan.jobs]})
+        fitted_plan = plan.model_copy(update={"jobs": [_fitted_job(j, fitted) for j in plan.jobs]})
         slow = _device_slowdown(fitted_plan, {}, hardware.profile, speed)
         by_job = {j.name: j for j in jobs}
 
@@ -274,6 +272,16 @@ def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, in
     return tk.fold_lanes(jobs, pack_units, gain, room_mib=lambda node, dev: size.get((node, dev), 0),
                          large_card=hardware.profile in LARGE_CARDS, fixed=fixed, ram_mib=lambda n: ram.get(n),
                          finish=finish)
+
+
+def _fitted_job(job, fitted):
+    """The job as the fitter left it: its batch (and rate) and, where statistics asked for them, its epochs."""
+    change = {}
+    if isinstance(fitted.batches.get(job.name), int):
+        change["batch_size"] = fitted.batches[job.name]
+    if job.name in fitted.epochs:
+        change["epochs"] = fitted.epochs[job.name]
+    return job.model_copy(update=change) if change else job
 
 
 def resolve_hardware(plan: Plan, override: str | None = None) -> hw.Hardware:
@@ -520,21 +528,27 @@ def _timeline(dry: DryRun, timing: plantime.Timing, data: plantime.Data) -> list
 
 
 def _device_slowdown(plan: Plan, tasks: dict, card: str, speed=None):
-    """(the tasks busy on one card) -> how much slower each runs there (``colocation.shared``), 1.0 when unknown."""
+    """(the tasks at steady work on one card, how many more are in their start-up there) -> how much slower each
+    runs there: ``colocation.shared`` for the working ones, a starting task counted fully busy (its context and first
+    step's kernel choice); 1.0 where nothing is known."""
     from scheduler.policy import colocation, timemodel
 
-    def slowdown(names: list[str]) -> float:
-        specs = [plan.job(tasks[n].job if n in tasks else tk.job_of(n)) for n in names]
-        speeds = []
-        for s in specs:
-            if not getattr(s, "model", None) or not isinstance(getattr(s, "batch_size", None), int):
-                continue
-            fn = speed or (lambda m, size, b, c: timemodel.speed(m, size, b, card=c))
-            sp = fn(s.model, getattr(s, "image_size", 224), s.batch_size, card)
-            if sp is not None:
-                speeds.append(sp)
-        if len(speeds) < 2 or card not in hw.PROFILES:
+    fn = speed or (lambda m, size, b, c: timemodel.speed(m, size, b, card=c))
+
+    def slowdown(names: list[str], starting: int = 0) -> float:
+        if card not in hw.PROFILES:
             return 1.0
-        return float(colocation.shared(speeds, card)["slowdown"])
+        speeds = []
+        for n in names:
+            s = plan.job(tasks[n].job if n in tasks else tk.job_of(n))
+            if getattr(s, "model", None) and isinstance(getattr(s, "batch_size", None), int):
+                sp = fn(s.model, getattr(s, "image_size", 224), s.batch_size, card)
+                if sp is not None:
+                    speeds.append(sp)
+        slow = float(colocation.shared(speeds, card)["slowdown"]) if len(speeds) > 1 else 1.0
+        if starting:
+            occ = colocation.occupancy(card).value
+            slow = max(slow, occ * (sum(sp.busy for sp in speeds) + starting))
+        return slow
 
     return slowdown

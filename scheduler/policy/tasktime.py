@@ -49,10 +49,15 @@ MODEL_BUILD_S_PER_MPARAM = 0.02  # building a timm model, initialising its weigh
 FIRST_STEP_STEPS = 3.0  # the first step costs about this many steady ones (kernel choice, optimizer state, allocator)
 DECODE_S_PER_MPIXEL = 0.004  # decoding and resizing one megapixel of image (PIL, one core)
 # --- the CPU rehearsal ----------------------------------------------------------------------------------------------
+# measured on the 2-core development machine (option1's rehearsal on digits, 2026-11-27: six image tasks on 2 cores,
+# ResNet-50 5.1 s a step and EfficientNet-B4 7.1 s at batch 32, 32 px, i.e. 1.7 s and 2.4 s alone; validation with
+# precise BN 30 s for 1,437 images forwarded, 7 ms an image alone; start-up 40–43 s with seven processes at once)
 CPU_FIXED_STEP_S = 0.02  # Python, the optimizer and the loader per step, whatever the batch (one core)
-CPU_PER_IMAGE = 400.0  # one core trains an image this many times slower than the RTX 3090 (the benchmark's card)
+CPU_PER_IMAGE = 2700.0  # one core trains an image this many times slower than the RTX 3090 (the benchmark's card)
+CPU_EVAL_SPEEDUP = 7.0  # on the CPU a forward at the evaluation batch costs a seventh of a training image
 # --- tree kinds -----------------------------------------------------------------------------------------------------
-TREE_S_PER_CELL_ROUND = 4e-8  # LightGBM: seconds per (row × feature × boosting round) on one core, histogram method
+TREE_S_PER_CELL_ROUND = 1.6e-7  # LightGBM: seconds per (row × feature × boosting round) on one core (digits, 5 folds:
+#                               3.5 s a fold alone on the development machine, 2026-11-27)
 DEFAULT_ROUNDS = 300  # boosting rounds assumed when early stopping will decide
 COMMAND_S = 60.0  # a command job's wall when nothing was learned of it: a guess, said so
 
@@ -190,11 +195,11 @@ def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
         u_gpu = timemodel.per_image_s(row[0], size) if row else 0.0005
         per_image = u_gpu * CPU_PER_IMAGE / threads
         step = CPU_FIXED_STEP_S + b * per_image
-        forward = per_image / timemodel.EVAL_SPEEDUP
+        forward = per_image / CPU_EVAL_SPEEDUP
         planned_steps = min(optimizer_steps(train, b, epochs), rehearsal.STEPS_PER_EPOCH * epochs)
         src["step_s"] = (f"CPU rehearsal at {size} px, batch {b}: {CPU_FIXED_STEP_S} s + {b} × the benchmark's "
                          f"per-image cost × {CPU_PER_IMAGE:.0f} ÷ {threads} core(s)")
-        first = FIRST_STEP_STEPS * step
+        first = step  # no context, no kernel choice on the CPU: the first step is a step, and the model's build
         data = (train + val) * size * size / 1e6 * DECODE_S_PER_MPIXEL
     else:
         size, b, epochs = w.image_size, batch, w.epochs

@@ -4,11 +4,14 @@ The run loop launches every task at once, in wave order; a task starts when its 
 its node has its cores (Ray holds it until then), and an in-process run takes them one after another. While tasks
 run side by side they slow each other, and the timeline counts it:
 
-- **on the node's cores**: a task's start-up (its process, imports, decoding, first step) and, in the CPU rehearsal or
-  for a tree kind, its steady work keep ``threads`` cores busy; when the busy threads of a node pass its cores, each
-  runs ``Σ threads ÷ cores`` times slower;
+- **on the node's cores**: a task's start-up on the host (its process, imports, decoding) and, in the CPU rehearsal
+  or for a tree kind, its steady work keep ``threads`` cores busy; when the busy threads of a node pass its cores,
+  each runs ``Σ threads ÷ cores`` times slower;
 - **on a card**: the steady work of the tasks on one device runs at the slowdown ``device_slowdown`` gives for them
-  (``colocation.shared``: measured for these models on this card, else modelled from each step's busy share).
+  (``colocation.shared``: measured for these models on this card, else modelled from each step's busy share); a
+  task's start-up on the card (its CUDA context, its first step's kernel choice) counts there as fully busy: seven
+  processes starting at once on an H100 took 15.6 s for a first step (docs/gpu.md). This is the start-up every
+  extra lane pays again.
 
 It is a fluid simulation: between two events (a task starts, ends its start-up, or ends) each task's rate is fixed;
 at each event the rates are worked out again. A task already running can be given its remaining seconds as measured
@@ -33,12 +36,13 @@ class Item:
     device: int | None
     mib: int  # its share of the device (0: none)
     cpus: int  # cores Ray holds for it
-    startup_s: float  # alone
+    startup_s: float  # alone, on the host (process, imports, data)
     work_s: float  # alone: everything after its first step
     threads: int = 1  # cores its work keeps busy (start-up: ``threads`` too)
     on_device: bool = False  # its steady work runs on the card
     fixed: bool = False  # running: ``work_s`` is its remaining time as measured, neighbours already counted
     started_at: float | None = None  # running since (then it needs no room: it holds it)
+    startup_card_s: float = 0.0  # alone: the start-up's part on the card (context, first step), after the host's
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,9 @@ class Timeline:
         return max((self.spans[n].end for n in names if n in self.spans), default=0.0)
 
 
-# the names of the tasks busy on one device's card -> how much slower each runs there (1.0 alone)
-DeviceSlowdown = Callable[[list[str]], float]
+# (the names of the tasks at steady work on one device's card, how many more are in their start-up there) -> how much
+# slower each runs there (1.0 alone)
+DeviceSlowdown = Callable[[list[str], int], float]
 
 
 def simulate(items: list[Item], *, capacity_mib: dict[tuple[str, int], int], cores: dict[str, int],
@@ -78,9 +83,11 @@ def simulate(items: list[Item], *, capacity_mib: dict[tuple[str, int], int], cor
     the work on each node (the machine's own in the rehearsal); ``ray_cpus``: the cores Ray hands out on each node
     (default ``cores``); ``sequential``: one task at a time, in order (the in-process backend)."""
     ray_cpus = ray_cpus or cores
-    device_slowdown = device_slowdown or (lambda names: 1.0)
+    device_slowdown = device_slowdown or (lambda names, starting: 1.0)
     order = sorted(items, key=lambda i: (i.started_at is None, i.wave, i.name))
-    left = {i.name: [i.startup_s if i.started_at is None else 0.0, i.work_s] for i in order}
+    # what each task has left: [start-up on the host, start-up on the card, its work], alone seconds
+    left = {i.name: [0.0, 0.0, i.work_s] if i.started_at is not None else [i.startup_s, i.startup_card_s, i.work_s]
+            for i in order}
     start: dict[str, float] = {}
     startup_end: dict[str, float] = {}
     slowed: dict[str, list[float]] = {i.name: [0.0, 0.0] for i in order}  # [seconds at work, Σ slowdown × seconds]
@@ -110,20 +117,19 @@ def simulate(items: list[Item], *, capacity_mib: dict[tuple[str, int], int], cor
     admit()
     while running:
         rates = _rates(running, left, cores, device_slowdown)
-        step = min(left[i.name][0 if left[i.name][0] > EPS else 1] / rates[i.name] for i in running)
-        step = max(step, 0.0)
+        step = max(0.0, min(left[i.name][_phase(left[i.name])] / rates[i.name] for i in running))
         for i in running:
-            phase = 0 if left[i.name][0] > EPS else 1
+            phase = _phase(left[i.name])
             done = step * rates[i.name]
-            if phase == 1 and not i.fixed:
+            if phase == 2 and not i.fixed:
                 slowed[i.name][0] += step
                 slowed[i.name][1] += step / max(rates[i.name], EPS)
             left[i.name][phase] = max(0.0, left[i.name][phase] - done)
         t += step
         for i in list(running):
-            if left[i.name][0] <= EPS and i.name not in startup_end:
+            if _phase(left[i.name]) == 2 and i.name not in startup_end:
                 startup_end[i.name] = t
-            if left[i.name][0] <= EPS and left[i.name][1] <= EPS:
+            if all(x <= EPS for x in left[i.name]):
                 running.remove(i)
                 secs, weighted = slowed[i.name]
                 tl.spans[i.name] = Span(start[i.name], startup_end.get(i.name, t), t,
@@ -132,6 +138,11 @@ def simulate(items: list[Item], *, capacity_mib: dict[tuple[str, int], int], cor
     for i in pending:  # nothing running and still waiting: it never fits
         tl.never.setdefault(i.name, f"needs {i.mib:,} MiB and {i.cpus} cores; its device or node never has them")
     return tl
+
+
+def _phase(left: list[float]) -> int:
+    """0: start-up on the host, 1: start-up on the card, 2: at work."""
+    return next((k for k, x in enumerate(left) if x > EPS), 2)
 
 
 def _fits(i: Item, running: list[Item], capacity: dict, ray_cpus: dict) -> bool:
@@ -152,24 +163,29 @@ def _rates(running: list[Item], left: dict, cores: dict[str, int], device_slowdo
     card is shared."""
     threads: dict[str, int] = {}
     on_card: dict[tuple, list[str]] = {}
+    starting: dict[tuple, int] = {}
     for i in running:
-        in_startup = left[i.name][0] > 0
-        if i.fixed and not in_startup:
+        phase = _phase(left[i.name])
+        if i.fixed and phase == 2:
             continue
-        if in_startup or not i.on_device:
+        if phase == 0 or (phase == 2 and not i.on_device):
             threads[i.node] = threads.get(i.node, 0) + i.threads
+            continue
+        threads[i.node] = threads.get(i.node, 0) + 1  # the Python loop feeding the card
+        if phase == 1:
+            starting[i.node, i.device] = starting.get((i.node, i.device), 0) + 1
         else:
-            threads[i.node] = threads.get(i.node, 0) + 1  # the Python loop feeding the card
             on_card.setdefault((i.node, i.device), []).append(i.name)
-    card_slow = {k: max(1.0, device_slowdown(v)) if len(v) > 1 else 1.0 for k, v in on_card.items()}
+    card_slow = {k: max(1.0, device_slowdown(on_card.get(k, []), starting.get(k, 0)))
+                 for k in set(on_card) | set(starting)
+                 if len(on_card.get(k, [])) + starting.get(k, 0) > 1}
     rates = {}
     for i in running:
-        if i.fixed and left[i.name][0] <= 0:
+        phase = _phase(left[i.name])
+        if i.fixed and phase == 2:
             rates[i.name] = 1.0
-            continue
-        cpu_slow = max(1.0, threads.get(i.node, 0) / max(1, cores.get(i.node, 1)))
-        if left[i.name][0] > 0 or not i.on_device:
-            rates[i.name] = 1.0 / cpu_slow
+        elif phase == 0 or (phase == 2 and not i.on_device):
+            rates[i.name] = 1.0 / max(1.0, threads.get(i.node, 0) / max(1, cores.get(i.node, 1)))
         else:
             rates[i.name] = 1.0 / card_slow.get((i.node, i.device), 1.0)
     return rates

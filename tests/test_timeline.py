@@ -1,0 +1,124 @@
+"""The time model of a task, the run's timeline, and the decisions made from them: lanes by the plan's predicted end,
+the dry run's predicted wall and per-task timeline, the warning when a budget cannot hold the plan's smallest form."""
+
+import json
+import os
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+
+def _plan(tmp_path, **job):
+    from scheduler.core import plan as planmod
+
+    doc = {"name": "lanes", "hardware": "A100-40GB", "budget": "2h", "metric": "accuracy",
+           "jobs": [{"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 16,
+                     "epochs": 2, "folds": 3, "resources": {"cpus": 3, "gpu_memory": "4GB"}, **job}]}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    return planmod.load(tmp_path / "p.yaml")
+
+
+def _dry(plan, rows, lanes=None, cores=3):
+    from scheduler.core import hardware as hw
+    from scheduler.policy import dryrun, plantime
+
+    return dryrun.prepare(plan, hw.from_profile("A100-40GB", cpus=cores), train_rows=rows, test_rows=rows // 4,
+                          lanes=lanes, timing=plantime.Timing(rehearsal=False, cores=cores))
+
+
+def test_folds_mostly_start_up_get_one_lane_long_folds_get_three(tmp_path):
+    """A node of 3 cores: each lane's process, imports and first step compete for them, so where a fold is short
+    beside its start-up the lanes' start-ups cost more than they save (one lane, folds one after another); where
+    folds are long, three lanes end the plan sooner. The decision is asserted, and its reason is in seconds."""
+    plan = _plan(tmp_path)
+    short = _dry(plan, 300)
+    assert [t.lanes for t in short.tasks.values()] == [1]
+    assert short.times["r18"].startup.total_s > short.times["r18"].fold_s  # mostly start-up
+    assert short.lanes_why["r18"].startswith("one after another: the plan is predicted to end at")
+    long = _dry(plan, 30000)
+    assert sorted(t.name for t in long.tasks.values()) == ["r18/f0", "r18/f1", "r18/f2"]
+    assert long.times["r18/f0"].fold_s > 2 * long.times["r18/f0"].startup.total_s  # long folds
+    assert "3 of 3 folds side by side: the plan is predicted to end at" in long.lanes_why["r18"]
+
+
+@pytest.mark.parametrize("rows", [300, 3000, 30000])
+def test_the_chosen_lanes_are_never_predicted_slower_than_one_lane(tmp_path, rows):
+    plan = _plan(tmp_path)
+    chosen = _dry(plan, rows)
+    one = _dry(plan, rows, lanes={"r18": 1})
+    assert chosen.timeline.wall_s <= one.timeline.wall_s + 1e-6
+
+
+def test_simulate_waits_for_room_runs_in_process_one_after_another_and_shares_cores():
+    from scheduler.policy.timeline import Item, simulate
+
+    a = Item("a", 0, "n", 0, 600, 1, startup_s=2.0, work_s=10.0)
+    b = Item("b", 1, "n", 0, 600, 1, startup_s=2.0, work_s=10.0)
+    # the device has room for one: b starts when a ends
+    tl = simulate([a, b], capacity_mib={("n", 0): 1000}, cores={"n": 4})
+    assert tl.spans["a"].start == 0 and tl.spans["b"].start == pytest.approx(12.0)
+    assert tl.wall_s == pytest.approx(24.0)
+    # room for both, two cores each busy with one thread: side by side, no slower
+    tl = simulate([a, b], capacity_mib={("n", 0): 2000}, cores={"n": 2})
+    assert tl.wall_s == pytest.approx(12.0)
+    # one core for two busy threads (Ray hands out four): each runs at half speed
+    tl = simulate([a, b], capacity_mib={("n", 0): 2000}, cores={"n": 1}, ray_cpus={"n": 4})
+    assert tl.wall_s == pytest.approx(24.0) and tl.spans["a"].slowdown == pytest.approx(2.0)
+    # in process: one after another whatever the room
+    tl = simulate([a, b], capacity_mib={("n", 0): 2000}, cores={"n": 2}, sequential=True)
+    assert tl.spans["b"].start == pytest.approx(12.0)
+    # a running task's measured remaining seconds stand as measured; a waiting one pays its start-up
+    run = Item("a", 0, "n", 0, 600, 1, startup_s=2.0, work_s=5.0, fixed=True, started_at=0.0)
+    tl = simulate([run, b], capacity_mib={("n", 0): 1000}, cores={"n": 1}, ray_cpus={"n": 4}, now=30.0)
+    assert tl.spans["a"].end == pytest.approx(35.0) and tl.spans["b"].end == pytest.approx(47.0)
+
+
+def test_the_card_counts_start_ups_there_as_busy():
+    """Two tasks starting on one card at once: their first steps share it (the H100's 15.6 s first step with seven
+    processes starting), so each start-up on the card takes longer than alone."""
+    from scheduler.policy.timeline import Item, simulate
+
+    items = [Item(n, 0, "n", 0, 100, 1, startup_s=0.0, work_s=0.0, on_device=True, startup_card_s=4.0)
+             for n in ("a", "b")]
+    tl = simulate(items, capacity_mib={("n", 0): 1000}, cores={"n": 8},
+                  device_slowdown=lambda names, starting: float(starting))
+    assert tl.wall_s == pytest.approx(8.0)
+
+
+def test_a_learned_ratio_moves_each_field(tmp_path):
+    from scheduler.policy import tasktime as tt
+
+    w = tt.TaskWork("t", "timm", 1, 1000, 200, job_folds=5, model="resnet50", image_size=224, batch=64, epochs=4)
+    base = tt.predict(w, card="A100-40GB", cores=8)
+    learned = {("timm", "resnet50", "A100-40GB", "step_s"): (2.0, "learned from 3 task(s) on this machine"),
+               ("timm", "resnet50", "A100-40GB", "startup"): (0.5, "learned from 3 task(s) on this machine")}
+    t = tt.predict(w, card="A100-40GB", cores=8, learned=lambda *k: learned.get(k))
+    assert t.step_s == pytest.approx(2 * base.step_s) and t.startup.total_s == pytest.approx(base.startup.total_s / 2)
+    assert t.validation_s == pytest.approx(base.validation_s)
+    assert "learned from 3 task(s)" in t.sources["step_s"]
+
+
+def test_dry_run_prints_the_predicted_wall_and_a_timeline(run_cli):
+    code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run")
+    assert code == 0, err
+    assert "Predicted timeline" in out and "predicted wall" in out
+    code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json")
+    body = json.loads(out)
+    tl = body["timeline"]
+    assert {r["task"] for r in tl["tasks"]} == {t["task"] for t in body["tasks"]}
+    for r in tl["tasks"]:
+        assert 0 <= r["start_s"] <= r["startup_end_s"] <= r["end_s"] <= tl["predicted_wall_s"]
+        assert r["time"]["startup"]["total_s"] > 0 and "step_s" in r["time"]["sources"]
+    assert tl["predicted_wall_s"] == max(r["end_s"] for r in tl["tasks"])
+    assert tl["window_use"] == pytest.approx(tl["predicted_wall_s"] / tl["window_s"], rel=1e-3)
+
+
+def test_a_budget_that_cannot_hold_the_smallest_form_is_warned(run_cli):
+    code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json", "--budget", "20s")
+    body = json.loads(out)
+    assert body["timeline"]["smallest_wall_s"] > body["timeline"]["window_s"] and not body["timeline"]["fits"]
+    assert any("cannot hold even the plan's smallest form" in w for w in body["warnings"])
+    code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json", "--budget", "5h")
+    assert not any("smallest form" in w for w in json.loads(out)["warnings"])
