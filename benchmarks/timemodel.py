@@ -1,7 +1,9 @@
 """The time model's figures: its image-size exponents fitted on half of timm's same-network pairs and checked on the
-other half, the cards with a measured ResNet-50 figure, and the co-location calibration.
+other half, the cards with a measured ResNet-50 figure, and the co-location calibration. With ``--runs``, the dry
+run's predicted wall and start-ups against real runs of three plans (``benchmarks/time_runs.py``).
 
     python benchmarks/timemodel.py [--json]
+    python benchmarks/timemodel.py --runs [--cases digits,derived,inprocess] [--learn] [--json] …
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ def figures() -> dict:
 
 
 def main() -> None:
+    if "--runs" in sys.argv:
+        from benchmarks import time_runs
+
+        sys.exit(time_runs.main([a for a in sys.argv[1:] if a != "--runs"]))
     f = figures()
     if "--json" in sys.argv:
         print(json.dumps(f, indent=1))

@@ -63,9 +63,12 @@ def test_simulate_waits_for_room_runs_in_process_one_after_another_and_shares_co
     # room for both, two cores each busy with one thread: side by side, no slower
     tl = simulate([a, b], capacity_mib={("n", 0): 2000}, cores={"n": 2})
     assert tl.wall_s == pytest.approx(12.0)
-    # one core for two busy threads (Ray hands out four): each runs at half speed
+    # one core for two busy threads (Ray hands out four): each runs 2^OVERSUBSCRIPTION times slower
+    from scheduler.policy.timeline import OVERSUBSCRIPTION
+
+    slow = 2 ** OVERSUBSCRIPTION
     tl = simulate([a, b], capacity_mib={("n", 0): 2000}, cores={"n": 1}, ray_cpus={"n": 4})
-    assert tl.wall_s == pytest.approx(24.0) and tl.spans["a"].slowdown == pytest.approx(2.0)
+    assert tl.wall_s == pytest.approx(12 * slow) and tl.spans["a"].slowdown == pytest.approx(slow)
     # in process: one after another whatever the room
     tl = simulate([a, b], capacity_mib={("n", 0): 2000}, cores={"n": 2}, sequential=True)
     assert tl.spans["b"].start == pytest.approx(12.0)
@@ -73,6 +76,7 @@ def test_simulate_waits_for_room_runs_in_process_one_after_another_and_shares_co
     run = Item("a", 0, "n", 0, 600, 1, startup_s=2.0, work_s=5.0, fixed=True, started_at=0.0)
     tl = simulate([run, b], capacity_mib={("n", 0): 1000}, cores={"n": 1}, ray_cpus={"n": 4}, now=30.0)
     assert tl.spans["a"].end == pytest.approx(35.0) and tl.spans["b"].end == pytest.approx(47.0)
+    assert tl.spans["b"].start == pytest.approx(35.0)  # it waited for a's room
 
 
 def test_the_card_counts_start_ups_there_as_busy():

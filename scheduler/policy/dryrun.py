@@ -509,10 +509,11 @@ def _timeline(dry: DryRun, timing: plantime.Timing, data: plantime.Data) -> list
                                     timing=timing, data=data)
     slow = _device_slowdown(dry.plan, dry.tasks, dry.hardware.profile, dry.speed)
     dry.timeline = plantime.project(dry.times, dry.placement, dry.hardware, dry.plan.band[1], timing,
-                                    device_slowdown=slow)
+                                    device_slowdown=slow, now=timing.start_s)
     cuttable = {t: dry.spec(t).kind == "timm" for t in dry.times}
     dry.smallest_wall_s = plantime.project(plantime.smallest(dry.times, cuttable.get), dry.placement, dry.hardware,
-                                           dry.plan.band[1], timing, device_slowdown=slow).wall_s
+                                           dry.plan.band[1], timing, device_slowdown=slow,
+                                           now=timing.start_s).wall_s
     out = []
     wall, window = dry.timeline.wall_s, dry.window_s
     if dry.smallest_wall_s > window:

@@ -17,6 +17,11 @@ from scheduler.policy.tasks import Task
 from scheduler.policy.timeline import Item, Timeline, simulate
 
 
+# from a run's start (``run_start``) to its first task's launch: Ray's start, the run folder, the launch records (8.3 s
+# with Ray on the 2-core development machine, 2026-11-27; under 1 s in process)
+RUN_START_S = {"ray": 8.0, "in_process": 1.0}
+
+
 @dataclass(frozen=True)
 class Timing:
     """Where and how the plan's tasks will run, as far as time goes."""
@@ -26,6 +31,11 @@ class Timing:
     in_process: bool = False  # one task after another in the driver's process (``--in-process``)
     learned: tt.Learned | None = None  # what this machine's runs measured against their predictions
     command_s: Callable[[str], float | None] | None = None  # a command job's last measured wall, by job name
+
+    @property
+    def start_s(self) -> float:
+        """Seconds from the run's start to its first launch."""
+        return RUN_START_S["in_process" if self.in_process else "ray"]
 
     def describe(self) -> str:
         where = (f"CPU rehearsal on this machine's {self.cores} core(s)" if self.rehearsal

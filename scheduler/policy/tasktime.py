@@ -49,11 +49,11 @@ MODEL_BUILD_S_PER_MPARAM = 0.02  # building a timm model, initialising its weigh
 FIRST_STEP_STEPS = 3.0  # the first step costs about this many steady ones (kernel choice, optimizer state, allocator)
 DECODE_S_PER_MPIXEL = 0.004  # decoding and resizing one megapixel of image (PIL, one core)
 # --- the CPU rehearsal ----------------------------------------------------------------------------------------------
-# measured on the 2-core development machine (option1's rehearsal on digits, 2026-11-27: six image tasks on 2 cores,
-# ResNet-50 5.1 s a step and EfficientNet-B4 7.1 s at batch 32, 32 px, i.e. 1.7 s and 2.4 s alone; validation with
-# precise BN 30 s for 1,437 images forwarded, 7 ms an image alone; start-up 40–43 s with seven processes at once)
+# measured on the 2-core development machine, 2026-11-27, at batch 32 and 32 px: ResNet-50 alone in process 0.86–1.1 s
+# a step, validation 5.4 ms and precise BN 4.7 ms an image; in option1's rehearsal (six image tasks on 2 cores)
+# ResNet-50 5.1 s a step and EfficientNet-B4 7.1 s (the timeline's contention: ``timeline.OVERSUBSCRIPTION``)
 CPU_FIXED_STEP_S = 0.02  # Python, the optimizer and the loader per step, whatever the batch (one core)
-CPU_PER_IMAGE = 2700.0  # one core trains an image this many times slower than the RTX 3090 (the benchmark's card)
+CPU_PER_IMAGE = 2000.0  # one core trains an image this many times slower than the RTX 3090 (the benchmark's card)
 CPU_EVAL_SPEEDUP = 7.0  # on the CPU a forward at the evaluation batch costs a seventh of a training image
 # --- tree kinds -----------------------------------------------------------------------------------------------------
 TREE_S_PER_CELL_ROUND = 1.6e-7  # LightGBM: seconds per (row × feature × boosting round) on one core (digits, 5 folds:
