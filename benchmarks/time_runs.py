@@ -163,3 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             result["cases"][name] = run_case(name, all_cases[name], work, env, log)
             (work / "time_runs.json").write_text(json.dumps(result, indent=2))
     return bb.report(result, args.json, table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
