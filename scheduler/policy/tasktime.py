@@ -178,6 +178,12 @@ def _process(w: TaskWork) -> float:
     return PROCESS_S if w.ray_process else 0.0
 
 
+def _imports(w: TaskWork) -> float:
+    """A task's imports: in its own process each time; in process once, by the driver before any task (its dry run
+    imports torch and timm to estimate memory)."""
+    return IMPORTS_S.get(w.kind, 1.5) if w.ray_process else 0.0
+
+
 def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
     job_folds = max(1, w.job_folds)
     train = fold_train_rows(w.rows, job_folds) or w.rows or 1000
@@ -218,7 +224,7 @@ def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
     first += MODEL_BUILD_S_PER_MPARAM * params_m
     bn_rows = min(PRECISE_BN_MAX_SAMPLES, train) if planned_steps < PRECISE_BN_UNDER_STEPS else 0
     validations = _validated_epochs(epochs, w.patience)
-    imports = IMPORTS_S["timm"]
+    imports = _imports(w)
     src["startup"] = (f"process {_process(w):.1f} s, imports {imports:.1f} s, {train + val:,} images decoded at "
                       f"{size} px, the first step ≈ {FIRST_STEP_STEPS:.0f} steady ones + the model's build"
                       + (" + the CUDA context" if card else ""))
@@ -245,9 +251,9 @@ def _trees(w: TaskWork, threads: int) -> TaskTime:
     per_round = rows * features * TREE_S_PER_CELL_ROUND / threads
     src = {"step_s": f"{rows:,} rows × {features} features × {TREE_S_PER_CELL_ROUND:g} s a cell-round ÷ {threads} "
                      f"core(s), {rounds} rounds" + ("" if w.rounds else " (early stopping decides; assumed)"),
-           "startup": f"process {_process(w):.1f} s, imports {IMPORTS_S.get(w.kind, 1.5):.1f} s, the table read"}
+           "startup": f"process {_process(w):.1f} s, imports {_imports(w):.1f} s, the table read"}
     data = (w.rows or 0) * features * 2e-7
-    return TaskTime(w.task, w.kind, Startup(_process(w), IMPORTS_S.get(w.kind, 1.5), data, 0.0), per_round, rounds,
+    return TaskTime(w.task, w.kind, Startup(_process(w), _imports(w), data, 0.0), per_round, rounds,
                     1, w.folds, prediction_s=(w.test_rows or 0) * features * 1e-7, fold_change_s=0.05,
                     threads=threads, sources=src)
 
@@ -257,7 +263,7 @@ def _command(w: TaskWork) -> TaskTime:
     src = {"fold_change_s": "its last run's wall on this machine" if w.command_s is not None
            else f"nothing measured of it yet: {COMMAND_S:.0f} s assumed",
            "startup": f"process {_process(w):.1f} s"}
-    return TaskTime(w.task, w.kind, Startup(_process(w), IMPORTS_S["command"], 0.0, 0.0), 0.0, 0, 1, 1,
+    return TaskTime(w.task, w.kind, Startup(_process(w), _imports(w), 0.0, 0.0), 0.0, 0, 1, 1,
                     fold_change_s=wall, threads=1, sources=src)
 
 
