@@ -87,7 +87,8 @@ def simulate(items: list[Item], *, capacity_mib: dict[tuple[str, int], int], cor
     (default ``cores``); ``sequential``: one task at a time, in order (the in-process backend)."""
     ray_cpus = ray_cpus or cores
     device_slowdown = device_slowdown or (lambda names, starting: 1.0)
-    order = sorted(items, key=lambda i: (i.started_at is None, i.wave, i.name))
+    # the run loop launches in wave order, the placement's order within a wave (``items`` come in it)
+    order = [i for _, i in sorted(enumerate(items), key=lambda ki: (ki[1].started_at is None, ki[1].wave, ki[0]))]
     # what each task has left: [start-up on the host, start-up on the card, its work], alone seconds
     left = {i.name: [0.0, 0.0, i.work_s] if i.started_at is not None else [i.startup_s, i.startup_card_s, i.work_s]
             for i in order}
