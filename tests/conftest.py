@@ -22,6 +22,19 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_learned_store(tmp_path_factory):
+    """What the tests' runs measure (the memory cache, the time model's learned ratios: every run records them) goes
+    to a file of the session's, never the user's cache: no test predicts with what an earlier session ran. A test that
+    needs its own store sets ``GPUPACK_MEASUREMENTS`` itself."""
+    if os.environ.get("GPUPACK_MEASUREMENTS"):
+        yield
+        return
+    os.environ["GPUPACK_MEASUREMENTS"] = str(tmp_path_factory.mktemp("learned") / "measurements.sqlite")
+    yield
+    os.environ.pop("GPUPACK_MEASUREMENTS", None)
+
+
 @pytest.fixture
 def run_cli(capsys):
     """Run ``python -m scheduler ARGS`` in-process; returns (exit status, stdout, stderr)."""

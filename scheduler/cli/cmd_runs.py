@@ -173,10 +173,28 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
         return print_json(view)
     console.print(run_table(record.jobs(), f"{view['run_dir']}  ({info.get('status', '?')})"))
     console.print(budget.describe(spent))
+    show_times(view, console)
     show_outcome(view.get("outcome"), console)
     if info.get("driver_lost"):
         console.print(f"[bold red]{info['reason']}[/]")
     return 0
+
+
+def show_times(view: dict, console: Console) -> None:
+    """Predicted against actual: the run's wall, then each task's end, start-up, step and fold (``time`` in
+    ``--json``); nothing when the run predicted nothing."""
+    from scheduler.policy import timerecord
+
+    if view.get("predicted_wall_s") is None:
+        return
+    wall = timerecord.describe({"wall_s": view["predicted_wall_s"]}, {"wall_s": view.get("actual_wall_s")},
+                               ("wall_s",))
+    console.print("time: " + (wall or f"predicted wall {view['predicted_wall_s']:.0f}s, still running"))
+    for row in view.get("tasks") or []:
+        t = row.get("time") or {}
+        text = timerecord.describe(t.get("predicted"), t.get("actual"))
+        if text:
+            console.print(f"  {row['name']}: {text}")
 
 
 def show_outcome(outcome: dict | None, console: Console) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
+from scheduler.policy import timerecord
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime.driver import Driver, RunOptions
 from scheduler.runtime.submit import default_run_dir, submit
@@ -26,10 +27,10 @@ from scheduler.cli.views import run_table, show_dry_run, show_summary
 
 
 class _Lines:
-    """Progress as plain lines: state changes, finished folds, one line per epoch."""
+    """Progress as plain lines: state changes, finished folds, one line per epoch (``only``: of these events)."""
 
-    def __init__(self, console: Console):
-        self.console = console
+    def __init__(self, console: Console, only: tuple[str, ...] | None = None):
+        self.console, self.only = console, only
         self.offset = 0
 
     def __call__(self, driver: Driver) -> None:
@@ -38,7 +39,7 @@ class _Lines:
         events, self.offset = events_from(driver.record.events_path, self.offset)
         elapsed = format_duration(time.time() - driver.started_at)
         for ev in events:
-            text = _describe(ev)
+            text = _describe(ev) if self.only is None or ev["event"] in self.only else None
             if text:
                 self.console.print(f"[dim]{elapsed:>7}[/] {text}")
 
@@ -75,6 +76,13 @@ def _describe(ev: dict) -> str | None:
                 f"{format_duration(ev.get('training_left_s', 0))} of training left")
     if kind == "run_end":
         return f"run ended: {ev.get('status')}"
+    if kind == timerecord.ACTUAL:  # a task's end (or the run's, no job) against the prediction
+        text = timerecord.describe(ev.get("predicted"), ev.get("actual"),
+                                   timerecord.SHOWN if job else (timerecord.RUN_WALL,))
+        return f"{job or 'run'}: time: {text}" if text else None
+    if kind == timerecord.PREDICTED and not job:
+        wall = (ev.get("predicted") or {}).get(timerecord.RUN_WALL)
+        return f"run: predicted wall {format_duration(wall)} ({ev.get('where')})"
     if kind == "note":
         return f"{job or 'run'}: note: {ev.get('note')}"
     if kind == "memory_over_estimate":
@@ -126,26 +134,20 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
             live.start()
 
     lines = _Lines(shown)
+    ends = _Lines(shown, only=(timerecord.ACTUAL,))  # above the live table: each end against its prediction
     if resuming and (run_dir / "events.jsonl").is_file():  # what the stopped run printed is not printed again
-        lines.offset = (run_dir / "events.jsonl").stat().st_size
+        lines.offset = ends.offset = (run_dir / "events.jsonl").stat().st_size
 
     def on_update(driver: Driver) -> None:
         if live is not None:
             elapsed = format_duration(time.time() - driver.started_at)
             left = format_duration(max(0.0, driver.deadline - time.time()))
             live.update(run_table(driver.record.jobs(), f"jobs — {elapsed} elapsed, {left} of training left"))
+            ends(driver)
         else:
             lines(driver)
 
-    def on_ready(record) -> None:
-        from scheduler.store.runindex import register
-
-        register(record.dir, dry.plan.name)  # `status ID` finds it from anywhere
-        if args.ready_fd is not None:  # a detached run's parent waits for this word
-            from scheduler.cli.detach import tell_parent
-
-            tell_parent(args.ready_fd, record)
-
+    on_ready = _on_ready(args, dry.plan.name)
     driver = {}
     if args.in_process:
         from scheduler.runtime.driver import InProcessDriver
@@ -176,6 +178,20 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
         console.print(end_line(end, summary["run_dir"]))
     sys.stdout.flush()
     return status
+
+
+def _on_ready(args, plan_name: str):
+    """What to do once the run folder is the run's: register it, and tell a detached run's parent."""
+    def on_ready(record) -> None:
+        from scheduler.store.runindex import register
+
+        register(record.dir, plan_name)  # `status ID` finds it from anywhere
+        if args.ready_fd is not None:  # a detached run's parent waits for this word
+            from scheduler.cli.detach import tell_parent
+
+            tell_parent(args.ready_fd, record)
+
+    return on_ready
 
 
 def end_line(end: RunStatus, run_dir: str) -> str:

@@ -20,6 +20,7 @@ from scheduler.execute.launch import LaunchRecord
 from scheduler.execute import records
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime import resume
+from scheduler.runtime.timekeeping import TimeKeeper
 from scheduler.store import measurements, outputs, provenance
 from scheduler.store.record import RunRecord
 
@@ -77,6 +78,8 @@ def modelled_epochs(dry: DryRun) -> dict[str, float]:
 class Runner:
     """Holds the run's ``RunState`` and carries out its instructions that touch only the run folder."""
 
+    timekeeper: TimeKeeper | None = None  # predicted against actual (``runtime/timekeeping``), from ``begin``
+
     def __init__(self, dry: DryRun, opts: RunOptions, record: RunRecord, best_fit=None):
         self.dry, self.plan, self.opts, self.record = dry, dry.plan, opts, record
         self.started_at = time.time()
@@ -123,6 +126,8 @@ class Runner:
                             builtin=self.builtin)
         self.record.event("run_start", plan=self.plan.name, rehearsal=not self.cuda, budget_s=self.plan.budget,
                           training_deadline_s=round(self.deadline - self.started_at, 1), resumed=self.opts.resume)
+        self.timekeeper = TimeKeeper.start(self.dry, self.record, self.started_at, cuda=self.cuda,
+                                           resumed=self.opts.resume)
         if self.cuda:  # a rehearsal's CPU epochs have nothing to do with the card's: no model for them
             self.run_state.modelled = modelled_epochs(self.dry)
             if self.run_state.modelled:
@@ -193,7 +198,10 @@ class Runner:
                     self.record.event("note", name, note=f"fold {fold.fold} could not be kept on disk "
                                       f"({e.strerror or e}): it reaches the blend only if the job ends normally; "
                                       "free space, or a crash loses it")
-            self.record.event(kind, name, **{k: v for k, v in ev.items() if k != "time"}, job_time=ev.get("time"))
+            written = self.record.event(kind, name, **{k: v for k, v in ev.items() if k != "time"},
+                                        job_time=ev.get("time"))
+            if self.timekeeper is not None:
+                self.timekeeper.observe(name, written)
             self.observed(name, kind, ev)
             self.handle(rl.JobReported(name, kind, ev, ev.get("time") or time.time()))
             if kind == "fold" and isinstance(ev.get("measured"), dict):
@@ -251,6 +259,8 @@ class Runner:
     def apply(self, ins) -> None:
         if isinstance(ins, rl.Transition):
             self.record.transition(ins.job, ins.state, **ins.fields)
+            if self.timekeeper is not None:
+                self.timekeeper.state(ins.job, ins.state, time.time())
         elif isinstance(ins, rl.Record):
             self.record.event(ins.kind, ins.job, **ins.fields)
             self.observed(ins.job, ins.kind, ins.fields)  # a budget cut or restore, for the counters

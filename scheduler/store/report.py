@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scheduler.core.folds import fold_name
-from scheduler.policy import budget
+from scheduler.policy import budget, timerecord
 from scheduler.policy.tasks import job_of
 from scheduler.store.record import RunRecord
 
@@ -508,6 +508,33 @@ def _tasks_section(run: _Run) -> str:
             "</table>")
 
 
+def _time_section(run: _Run) -> str:
+    """Each task's time as predicted (``time_predicted``) against as it ran (``time_actual``): one row per task, one
+    column per figure, "actual / predicted (error)"; nothing when the run predicted nothing."""
+    times = timerecord.of_events(run.events)
+    if not times.tasks:
+        return ""
+
+    def num(x: float | None) -> str:
+        return "—" if x is None else f"{x:.3g}" if abs(x) < 100 else f"{x:,.0f}"
+
+    def cell(t: dict, f: str) -> str:
+        p, a = (t.get("predicted") or {}).get(f), (t.get("actual") or {}).get(f)
+        e = timerecord.error(p, a)
+        return f"{num(a)} / {num(p)}" + ("" if e is None else f" <span class=\"dim\">({e:+.0%})</span>")
+
+    rows = "".join(f"<tr><td>{_t(name)}</td>" + "".join(f"<td class=\"num\">{cell(t, f)}</td>"
+                                                         for f in timerecord.FIELDS) + "</tr>"
+                   for name, t in times.tasks.items())
+    head = "".join(f"<th title=\"{_t(why)}\">{timerecord.LABELS[f]} s</th>" for f, why in timerecord.FIELDS.items())
+    wall = timerecord.describe({"wall_s": times.predicted_wall_s}, {"wall_s": times.actual_wall_s}, ("wall_s",))
+    return ("<h2 id=\"time\">Time: predicted against actual</h2><p class=\"hint\">Each figure as the task ran "
+            "(actual) / as the run predicted it at its start, neighbours counted, in seconds; start and end from the "
+            "run's start; (error) = (actual − predicted) ÷ predicted. The next dry run on this machine and card "
+            f"predicts with what was learned.</p><p>{_t(wall or 'the run has not ended')}</p>"
+            f"<table class=\"time\"><tr><th>task</th>{head}</tr>{rows}</table>")
+
+
 def _cuts_section(run: _Run) -> str:
     items = []
     for e in run.events:
@@ -641,7 +668,7 @@ def _summary(run: _Run) -> str:
     mode = "CPU rehearsal (memory simulated)" if info.get("rehearsal") else "GPU"
     nav = "".join(f"<a href=\"#{a}\">{w}</a>" for a, w in (
         ("timeline", "timeline"), ("scores", "scores"), ("throughput", "throughput"), ("tasks", "tasks"),
-        ("budget", "budget"), ("notes", "notes"), ("memory", "memory")))
+        ("time", "time"), ("budget", "budget"), ("notes", "notes"), ("memory", "memory")))
     return (f"<h1>{_t(info.get('plan'))} — {_t(info.get('status'))}</h1>"
             f"<p>{_t(info.get('hardware'))}, band {band[0]:.0%}–{band[1]:.0%}, {mode}, "
             f"{_clock(run.t_end - run.t0)} in all. {summary}.<br>Run folder: <code>{_t(run.dir)}</code></p>"
@@ -696,6 +723,7 @@ def build(run_dir: str | Path) -> Path:
         _throughput_section(run),
         time_bars(run.events),  # where each job's wall time went
         _tasks_section(run),
+        _time_section(run),
         _cuts_section(run),
         _notes_section(run),
         _memory_section(run),

@@ -21,9 +21,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from scheduler.core.states import JobState, RunStatus
+from scheduler.policy import timerecord
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "run.schema.json"
 
@@ -33,6 +34,21 @@ SOURCES: dict[str, str] = {
     "partial": "a partial model (a fold cut short, at its best epoch): NO JOB FINISHED A FOLD",
     "prior": "the class frequencies of train.csv, not a model: NO JOB FINISHED A FOLD",
 }
+
+
+# a task's time figures, one key per ``policy/timerecord.FIELDS`` (seconds; null: not predicted, or not measured)
+TimeFigures = create_model("TimeFigures", __config__=ConfigDict(extra="forbid"), **{
+    f: (float | None, Field(None, description=why)) for f, why in timerecord.FIELDS.items()})
+
+
+class TaskTime(BaseModel):
+    """A task's time as the run predicted it (its ``time_predicted`` event) and as it ran (``time_actual``, once it
+    ended), every figure neighbours counted (``policy/timerecord``)."""
+
+    predicted: TimeFigures | None = Field(None, description="null: the run predicted nothing (no time model, or a "
+                                                            "resumed run)")
+    actual: TimeFigures | None = Field(None, description="null: the task has not ended")
+    error: dict[str, float | None] | None = Field(None, description="per figure, (actual - predicted) / predicted")
 
 
 class TaskView(BaseModel):
@@ -52,6 +68,7 @@ class TaskView(BaseModel):
     cv_score: float | None = None
     progress: dict[str, Any] = Field(default_factory=dict, description="live figures (folds 0-based, as events)")
     updated: float | None = None
+    time: TaskTime | None = Field(None, description="status/top: predicted against actual, figure by figure")
 
 
 class TaskOutcome(BaseModel):
@@ -115,6 +132,11 @@ class RunView(BaseModel):
     jobs: Union[list[TaskView], dict[str, int], list[JobOutcome], None] = Field(
         None, description="the older key: status/top the task rows (= tasks), runs the counts (= task_states), "
                           "submit's summary the per-job results (= outcome.jobs)")
+    predicted_wall_s: float | None = Field(None, description="status/top: the run's predicted wall, its last task's "
+                                                             "end in seconds from its start (null: none predicted)")
+    actual_wall_s: float | None = Field(None, description="status/top: its last task's end as it ran (null: not "
+                                                          "every task has ended)")
+    wall_error: float | None = Field(None, description="(actual_wall_s - predicted_wall_s) / predicted_wall_s")
 
 
 class RunList(BaseModel):
@@ -203,6 +225,11 @@ def run_view(record, info: dict, *, with_rows: bool = True, **extra: Any) -> dic
     body["outcome"] = None if found is None else found.model_dump(mode="json")
     rows = task_rows(record)
     if with_rows:
+        times = timerecord.of_events(record.events())
+        for r in rows:
+            r["time"] = times.tasks.get(r["name"])
+        body.update(predicted_wall_s=times.predicted_wall_s, actual_wall_s=times.actual_wall_s,
+                    wall_error=times.wall_error)
         body["tasks"] = rows
         body["jobs"] = rows
     else:

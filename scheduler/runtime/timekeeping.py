@@ -1,0 +1,107 @@
+"""A run's record of predicted against actual time (``policy/timerecord``): written by the runner as the run goes.
+
+At the run's start, one ``time_predicted`` event per task (the dry run's ``TaskTime`` where the timeline runs it) and
+one for the run (its predicted wall); when a task ends, whatever its end, one ``time_actual`` (what it took, from what
+it reported, and the error of each figure), and the figures learned into ``store/timings`` under its kind, model and
+card ("cpu" in the CPU rehearsal): the next dry run on this machine and card predicts with them. When every task has
+ended, one ``time_actual`` for the run (its wall).
+
+A run without a timeline (a dry run made without a time model) or a resumed one (its timeline is the whole plan's from
+its start, not what the resume runs) records nothing: there is no prediction to hold the run against.
+"""
+
+from __future__ import annotations
+
+from scheduler.core.states import JobState
+from scheduler.policy import timerecord as tr
+from scheduler.policy.dryrun import DryRun
+from scheduler.store import timings
+from scheduler.store.record import RunRecord
+
+
+class TimeKeeper:
+    """One run's predictions, the events its tasks report, and what it writes when each ends."""
+
+    def __init__(self, dry: DryRun, record: RunRecord, started_at: float, card: str, learn: bool):
+        self.dry, self.record, self.started_at, self.card, self.learn = dry, record, started_at, card, learn
+        self.predicted: dict[str, dict] = {}  # task -> its time_predicted figures
+        self.ratios: dict[str, dict[str, float]] = {}  # task -> the learned ratios its prediction used
+        self.seen: dict[str, list[dict]] = {}  # task -> its events timerecord.actual reads
+        self.ended: dict[str, float] = {}  # task -> its end, seconds from the run's start
+
+    @classmethod
+    def start(cls, dry: DryRun, record: RunRecord, started_at: float, *, cuda: bool,
+              resumed: bool) -> "TimeKeeper | None":
+        """Write the run's predictions and return the keeper of its actuals; None (nothing written) without a
+        prediction to hold the run against."""
+        if dry.timeline is None or dry.timing is None or resumed:
+            return None
+        card = dry.hardware.profile if cuda else "cpu"
+        predicted_on = "cpu" if dry.timing.rehearsal else dry.hardware.profile
+        # a prediction made for another card than the run's (NVML and the time model disagree) teaches nothing
+        keeper = cls(dry, record, started_at, card, learn=predicted_on == card)
+        keeper.write_predictions(predicted_on)
+        return keeper
+
+    def write_predictions(self, predicted_on: str) -> None:
+        timeline = self.dry.timeline
+        for name, span in sorted(timeline.spans.items(), key=lambda kv: (kv[1].start, kv[0])):
+            t = self.dry.times.get(name)
+            if t is None:
+                continue
+            model = getattr(self.dry.spec(name), "model", None)
+            self.predicted[name] = tr.predicted(t, span)
+            self.ratios[name] = tr.used_ratios(self.dry.timing.learned, t.kind, model, predicted_on)
+            self.seen[name] = []
+            self.record.event(tr.PREDICTED, name, predicted=self.predicted[name],
+                              key={"kind": t.kind, "model": model, "card": predicted_on}, folds=t.folds,
+                              epochs=t.epochs, slowdown=round(span.slowdown, 4), learned=self.ratios[name])
+        self.record.event(tr.PREDICTED, predicted={tr.RUN_WALL: round(timeline.wall_s, 3)},
+                          window_s=round(self.dry.window_s, 3), where=self.dry.timing.describe(),
+                          started_at=round(self.started_at, 3))  # the zero of every start_s and end_s
+
+    def observe(self, name: str, ev: dict) -> None:
+        """An event of a task, as written to ``events.jsonl``."""
+        if name in self.seen and tr.relevant(ev):
+            self.seen[name].append(ev)
+
+    def state(self, name: str, state: JobState, now: float) -> None:
+        """A task's new state: its actuals when it is an end."""
+        if name not in self.seen:
+            return
+        self.seen[name].append({"event": "state", "new": state.value, "time": now})
+        if state.terminal:
+            self.ended[name] = now - self.started_at
+            self.actual(name, state, now)
+            if set(self.ended) >= set(self.predicted):
+                self.run_actual()
+        else:
+            self.ended.pop(name, None)  # started again (a retry, or a budget's restore): it ends again
+
+    def actual(self, name: str, state: JobState, now: float) -> None:
+        pred = self.predicted[name]
+        act = tr.actual(self.seen[name], self.started_at, now)
+        kept, refused = self.remember(name, state, pred, act) if self.learn else ([], [])
+        self.record.event(tr.ACTUAL, name, state=state.value, predicted=pred, actual=act,
+                          error=tr.errors(pred, act), learned=kept, not_learned=refused)
+
+    def remember(self, name: str, state: JobState, pred: dict, act: dict) -> tuple[list[str], list[str]]:
+        """The task's figures into ``store/timings`` (a command's wall only when it succeeded: a cut one's is not its
+        wall); the fields kept, and those the store refused (a ratio past its bounds reads as a fault)."""
+        kind = self.dry.times[name].kind
+        if kind == "command" and state != JobState.SUCCEEDED:
+            return [], []
+        figures = tr.to_learn(kind, pred, act, self.ratios[name])
+        model = self.dry.tasks[name].job if kind == "command" else getattr(self.dry.spec(name), "model", None)
+        try:
+            timings.record(kind, model, self.card, figures, run=self.record.dir.name, task=name)
+        except Exception as e:  # noqa: BLE001 -- a cache that cannot be written costs the next prediction, not the run
+            self.record.event("note", name, note=f"time learned not kept ({e})")
+            return [], sorted(figures)
+        kept = sorted(f for f, (p, a) in figures.items() if timings.MIN_RATIO <= a / p <= timings.MAX_RATIO)
+        return kept, sorted(set(figures) - set(kept))
+
+    def run_actual(self) -> None:
+        pred, wall = round(self.dry.timeline.wall_s, 3), round(max(self.ended.values()), 3)
+        self.record.event(tr.ACTUAL, predicted={tr.RUN_WALL: pred}, actual={tr.RUN_WALL: wall},
+                          error={tr.RUN_WALL: tr.error(pred, wall)})

@@ -1,0 +1,291 @@
+"""A task's time, predicted against actual, always (``policy/timerecord``, ``runtime/timekeeping``): a small plan run
+the way a user runs it (``submit PLAN --in-process --json``: a tree job, an image job, a command that succeeds and
+one that fails), then each place the figures land — the run's events, ``status --json``, the progress lines,
+report.html — and the next dry run on this machine, which predicts with what the run measured."""
+
+import json
+import re
+import statistics
+import sys
+
+import jsonschema
+import pytest
+
+from conftest import FAKE_TRAIN
+from scheduler.policy import timerecord as tr
+from scheduler.store import runview, timings
+
+PLAN = f"""name: timed
+hardware: {{profile: A100-40GB, gpus_per_node: 1, cpus: 4}}
+budget: 10m
+jobs:
+  - name: lgbm
+    kind: lightgbm
+    folds: 2
+    num_boost_round: 30
+    resources: {{cpus: 1}}
+  - name: mnv3
+    kind: timm
+    model: mobilenetv3_small_050
+    image_size: 32
+    batch_size: 32
+    epochs: 1
+    folds: 2
+    fold_parallel: false
+    resources: {{cpus: 1}}
+  - name: fake
+    kind: command
+    command: [{sys.executable}, {FAKE_TRAIN}]
+    folds: 2
+    resources: {{cpus: 1, gpu_memory: 2GB}}
+  - name: bad
+    kind: command
+    command: [{sys.executable}, {FAKE_TRAIN}]
+    folds: 2
+    retries: 0
+    resources: {{cpus: 1, gpu_memory: 2GB}}
+    env: {{FAIL: "1"}}
+"""
+TASKS = {"lgbm", "mnv3", "fake", "bad"}
+
+
+class _Capture:
+    def __enter__(self):
+        import io
+
+        self._out, self._err = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = self.o, self.e = io.StringIO(), io.StringIO()
+
+    def __exit__(self, *exc):
+        sys.stdout, sys.stderr = self._out, self._err
+        self.out, self.err = self.o.getvalue(), self.e.getvalue()
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """One finished run of PLAN (the CLI, in process), its store of what was learned a file of its own; the run
+    folder, the summary, the progress lines (stderr under --json) and the store's path."""
+    from _pytest.monkeypatch import MonkeyPatch
+    from scheduler.cli.main import main
+
+    mp = MonkeyPatch()
+    home = tmp_path_factory.mktemp("timed")
+    store = home / "learned.sqlite"
+    mp.setenv("GPUPACK_CACHE_DIR", str(home / "cache"))
+    mp.setenv("GPUPACK_MEASUREMENTS", str(store))
+    mp.chdir(home)
+    (home / "plan.yaml").write_text(PLAN)
+    capture = _Capture()
+    with capture:
+        code = main(["submit", "plan.yaml", "--in-process", "--json", "--run-dir", "runs/r1"])
+    assert code == 0, capture.err
+    yield {"home": home, "run": home / "runs" / "r1", "summary": json.loads(capture.out), "lines": capture.err,
+           "store": store}
+    mp.undo()
+
+
+@pytest.fixture
+def here(ran, monkeypatch):
+    monkeypatch.setenv("GPUPACK_CACHE_DIR", str(ran["home"] / "cache"))
+    monkeypatch.setenv("GPUPACK_MEASUREMENTS", str(ran["store"]))
+    monkeypatch.chdir(ran["home"])
+    return ran
+
+
+def events(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def of(evs: list[dict], kind: str) -> dict:
+    """Each task's (last) event of ``kind``, and the run's under None."""
+    return {e.get("job"): e for e in evs if e["event"] == kind}
+
+
+def card() -> str:
+    return "A100-40GB" if timings.sees_cuda() else "cpu"
+
+
+def test_every_task_has_its_prediction_at_the_start_and_its_actuals_at_its_end(ran):
+    evs = events(ran["run"])
+    predicted, actual = of(evs, tr.PREDICTED), of(evs, tr.ACTUAL)
+    started = predicted[None]["started_at"]  # the driver's start: the training window's clock
+    assert started <= next(e for e in evs if e["event"] == "run_start")["time"]
+    assert set(predicted) == set(actual) == TASKS | {None}
+    first_launch = min(i for i, e in enumerate(evs) if e["event"] == "launch")
+    assert max(i for i, e in enumerate(evs) if e["event"] == tr.PREDICTED) < first_launch  # before anything runs
+    timeline = {r["task"]: r for r in json.loads((ran["run"] / "placement.json").read_text())["timeline"]["tasks"]}
+    for name in TASKS:
+        p, a = predicted[name], actual[name]
+        assert set(p["predicted"]) == set(a["actual"]) == set(a["error"]) == set(tr.FIELDS)
+        assert a["predicted"] == p["predicted"]
+        # the prediction is the dry run's timeline, the one `submit --dry-run` showed
+        assert p["predicted"]["start_s"] == pytest.approx(timeline[name]["start_s"], abs=0.06)
+        assert p["predicted"]["end_s"] == pytest.approx(timeline[name]["end_s"], abs=0.06)
+        states = [e for e in evs if e["event"] == "state" and e["job"] == name]
+        running = next(e["time"] for e in states if e["new"] == "RUNNING")
+        assert a["actual"]["start_s"] == pytest.approx(running - started, abs=0.05)
+        assert a["actual"]["end_s"] == pytest.approx(states[-1]["time"] - started, abs=0.05)
+        assert a["state"] == states[-1]["new"]
+        for f, err in a["error"].items():
+            pf, af = a["predicted"][f], a["actual"][f]
+            assert err == (None if pf is None or af is None or pf <= 0 else pytest.approx((af - pf) / pf, abs=1e-3))
+    assert actual["bad"]["state"] == "FAILED" and actual["fake"]["state"] == "SUCCEEDED"
+    assert actual[None]["actual"]["wall_s"] == max(actual[n]["actual"]["end_s"] for n in TASKS)
+    assert actual[None]["predicted"]["wall_s"] == predicted[None]["predicted"]["wall_s"] == pytest.approx(
+        max(r["end_s"] for r in timeline.values()), abs=0.06)
+
+
+def test_the_actuals_are_what_the_tasks_reported(ran):
+    evs = events(ran["run"])
+    a = of(evs, tr.ACTUAL)["mnv3"]["actual"]
+    epochs = [e for e in evs if e["event"] == "epoch" and e["job"] == "mnv3"]
+    assert a["startup_s"] == pytest.approx(epochs[0]["startup_s"], abs=1e-3)
+    assert a["step_s"] == pytest.approx(statistics.median(e["steady_step_s"] for e in epochs), rel=1e-3)
+    assert a["validation_s"] == pytest.approx(statistics.median(e["val_s"] for e in epochs if e["validated"]),
+                                              rel=1e-3)
+    folds = [e for e in evs if e["event"] == "fold" and e["job"] == "mnv3"]
+    walls = [folds[0]["wall_s"] - epochs[0]["startup_s"], folds[1]["wall_s"] - folds[0]["wall_s"]]
+    assert a["fold_s"] == pytest.approx(statistics.mean(walls), rel=1e-3)
+    lgbm = of(evs, tr.ACTUAL)["lgbm"]["actual"]
+    tree_folds = [e for e in evs if e["event"] == "fold" and e["job"] == "lgbm"]
+    assert lgbm["fold_s"] == pytest.approx(statistics.mean(f["seconds"] for f in tree_folds), rel=1e-3)
+    assert lgbm["validation_s"] is None and lgbm["step_s"] > 0
+    fake = of(evs, tr.ACTUAL)["fake"]["actual"]
+    assert fake["wall_s"] == pytest.approx(fake["end_s"] - fake["start_s"], abs=2e-3) and fake["step_s"] is None
+
+
+def test_what_was_measured_is_learned_under_the_tasks_kind_model_and_card(ran):
+    evs = events(ran["run"])
+    actual = of(evs, tr.ACTUAL)
+    mnv3 = actual["mnv3"]
+    assert {"startup", "step_s", "validation_s", "prediction_s"} <= set(mnv3["learned"])
+    for f in ("step_s", "validation_s"):  # actual ÷ predicted, as this machine's next prediction reads it
+        assert timings.ratios("timm", "mobilenetv3_small_050", card(), f, path=ran["store"]) == [
+            pytest.approx(mnv3["actual"][f] / mnv3["predicted"][f], rel=1e-6)]
+    assert timings.ratios("timm", "mobilenetv3_small_050", card(), "startup", path=ran["store"]) == [
+        pytest.approx(mnv3["actual"]["startup_s"] / mnv3["predicted"]["startup_s"], rel=1e-6)]
+    assert timings.ratios("lightgbm", None, card(), "step_s", path=ran["store"])
+    # a command's wall, by the job's name; one that failed teaches nothing
+    assert set(actual["fake"]["learned"]) | set(actual["fake"]["not_learned"]) == {"wall_s"}
+    assert actual["bad"]["learned"] == actual["bad"]["not_learned"] == []
+
+
+def test_status_json_carries_each_tasks_time_and_the_runs_walls(here, run_cli):
+    code, out, err = run_cli("status", "runs/r1", "--json")
+    assert code == 0, err
+    view = json.loads(out)
+    jsonschema.validate(view, json.loads(runview.SCHEMA_FILE.read_text()))  # as an agent checks it: the file
+    evs = events(here["run"])
+    predicted, actual = of(evs, tr.PREDICTED), of(evs, tr.ACTUAL)
+    rows = {r["name"]: r for r in view["tasks"]}
+    assert set(rows) == TASKS
+    for name, row in rows.items():
+        assert row["time"] == {"predicted": predicted[name]["predicted"], "actual": actual[name]["actual"],
+                               "error": actual[name]["error"]}
+    assert view["predicted_wall_s"] == predicted[None]["predicted"]["wall_s"]
+    assert view["actual_wall_s"] == actual[None]["actual"]["wall_s"]
+    assert view["wall_error"] == pytest.approx(actual[None]["error"]["wall_s"], abs=1e-4)
+    code, out, _ = run_cli("status", "runs/r1")  # the table's reader sees the same, in words
+    assert re.search(r"time: wall \S+ \(predicted \S+, [+-]\d+%\)", out), out
+    for name in TASKS:
+        assert re.search(rf"{name}: end \S+ \(predicted \S+, [+-]\d+%\)", out), out
+
+
+def test_the_progress_lines_say_each_end_against_its_prediction(ran):
+    lines = ran["lines"]
+    for name in TASKS:
+        assert re.search(rf"{re.escape(name)}: time: end \S+ \(predicted \S+, [+-]\d+%\)", lines), lines[-3000:]
+    assert re.search(r"run: time: wall \S+ \(predicted \S+, [+-]\d+%\)", lines)
+    assert "run: predicted wall" in lines
+
+
+def test_the_report_has_a_table_of_predicted_against_actual(here, run_cli):
+    code, out, err = run_cli("report", "runs/r1")
+    assert code == 0, err
+    page = (here["run"] / "report.html").read_text()
+    table = re.search(r'<h2 id="time">.*?</table>', page, re.S).group(0)
+    actual = of(events(here["run"]), tr.ACTUAL)
+    for name in TASKS:
+        row = re.search(rf"<tr><td>{name}</td>(.*?)</tr>", table).group(1)
+        cells = re.findall(r'<td class="num">(.*?)</td>', row)
+        assert len(cells) == len(tr.FIELDS)
+        for f in ("startup_s", "end_s"):
+            a, p, err = (actual[name][k][f] for k in ("actual", "predicted", "error"))
+            assert cells[list(tr.FIELDS).index(f)] == (f"{num(a)} / {num(p)}" + (
+                "" if err is None else f' <span class="dim">({err:+.0%})</span>')), (name, f, row)
+
+
+def num(x):
+    return "—" if x is None else f"{x:.3g}" if abs(x) < 100 else f"{x:,.0f}"
+
+
+def test_the_next_dry_run_predicts_with_what_was_learned(here, run_cli, tmp_path, monkeypatch):
+    def timeline() -> dict:
+        code, out, err = run_cli("submit", "plan.yaml", "--in-process", "--dry-run", "--json")
+        assert code == 0, err
+        return {r["task"]: r for r in json.loads(out)["timeline"]["tasks"]}
+
+    learned = timeline()["mnv3"]
+    monkeypatch.setenv("GPUPACK_MEASUREMENTS", str(tmp_path / "nothing-learned.sqlite"))
+    packaged = timeline()["mnv3"]
+    was = of(events(here["run"]), tr.ACTUAL)["mnv3"]
+    assert "learned from 1 task(s) on this machine" in learned["time"]["sources"]["step_s"]
+    assert "learned" not in packaged["time"]["sources"]["step_s"]
+    assert packaged["time"]["step_s"] * packaged["slowdown"] == pytest.approx(was["predicted"]["step_s"], rel=1e-3)
+    # the figures moved to what the run measured (one after the other in process: nothing slows them)
+    assert learned["time"]["step_s"] * learned["slowdown"] == pytest.approx(was["actual"]["step_s"], rel=1e-3)
+    assert learned["startup_s"] == pytest.approx(was["actual"]["startup_s"], abs=0.06)
+    assert learned["time"]["validation_s"] + learned["time"]["precise_bn_s"] == pytest.approx(
+        was["actual"]["validation_s"], rel=1e-3)
+
+
+def test_a_learned_prediction_is_recorded_against_the_packaged_figure(tmp_path):
+    """The ratio kept is actual ÷ the figure before learning: a second run that took what the learned prediction said
+    keeps the correction (median 2), where a ratio against the learned figure (1) would halve it back."""
+    path = tmp_path / "m.sqlite"
+    first = tr.to_learn("timm", {"step_s": 0.1}, {"step_s": 0.2}, {})
+    timings.record("timm", "resnet18", "cpu", first, path=path)
+    ratio, _ = timings.learned(path=path)("timm", "resnet18", "cpu", "step_s")
+    assert ratio == pytest.approx(2.0)
+    second = tr.to_learn("timm", {"step_s": 0.1 * ratio}, {"step_s": 0.2}, {"step_s": ratio})
+    timings.record("timm", "resnet18", "cpu", second, path=path)
+    assert timings.learned(path=path)("timm", "resnet18", "cpu", "step_s")[0] == pytest.approx(2.0)
+
+
+def test_a_run_without_a_timeline_records_no_time_and_runs(tmp_path):
+    """A dry run made without a time model (no ``timing``): no prediction, so no time events; the run is as
+    before."""
+    from conftest import TEST_HARDWARE
+    from scheduler.core import plan as planmod
+    from scheduler.policy import dryrun
+    from scheduler.runtime.driver import InProcessDriver
+    from scheduler.runtime.runner import RunOptions
+    from scheduler.runtime.submit import submit
+
+    plan = planmod.from_dict({"name": "t", "hardware": TEST_HARDWARE, "budget": "10m", "jobs": [
+        {"name": "fake", "kind": "command", "command": [sys.executable, FAKE_TRAIN], "folds": 2,
+         "resources": {"cpus": 1, "gpu_memory": "2GB"}}]})
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan))
+    assert dry.timeline is None
+    summary = submit(dry, RunOptions(run_dir=tmp_path / "run", dashboard=False, poll_s=0.2), lambda d: None,
+                     lambda d: None, driver=InProcessDriver)
+    assert summary["status"] == "finished"
+    kinds = {e["event"] for e in events(tmp_path / "run")}
+    assert "run_start" in kinds and not kinds & {tr.PREDICTED, tr.ACTUAL}
+
+
+def test_a_resumed_run_predicts_nothing(tmp_path):
+    """A resume's timeline is the whole plan's from its start, not what the resume runs: nothing to hold it to."""
+    from scheduler.core import plan as planmod
+    from scheduler.policy import dryrun, plantime
+    from scheduler.runtime.timekeeping import TimeKeeper
+    from scheduler.store.record import RunRecord
+
+    plan = planmod.from_dict({"name": "t", "hardware": "A100-40GB", "budget": "10m", "jobs": [
+        {"name": "fake", "kind": "command", "command": [sys.executable, FAKE_TRAIN], "folds": 2,
+         "resources": {"cpus": 1, "gpu_memory": "2GB"}}]})
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan), timing=plantime.Timing(rehearsal=True, cores=2))
+    record = RunRecord(tmp_path / "run")
+    assert TimeKeeper.start(dry, record, 0.0, cuda=False, resumed=True) is None
+    assert TimeKeeper.start(dry, record, 0.0, cuda=False, resumed=False) is not None
+    assert [e.get("job") for e in record.events() if e["event"] == tr.PREDICTED] == ["fake", None]
