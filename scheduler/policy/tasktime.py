@@ -58,6 +58,7 @@ CPU_EVAL_SPEEDUP = 7.0  # on the CPU a forward at the evaluation batch costs a s
 # --- tree kinds -----------------------------------------------------------------------------------------------------
 TREE_S_PER_CELL_ROUND = 1.6e-7  # LightGBM: seconds per (row × feature × boosting round) on one core (digits, 5 folds:
 #                               3.5 s a fold alone on the development machine, 2026-11-27)
+TREE_S_PER_ROW_ROUND = 4.5e-6  # predicting: one row through one round's tree (360 digits test rows, 0.49 s a fold)
 DEFAULT_ROUNDS = 300  # boosting rounds assumed when early stopping will decide
 COMMAND_S = 60.0  # a command job's wall when nothing was learned of it: a guess, said so
 
@@ -254,7 +255,7 @@ def _trees(w: TaskWork, threads: int) -> TaskTime:
            "startup": f"process {_process(w):.1f} s, imports {_imports(w):.1f} s, the table read"}
     data = (w.rows or 0) * features * 2e-7
     return TaskTime(w.task, w.kind, Startup(_process(w), _imports(w), data, 0.0), per_round, rounds,
-                    1, w.folds, prediction_s=(w.test_rows or 0) * features * 1e-7, fold_change_s=0.05,
+                    1, w.folds, prediction_s=(w.test_rows or 0) * rounds * TREE_S_PER_ROW_ROUND, fold_change_s=0.05,
                     threads=threads, sources=src)
 
 

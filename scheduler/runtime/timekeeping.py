@@ -94,11 +94,10 @@ class TimeKeeper:
         figures = tr.to_learn(kind, pred, act, self.ratios[name])
         model = self.dry.tasks[name].job if kind == "command" else getattr(self.dry.spec(name), "model", None)
         try:
-            timings.record(kind, model, self.card, figures, run=self.record.dir.name, task=name)
+            kept = timings.record(kind, model, self.card, figures, run=self.record.dir.name, task=name)
         except Exception as e:  # noqa: BLE001 -- a cache that cannot be written costs the next prediction, not the run
             self.record.event("note", name, note=f"time learned not kept ({e})")
             return [], sorted(figures)
-        kept = sorted(f for f, (p, a) in figures.items() if timings.MIN_RATIO <= a / p <= timings.MAX_RATIO)
         return kept, sorted(set(figures) - set(kept))
 
     def run_actual(self) -> None:

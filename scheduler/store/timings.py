@@ -44,18 +44,24 @@ def _connect(path) -> sqlite3.Connection:
     return conn
 
 
+def keeps(field: str, predicted: float | None, actual: float | None) -> bool:
+    """Whether a figure is kept: both positive, and its ratio inside the bounds (a command's wall, read as measured
+    and never as a ratio, whatever the 60 s guess before it)."""
+    if not predicted or not actual or predicted <= 0 or actual <= 0:
+        return False
+    return field == "wall_s" or MIN_RATIO <= actual / predicted <= MAX_RATIO
+
+
 def record(kind: str, model: str | None, card: str, figures: dict[str, tuple[float, float]], *, run: str = "",
-           task: str = "", path=None) -> int:
-    """Store ``figures`` ({field: (predicted, actual)}), those with both positive; returns how many were kept."""
+           task: str = "", path=None) -> list[str]:
+    """Store ``figures`` ({field: (predicted, actual)}) that ``keeps``; returns the fields kept."""
     rows = [(kind, model or "-", card, f, float(p), float(a), run, task, time.time())
-            for f, (p, a) in figures.items() if p and a and p > 0 and a > 0
-            and MIN_RATIO <= a / p <= MAX_RATIO]
-    if not rows:
-        return 0
-    with _connect(path) as conn:
-        conn.executemany("INSERT INTO task_times (kind, model, card, field, predicted, actual, run, task, time) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-    return len(rows)
+            for f, (p, a) in figures.items() if keeps(f, p, a)]
+    if rows:
+        with _connect(path) as conn:
+            conn.executemany("INSERT INTO task_times (kind, model, card, field, predicted, actual, run, task, time) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    return sorted(r[3] for r in rows)
 
 
 def ratios(kind: str, model: str | None, card: str, field: str, *, path=None) -> list[float]:
