@@ -49,12 +49,20 @@ MODEL_BUILD_S_PER_MPARAM = 0.02  # building a timm model, initialising its weigh
 FIRST_STEP_STEPS = 3.0  # the first step costs about this many steady ones (kernel choice, optimizer state, allocator)
 DECODE_S_PER_MPIXEL = 0.004  # decoding and resizing one megapixel of image (PIL, one core)
 # --- the CPU rehearsal ----------------------------------------------------------------------------------------------
-# measured on the 2-core development machine, 2026-11-27, at batch 32 and 32 px: ResNet-50 alone in process 0.86–1.1 s
-# a step, validation 5.4 ms and precise BN 4.7 ms an image; in option1's rehearsal (six image tasks on 2 cores)
-# ResNet-50 5.1 s a step and EfficientNet-B4 7.1 s (the timeline's contention: ``timeline.OVERSUBSCRIPTION``)
-CPU_FIXED_STEP_S = 0.02  # Python, the optimizer and the loader per step, whatever the batch (one core)
-CPU_PER_IMAGE = 2000.0  # one core trains an image this many times slower than the RTX 3090 (the benchmark's card)
-CPU_EVAL_SPEEDUP = 7.0  # on the CPU a forward at the evaluation batch costs a seventh of a training image
+CPU_FIXED_STEP_S = 0.2  # Python, the optimizer and the loader per step, whatever the batch (one core; ResNet-50 0.36–0.5)
+CPU_PER_IMAGE = 1000.0  # one core trains an image this many times slower than the RTX 3090 (the benchmark's card)
+CPU_EVAL_SPEEDUP = 5.0  # on the CPU a forward at the evaluation batch costs a fifth of a training image
+# The rehearsal's own figures for the default shortlist, measured on one core of the 2-core development machine
+# (2026-11-27, 32 px, AdamW, channels last; load 1.4–1.9, so ±25 %): a training step's fixed seconds and seconds per
+# image (from batches 8 and 32), a forward's fixed seconds and seconds per image (from batches 32 and 128). A model not
+# listed takes the benchmark's per-image cost × CPU_PER_IMAGE; either is corrected by what this machine learned.
+CPU_REHEARSAL = {
+    "resnet18": (0.25, 0.0060, 0.016, 0.0011), "resnet34": (0.45, 0.0140, 0.068, 0.0020),
+    "resnet50": (0.42, 0.0120, 0.103, 0.0028), "efficientnet_b0": (0.08, 0.0136, 0.025, 0.0013),
+    "efficientnet_b2": (0.07, 0.0196, 0.064, 0.0013), "efficientnet_b3": (0.16, 0.0225, 0.044, 0.0024),
+    "efficientnet_b4": (0.10, 0.0350, 0.052, 0.0036), "regnety_016": (0.17, 0.0124, 0.057, 0.0022),
+    "mobilenetv3_small_050": (0.04, 0.0029, 0.018, 0.0001),
+}
 # --- tree kinds -----------------------------------------------------------------------------------------------------
 TREE_S_PER_CELL_ROUND = 1.6e-7  # LightGBM: seconds per (row × feature × boosting round) on one core (digits, 5 folds:
 #                               3.5 s a fold alone on the development machine, 2026-11-27)
@@ -199,13 +207,8 @@ def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
         size, b = min(w.image_size, rehearsal.IMAGE_SIZE), min(batch, rehearsal.BATCH_SIZE)
         epochs = min(w.epochs, rehearsal.EPOCHS)
         steps = min(math.ceil(train / b), rehearsal.STEPS_PER_EPOCH)
-        u_gpu = timemodel.per_image_s(row[0], size) if row else 0.0005
-        per_image = u_gpu * CPU_PER_IMAGE / threads
-        step = CPU_FIXED_STEP_S + b * per_image
-        forward = per_image / CPU_EVAL_SPEEDUP
+        step, forward, src["step_s"] = _rehearsal_step(w.model, row, size, b, threads)
         planned_steps = min(optimizer_steps(train, b, epochs), rehearsal.STEPS_PER_EPOCH * epochs)
-        src["step_s"] = (f"CPU rehearsal at {size} px, batch {b}: {CPU_FIXED_STEP_S} s + {b} × the benchmark's "
-                         f"per-image cost × {CPU_PER_IMAGE:.0f} ÷ {threads} core(s)")
         first = step  # no context, no kernel choice on the CPU: the first step is a step, and the model's build
         data = (train + val) * size * size / 1e6 * DECODE_S_PER_MPIXEL
     else:
@@ -235,6 +238,22 @@ def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
                     precise_bn_s=bn_rows * forward, prediction_s=test * passes * forward,
                     fold_change_s=MODEL_BUILD_S_PER_MPARAM * params_m, on_device=card is not None,
                     threads=threads, sources=src)
+
+
+def _rehearsal_step(model: str, row, size: int, batch: int, threads: int) -> tuple[float, float, str]:
+    """(seconds a step, seconds a forward image at the evaluation batch, the source) in the CPU rehearsal."""
+    from scheduler.policy.inputs import EVAL_BATCH_FACTOR
+
+    eval_batch = EVAL_BATCH_FACTOR * batch  # the job's evaluation batch
+    if model in CPU_REHEARSAL:
+        fixed, per, efixed, eper = CPU_REHEARSAL[model]
+        return ((fixed + batch * per) / threads, (eper + efixed / eval_batch) / threads,
+                f"CPU rehearsal at {size} px, batch {batch}: {fixed} s + {batch} × {per} s (measured on the "
+                f"development machine's core) ÷ {threads} core(s)")
+    per_image = (timemodel.per_image_s(row[0], size) if row else 0.0005) * CPU_PER_IMAGE
+    return ((CPU_FIXED_STEP_S + batch * per_image) / threads, per_image / CPU_EVAL_SPEEDUP / threads,
+            f"CPU rehearsal at {size} px, batch {batch}: {CPU_FIXED_STEP_S} s + {batch} × the benchmark's per-image "
+            f"cost × {CPU_PER_IMAGE:.0f} ÷ {threads} core(s)")
 
 
 def _validated_epochs(epochs: int, patience: int | None) -> int:
