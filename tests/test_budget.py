@@ -15,9 +15,11 @@ def test_on_schedule_no_cuts():
     assert decide_cuts([job("a", spe=1.5)], 1.5, START, DEADLINE) == []
 
 
-def test_slower_than_planned_cuts_one_rung_at_a_time_epochs_then_folds_then_epochs():
-    """Changed from "folds first": the new order keeps every fold (the ensemble's breadth) and takes epochs first,
-    one rung per decision; each decision is estimated again with the earlier ones made."""
+def test_slower_than_planned_cuts_sized_to_the_overshoot_epochs_then_folds_then_epochs():
+    """Changed from "folds first": the new order keeps every fold (the ensemble's breadth) and takes epochs first;
+    each decision is estimated again with the earlier ones made. Changed from "one rung per decision" and the
+    5 → 3 → 1 fold ladder (the budget's time model issue): a cut takes the smallest step that brings the finish
+    inside the window, else the largest its step allows, and folds go one at a time."""
     p = job("slow", spe=4.0)  # 5 × 10 × 4 s = 200 s
     taken = []
     for _ in range(8):
@@ -29,26 +31,33 @@ def test_slower_than_planned_cuts_one_rung_at_a_time_epochs_then_folds_then_epoc
         taken.append((c.what, c.old, c.new))
         p = JobProgress(p.name, **{**{"folds": p.folds, "epochs": p.epochs}, c.what: c.new}, epoch_in_fold=1,
                         seconds_per_epoch=4.0, planned_epochs=10)
-    # epochs 10 → 7 → 5 (half the planned), then folds 5 → 3, where it fits: 4 + (4 + 2 × 5) × 4 s × 1.25 = 74 s
-    assert taken == [("epochs", 10, 7), ("epochs", 7, 5), ("folds", 5, 3)]
+    # neither 7 nor 5 epochs fit: 10 → 5 (half the planned, the most above the floor), then one fold, 5 → 4, fits:
+    # 4 + (4 + 3 × 5) × 4 s × 1.25 = 99 s
+    assert taken == [("epochs", 10, 5), ("folds", 5, 4)]
     first = decide_cuts([job("slow", spe=4.0)], 4.0, START, DEADLINE)[0]
-    assert "estimate's error" in first.reason and "epochs 10 → 7" in first.reason
-    assert first.estimated_finish_s == 4.0 + (6 + 4 * 7) * 4.0  # the plan's finish with this cut made
-    # even 1 fold of 5 epochs is too long at 30 s an epoch: epochs go below half, the last resort
+    assert "estimate's error" in first.reason and "epochs 10 → 5" in first.reason
+    assert first.estimated_finish_s == 4.0 + (4 + 4 * 5) * 4.0  # the plan's finish with this cut made
+    # even 1 fold of 5 epochs is too long at 30 s an epoch: epochs go below half, the last resort, and as far as the
+    # window needs: 3 epochs would end at 30 + 2 × 30 × 1.25 = 105 s, 2 at 67.5 s
     last = decide_cuts([JobProgress("slower", 1, 5, epoch_in_fold=1, seconds_per_epoch=30.0, planned_epochs=10)],
                        30.0, START, DEADLINE)
-    assert [(c.what, c.old, c.new) for c in last] == [("epochs", 5, 3)]
+    assert [(c.what, c.old, c.new) for c in last] == [("epochs", 5, 2)]
 
 
 def test_the_weakest_job_is_cut_first_and_before_scores_the_one_with_most_time_left():
-    cheap, costly = job("cheap", spe=1.0), job("costly", spe=3.0)  # 50 s vs 150 s remaining, no fold scores
+    """Changed (the budget's time model issue): both jobs are late here. A job whose cut brings no late task's end
+    nearer is passed over, however weak: cut alone, cheap at 1 s an epoch (50 s, inside the window) would lose
+    epochs for nothing."""
+    cheap, costly = job("cheap", spe=2.0), job("costly", spe=3.0)  # 98 s vs 147 s remaining, no fold scores
     cuts = decide_cuts([cheap, costly], 1.0, START, DEADLINE)
     assert [(c.job, c.what) for c in cuts] == [("costly", "epochs")]
-    weak = job("cheap", spe=1.0, strength=0.90)
+    weak = job("cheap", spe=2.0, strength=0.90)
     strong = job("costly", spe=3.0, strength=0.97)
     assert [c.job for c in decide_cuts([weak, strong], 1.0, START, DEADLINE)] == ["cheap"]
     # one job without a score yet: the time left decides
     assert [c.job for c in decide_cuts([weak, job("costly", spe=3.0)], 1.0, START, DEADLINE)] == ["costly"]
+    on_time = job("cheap", spe=1.0, strength=0.90)  # ends at 50 s: its cut helps nothing
+    assert [c.job for c in decide_cuts([on_time, strong], 1.0, START, DEADLINE)] == ["costly"]
 
 
 def test_epochs_of_every_job_go_before_the_folds_of_any():
@@ -129,23 +138,27 @@ def test_the_margin_follows_the_estimates_measured_error():
 
 
 def test_a_cut_is_undone_when_time_comes_back_and_not_before():
+    """Changed from "one step per decision" (the budget's time model issue): an undo gives back as much as still
+    fits with two margins, in one decision, and folds come back one at a time where no more fits."""
     # cut to 1 fold when epochs took 4 s; now they take 1 s: 5 folds × 10 epochs fit again
     fast = job("a", folds=1, epochs=10, epoch=2, spe=1.0)
     back = decide_restores([fast], {"a": (5, 10)}, 10.0, START, DEADLINE)
-    assert [(r.what, r.old, r.new) for r in back] == [("folds", 1, 3)]  # one step per decision
-    assert "time came back" in back[0].reason and back[0].estimated_finish_s == 10.0 + 8 + 2 * 10
+    assert [(r.what, r.old, r.new) for r in back] == [("folds", 1, 5)]  # all of it: 10 + 48 s × 1.5 = 82 s
+    assert "time came back" in back[0].reason and back[0].estimated_finish_s == 10.0 + 8 + 4 * 10
     again = decide_restores([job("a", folds=3, epochs=10, epoch=2, spe=1.0)], {"a": (5, 10)}, 11.0, START, DEADLINE)
     assert [(r.what, r.old, r.new) for r in again] == [("folds", 3, 5)]
-    # epochs come back before folds (the reverse of the cut order), a rung at a time
+    # epochs come back before folds (the reverse of the cut order)
     both = job("a", folds=3, epochs=5, epoch=2, spe=1.0, planned_epochs=10)
     assert [(r.what, r.old, r.new) for r in decide_restores([both], {"a": (5, 10)}, 10.0, START, DEADLINE)] == [
-        ("epochs", 5, 7)]
-    # still slow: nothing restored; at a pace that fits with one margin but not two, nothing either (hysteresis)
+        ("epochs", 5, 10)]
+    # still slow: nothing restored; at a pace where 3 folds fit with one margin but not two, they do not come back
+    # (hysteresis): one fold does, 1 → 2, which fits with two
     assert decide_restores([job("a", folds=1, epochs=10, epoch=2, spe=4.0)], {"a": (5, 10)}, 10.0, START,
                            DEADLINE) == []
     edge = job("a", folds=1, epochs=10, epoch=2, spe=2.4)  # 3 folds: 28 epochs × 2.4 = 67 s; ×1.25 fits, ×1.5 not
     assert decide_cuts([job("a", folds=3, epochs=10, epoch=2, spe=2.4)], 10.0, START, DEADLINE) == []
-    assert decide_restores([edge], {"a": (5, 10)}, 10.0, START, DEADLINE) == []
+    assert [(r.what, r.old, r.new) for r in decide_restores([edge], {"a": (5, 10)}, 10.0, START, DEADLINE)] == [
+        ("folds", 1, 2)]  # 18 epochs × 2.4 = 43 s, × 1.5 = 65 s
 
 
 def test_a_job_that_ended_short_gets_its_folds_back_first():

@@ -61,7 +61,9 @@ def test_late_cuts_a_plan_that_fits_until_its_steady_steps_say_it_wont():
 
 def test_one_cut_per_look_epochs_before_folds():
     """One cut a look, and a task cut once is cut again only on an epoch it reported since (a look a moment later,
-    on the same figures, cuts nothing); the rungs of epochs go before any fold."""
+    on the same figures, cuts nothing); epochs go before any fold. Changed from a rung a look (the budget's time
+    model issue): each cut is as large as the overshoot needs, up to its step's limit — 10 → 5 epochs (neither 7
+    nor 5 brings the finish inside, 5 is half the planned ones), then 5 → 3 folds, where 5 → 4 would not do."""
     s = machine(timm("r18"), budget="100s")  # an 85 s window
     started(s, "r18")
     s.handle(epoch("r18", 1, T0 + 5, steady_s=4.0))
@@ -73,18 +75,19 @@ def test_one_cut_per_look_epochs_before_folds():
     third = s.handle(rl.Tick(T0 + 13))
     got = [[(c.fields["what"], c.fields["old"], c.fields["new"]) for c in records(o, "budget_cut")]
            for o in (first, again, second, third)]
-    assert got == [[("epochs", 10, 7)], [], [("epochs", 7, 5)], [("folds", 5, 3)]]
-    assert [i for i in second if isinstance(i, rl.SetLimits)] == [rl.SetLimits("r18", {"epochs": 5})]
+    assert got == [[("epochs", 10, 5)], [], [("folds", 5, 3)], []]
+    assert [i for i in second if isinstance(i, rl.SetLimits)] == [rl.SetLimits("r18", {"folds": 3})]
     assert s.jobs["r18"].progress["cut"] == "folds 5 → 3, epochs 10 → 5"
 
 
 def test_the_weakest_job_is_cut_first():
     """Two tasks at the same pace; a's folds score 0.80, b's 0.95: a loses its epochs first, though b has more
-    time left."""
+    time left. Changed (the budget's time model issue): both end past the window here (2 s epochs, not 1 s): a job
+    whose cut brings no late task's end nearer is passed over, however weak."""
     s = machine(timm("a"), timm("b"), budget="100s")
     started(s, "a", "b")
     for job, score in (("a", 0.80), ("b", 0.95)):
-        s.handle(epoch(job, 1, T0 + 3, steady_s=1.0),
+        s.handle(epoch(job, 1, T0 + 3, steady_s=2.0),
                  rl.JobReported(job, "fold", {"fold": 0, "score": score, "epochs": 10}, T0 + 3))
     s.handle(epoch("b", 1, T0 + 6, steady_s=3.0, fold=1))  # b is slower now: more time left
     out = s.handle(rl.Tick(T0 + 6))
@@ -95,10 +98,12 @@ def test_the_weakest_job_is_cut_first():
     assert [c.job for c in records(s2.handle(rl.Tick(T0 + 3)), "budget_cut")] == ["b"]
 
 
-def test_an_undo_when_time_comes_back_gives_epochs_then_folds_one_step_a_look():
+def test_an_undo_when_time_comes_back_gives_back_epochs_then_folds_as_much_as_fits():
+    """Changed from "one step a look" (the budget's time model issue): each undo gives back as much as still fits
+    with two margins, epochs first, then folds."""
     s = machine(timm("r18"), budget="100s")
     started(s, "r18")
-    for k, at in ((1, 5), (2, 9), (3, 13)):  # one cut an epoch: epochs 10 → 7 → 5, folds 5 → 3
+    for k, at in ((1, 5), (2, 9), (3, 13)):  # one cut an epoch: epochs 10 → 5, folds 5 → 3, then it fits
         s.handle(epoch("r18", k, T0 + at, steady_s=4.0))
         s.handle(rl.Tick(T0 + at))
     assert s.jobs["r18"].limits == {"planned_epochs": 10, "epochs": 5, "planned_folds": 5, "folds": 3}
@@ -111,7 +116,7 @@ def test_an_undo_when_time_comes_back_gives_epochs_then_folds_one_step_a_look():
         out = s.handle(rl.Tick(at + look * 0.1))
         assert not records(out, "budget_cut")
         back += [(r.fields["what"], r.fields["old"], r.fields["new"]) for r in records(out, "budget_restore")]
-    assert back == [("epochs", 5, 7), ("epochs", 7, 10), ("folds", 3, 5)]
+    assert back == [("epochs", 5, 10), ("folds", 3, 5)]
     restore = records(s.handle(rl.Tick(at + 1)), "budget_restore")
     assert restore == [] and not s.jobs["r18"].limits
 

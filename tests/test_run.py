@@ -134,7 +134,10 @@ EPOCH_S = 5.0  # what one of r18's epochs costs on the made-up machine of the bu
 def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_dir, monkeypatch):
     """The in-process driver on a clock that moves only by events: each of r18's epochs costs EPOCH_S, and the clock
     reaches the training deadline once the job that hangs is running. So the cut and the deadline fall where the
-    events put them, however fast or busy the machine (a race against the wall clock, on Ray, before)."""
+    events put them, however fast or busy the machine (a race against the wall clock, on Ray, before). r18's steady
+    figures say EPOCH_S too, validation included (the budget's time model issue: its cuts are sized to the overshoot,
+    so the folds kept followed this machine's own steady pace, measured on the CPU, until made to agree with the
+    clock)."""
     from scheduler.execute import apply
     from scheduler.runtime.driver import InProcessDriver
 
@@ -146,6 +149,8 @@ def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_d
         def report(kind, fields):
             if record.job == "r18" and kind == "epoch":
                 clock.advance(EPOCH_S)
+                if fields.get("steady_epoch_s") is not None:  # the epoch's EPOCH_S on the clock, validation inside
+                    fields = {**fields, "steady_epoch_s": EPOCH_S, "val_s": 0.0}
             elif record.job == "hangs" and str(fields.get("message", "")).startswith("started pid"):
                 # its script's process runs: the training window ends now
                 clock.at_least(record.deadline)
@@ -165,19 +170,21 @@ def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_d
     assert [a.job for a in dry.placement.assignments] == ["lgbm", "r18", "hangs"]  # the order they run in, here
     events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
     cuts = [e for e in events if e["event"] == "budget_cut"]
-    # once r18's steady epochs (10 s each) show its 5 folds passing the 25.5 s window, one cut a look, the one that
-    # loses least: its epochs first (a CPU rehearsal plans 3 a fold: 3 → 2, half the plan at most), then its folds
-    # 5 → 3 → 1, until it fits the window with the estimate's margin
     # once r18's steady epochs (5 s each) show its 5 folds passing the 25.5 s window: one cut a look, each on an epoch
     # measured after the last cut, the one that loses least — its epochs first (a CPU rehearsal plans 3 a fold: 3 → 2,
-    # half the plan), then its folds 5 → 3, then its epochs below half (2 → 1: the fold under way keeps its folds)
+    # half the plan), then its folds, as many as the window needs (changed from the 5 → 3 → 1 ladder, the budget's
+    # time model issue): at 10 s, its first fold done, one more fold of 2 epochs ends at 10 + 10 × 1.25 = 22.5 s: 5 → 2
     assert [(e["job"], e["what"], e["old"], e["new"]) for e in cuts] == [
-        ("r18", "epochs", 3, 2), ("r18", "folds", 5, 3), ("r18", "epochs", 2, 1)]
-    assert [round(b["time"] - a["time"]) for a, b in zip(cuts, cuts[1:])] == [EPOCH_S, EPOCH_S]  # an epoch apart
+        ("r18", "epochs", 3, 2), ("r18", "folds", 5, 2)]
+    assert [round(b["time"] - a["time"]) for a, b in zip(cuts, cuts[1:])] == [EPOCH_S]  # an epoch apart
     assert all(e["margin_source"] in ("assumed", "measured") and e["estimated_finish_s"] > 0 for e in cuts)
+    # once its margin is measured (5 %), the last fold's third epoch may come back: 20 + 5 s × 1.1 is the window's
+    # very edge, so either way
+    restores = [(e["what"], e["old"], e["new"]) for e in events if e["event"] == "budget_restore"]
+    assert restores in ([], [("epochs", 2, 3)])
     by_name = {j["name"]: j for j in summary["jobs"]}
-    assert by_name["r18"]["folds"] == 3  # the cuts reached the job: three folds, of the epochs left to each
-    assert sum(e["event"] == "epoch" and e["job"] == "r18" for e in events) == 2 + 1 + 1
+    assert by_name["r18"]["folds"] == 2  # the cuts reached the job: two folds, of the epochs left to each
+    assert sum(e["event"] == "epoch" and e["job"] == "r18" for e in events) == 2 + 2 + len(restores)
     final = states(run_dir)
     assert final == {"lgbm": "SUCCEEDED", "r18": "SUCCEEDED", "hangs": "CANCELLED"}
     asked = [e for e in events if e["event"] == "cancel" and e["job"] == "hangs"]

@@ -1,26 +1,44 @@
-"""Time-budget decisions: pure functions of what the jobs reported. The driver applies them.
+"""Time-budget decisions: pure functions of what the jobs reported and of the time model. The driver applies them.
 
-A plan's ``budget`` minus its ``reserve_for_inference`` is the training window. The budget spends it: it projects
-what is left of each task from **steady** figures only — seconds per epoch at the pace of its steady training steps
-(every step after the task's first, which pays for the process, imports, data decoding and compile, reported apart
-as ``startup_s``), seconds per validation, and seconds per fold change (set-up and test prediction) — never from a
-first epoch that holds the start-up. Before a task has steady steps (``MIN_STEADY_STEPS`` of them, or a second epoch
-when the job reports no steady figures) its estimate is tentative (the time model's, ``policy/timemodel.py``, or a
-first epoch alone): it is shown, and it never cuts.
+A plan's ``budget`` minus its ``reserve_for_inference`` is the training window. The budget spends it by **projecting
+the run as the run loop will execute it** (``Projection``): with a time model (``TimeModel``: the dry run's
+``TaskTime`` of each task and ``plantime.project`` bound to the run's placement, hardware, band and timing), the
+timeline (``policy/timeline``) runs every unfinished task — a running one for what it has left, a waiting one
+(launched, not started: waiting for its lane, a later wave, or in process its turn) from its ``TaskTime`` with its
+current limits, start-up included, in the order it was launched — so tasks waiting behind others are in the
+projected finish. A running task's remainder comes from its **steady** figures: seconds per epoch at the pace of its
+steady training steps (every step after the task's first, which pays for the process, imports, data decoding and
+compile, reported apart as ``startup_s``), seconds per validation, and seconds per fold change (set-up and test
+prediction) — never from a first epoch that holds the start-up; before it has ``MIN_STEADY_STEPS`` of them (or a
+second epoch when the job reports no steady figures) the time model's figures stand in for it. Without a time model
+(``ALONE``, the view before it, kept for callers that have none) each task with steady figures is projected alone
+from now (``plan_finish``'s view), and a task without them is not projected.
 
 The estimate is only as good as its record: every epoch is compared with what the estimate said it would take, and
 the **margin** is the 90th percentile of those relative errors (at least 5 %), *measured* once ``MIN_ERRORS`` epochs
-have been compared and *assumed* (``DEFAULT_MARGIN``) before. When the plan's estimated finish, its remaining time
-stretched by the margin, passes the window's end, **one** cut is made per decision — the one that loses least — and
-the plan is estimated again at the next look. The order: a job's epochs (25 % a step, down to half its planned epochs)
-before its folds (5 → 3 → 1: fewer epochs of every fold keeps the ensemble's breadth), then epochs below half as the
-last resort; within each step, the weakest job (lowest CV so far; before every job has a fold score, the one with
-the most time left) before the strongest. A cut is **undone** when time comes back, one step per decision, epochs
-first, then folds, the strongest job first, while the plan with the step given back fits with ``RESTORE_FACTOR``
-margins (the hysteresis that keeps a restore from being cut again at once): a running job gets its limit back, and
-a job that already ended short is started again for the folds it skipped (its finished folds are kept; its start-up
-is counted again). At the training deadline every job is asked to stop (it keeps its finished folds); a job that has
-not answered ``grace_s`` later is stopped by force, so ensembling and writing always keep their reserve.
+have been compared and *assumed* (``DEFAULT_MARGIN``) before. A task is **late** when its projected end, its time
+from now stretched by the margin, passes the window's end; a task still waiting can be late too, and it loses
+folds before it starts rather than being cancelled unstarted at the deadline. While one is, **one** cut is made per
+decision and the run is projected again at the next look. The order (``CUT_STEPS``): folds of a job not yet started (no work is
+lost; its folds keep their epochs), then a job's epochs down to half its planned ones, then folds of a running job,
+then epochs below half as the last resort; within each, the weakest job (lowest CV so far; before every job has a
+fold score, the one with the most of its own time left) before the strongest. A running job is cut only on steady
+figures and on an epoch reported since its last cut (``fresh``); a job not yet started is cut on the time model's
+figures. A cut is **sized to the overshoot**: the fold ladder has a rung per fold and the epoch ladder one per
+``EPOCH_CUT``, and the cut goes down to the first rung after which every task it moves ends inside the window with the
+margin, else to the lowest rung its step allows (3 folds → 2 for a 4 % overshoot, not → 1); a job whose cut brings no
+late task's end nearer is passed over (it would lose for nothing). Finished folds and the fold under way are never
+cut.
+
+A cut is **undone** when time comes back, one decision per look, epochs first, then folds, the strongest job first:
+the largest step back after which the restored task and every task it moves still end inside the window with
+``RESTORE_FACTOR`` margins (the hysteresis that keeps a restore from being cut again at once). A running or waiting
+job gets its limit back; a job that already ended short is started again for the folds it skipped (its finished
+folds are kept): the projection counts its start-up from its ``TaskTime`` and places it after every task launched
+before it, and epochs given back are counted in full (folds that ran to their cut say nothing of early stopping), so
+an undo is never made that could not end in time. At the training deadline every job is asked to stop
+(it keeps its finished folds); a job that has not answered ``grace_s`` later is stopped by force, so ensembling and
+writing always keep their reserve.
 """
 
 from __future__ import annotations
@@ -28,10 +46,12 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, replace
+from typing import Callable, Protocol
 
 from scheduler.policy.inputs import validates
+from scheduler.policy.tasktime import TaskTime
+from scheduler.policy.timeline import Timeline
 
-FOLD_STEPS = (5, 3, 1)
 DEFAULT_MARGIN = 0.25  # assumed until MIN_ERRORS epochs have been compared with their estimate
 MIN_MARGIN = 0.05
 MAX_MARGIN = 1.0
@@ -64,6 +84,8 @@ class JobProgress:
     startup_s: float = 0.0  # launch → first step: paid again when a job that ended is started again
     strength: float | None = None  # CV so far, higher is stronger (the driver turns lower-is-better metrics round)
     fresh: bool = True  # it has reported an epoch since it was last cut: a new cut is judged on what that cut did
+    waiting: bool = False  # launched, not started: waiting for its lane, its wave or its turn (the time model's)
+    started_at: float | None = None  # when the running attempt started
 
     @property
     def per_epoch(self) -> tuple[float | None, bool]:
@@ -128,12 +150,124 @@ def remaining_s(p: JobProgress) -> float | None:
 
 
 def plan_finish(jobs: list[JobProgress], now: float, deadline: float | None = None) -> float | None:
-    """When the last job should end; None while no job has an epoch time. With ``deadline``, a tentative estimate
-    (a first epoch alone, or the time model's) counts only when it passes the deadline itself."""
+    """When the last job should end, each alone from now; None while no job has an epoch time. With ``deadline``, a
+    tentative estimate (a first epoch alone, or the time model's) counts only when it passes the deadline itself.
+    The view without a time model: decisions project through a ``Projection``."""
     ends = [now + r for p in jobs if (r := remaining_s(p)) is not None
             and not (p.per_epoch[1] and deadline is not None and now + r <= deadline)]
     return max(ends) if ends else None
 
+
+# --- the projection: when each unfinished task ends -------------------------------------------------------------
+
+class Projection(Protocol):
+    """When each unfinished task of ``jobs`` ends (seconds on the run's clock), and how much of its own time a task
+    has left; a task it cannot tell of is left out."""
+
+    def ends(self, jobs: list[JobProgress], now: float) -> dict[str, float]: ...
+
+    def left(self, p: JobProgress, now: float) -> float | None: ...
+
+
+class Alone:
+    """Without a time model: each task with steady figures alone, from now (one started again pays its measured
+    start-up first); a task without them is not projected."""
+
+    def ends(self, jobs: list[JobProgress], now: float) -> dict[str, float]:
+        return {p.name: now + r + (p.startup_s if p.waiting else 0.0) for p in jobs
+                if p.steady and not p.finished and (r := remaining_s(p)) is not None}
+
+    def left(self, p: JobProgress, now: float) -> float | None:
+        return remaining_s(p)
+
+
+ALONE = Alone()
+
+
+def _planned_time(t: TaskTime, p: JobProgress) -> TaskTime:
+    """The task's time with its limits: its folds, its epochs (never more than the model runs: a rehearsal's)."""
+    return t.with_plan(folds=p.folds, epochs=min(t.epochs, p.epochs))
+
+
+def running_left_s(t: TaskTime, p: JobProgress, now: float) -> float:
+    """A running task's seconds left: from its steady figures once it has them; before, the time model's work not
+    yet done (nothing reported yet: its whole time less what it has been running)."""
+    r = remaining_s(p) if p.steady else None
+    if r is not None:
+        return r
+    t = _planned_time(t, p)
+    if p.folds_done == 0 and p.epoch_in_fold == 0:
+        return max(0.0, t.total_s - (now - p.started_at if p.started_at is not None else 0.0))
+    return max(0.0, t.folds * t.fold_s - p.folds_done * t.fold_s - p.epoch_in_fold * t.epoch_s)
+
+
+def waiting_time(t: TaskTime, p: JobProgress) -> TaskTime:
+    """A waiting task's time: the model's with its limits, for the folds it has not finished (one started again
+    keeps those it finished), start-up included; one that ran before with steady figures does its work at their
+    pace, after the model's start-up."""
+    planned = t.with_plan(folds=max(0, p.folds - p.folds_done), epochs=min(t.epochs, p.epochs))
+    r = remaining_s(p) if p.steady else None
+    if r is None:
+        return planned
+    return replace(planned, step_s=r, steps_per_epoch=1, epochs=1, folds=1, validations=0, precise_bn_s=0.0,
+                   prediction_s=0.0, fold_change_s=0.0)
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """The run as the run loop executes it: ``times``, each task's ``TaskTime`` where the placement puts it (the
+    dry run's), and ``timeline``, ``plantime.project`` bound to the run's placement, hardware, band and timing
+    (``(times, *, now, remaining, started, assignments) -> Timeline``). ``assignments`` are where the tasks run now,
+    each ``wave`` the order it waits in (the run state gives its launch order)."""
+
+    times: dict[str, TaskTime]
+    timeline: Callable[..., Timeline]
+    assignments: tuple = ()
+
+    @classmethod
+    def of(cls, dry) -> "TimeModel | None":
+        """The dry run's time model (None when the dry run was made without one)."""
+        if getattr(dry, "timing", None) is None or not getattr(dry, "times", None):
+            return None
+        from scheduler.policy import dryrun, plantime
+
+        slow = dryrun._device_slowdown(dry.plan, dry.tasks, dry.hardware.profile, dry.speed)
+
+        def timeline(times, **kw) -> Timeline:
+            return plantime.project(times, dry.placement, dry.hardware, dry.plan.band[1], dry.timing,
+                                    device_slowdown=slow, **kw)
+
+        return cls(dict(dry.times), timeline, tuple(dry.placement.assignments))
+
+    def placed(self, assignments) -> "TimeModel":
+        return replace(self, assignments=tuple(assignments))
+
+    def ends(self, jobs: list[JobProgress], now: float) -> dict[str, float]:
+        times, remaining, started, alone = {}, {}, {}, {}
+        for p in jobs:
+            t = self.times.get(p.name)
+            if p.finished:
+                continue
+            if t is None:  # outside the model: alone, on its own figures
+                alone.update(ALONE.ends([p], now))
+            elif p.waiting:
+                times[p.name] = waiting_time(t, p)
+            else:
+                times[p.name] = t
+                remaining[p.name] = running_left_s(t, p, now)
+                started[p.name] = p.started_at if p.started_at is not None else now
+        placed = [a for a in self.assignments if a.job in times]
+        tl = self.timeline(times, now=now, remaining=remaining, started=started, assignments=placed)
+        return {**alone, **{n: s.end for n, s in tl.spans.items()}}
+
+    def left(self, p: JobProgress, now: float) -> float | None:
+        t = self.times.get(p.name)
+        if t is None or p.finished:
+            return remaining_s(p)
+        return waiting_time(t, p).total_s if p.waiting else running_left_s(t, p, now)
+
+
+# --- cuts and undos --------------------------------------------------------------------------------------------
 
 def epoch_levels(planned: int) -> list[int]:
     """The epoch ladder, from ``planned`` down to 1, EPOCH_CUT a step: 10 → 7 → 5 → 3 → 2 → 1."""
@@ -147,32 +281,34 @@ def _planned_epochs(p: JobProgress) -> int:
     return max(p.epochs, p.planned_epochs or p.epochs)
 
 
-def _epoch_cut(p: JobProgress, above_floor: bool) -> int | None:
-    """The next rung down the epoch ladder (never below the epochs the current fold has run); with
-    ``above_floor``, only while it keeps EPOCH_FLOOR of the planned epochs."""
+def _epoch_rungs(p: JobProgress, above_floor: bool) -> list[int]:
+    """The epochs it may be cut to, the smallest step first: the ladder's rungs below its epochs (never below the
+    epochs the current fold has run); with ``above_floor``, only those that keep EPOCH_FLOOR of the planned ones."""
     planned = _planned_epochs(p)
     floor = math.ceil(planned * EPOCH_FLOOR) if above_floor else 1
-    below = [e for e in epoch_levels(planned) if e < p.epochs]
-    if not below:
-        return None
-    new = max(below[0], p.epoch_in_fold, 1)
-    return new if floor <= new < p.epochs else None
+    rungs = {max(e, p.epoch_in_fold, 1) for e in epoch_levels(planned) if e < p.epochs}
+    return sorted((e for e in rungs if floor <= e < p.epochs), reverse=True)
 
 
-def _fold_cut(p: JobProgress) -> int | None:
-    floor = max(1, p.folds_done + (1 if p.epoch_in_fold > 0 else 0))  # never a finished fold or the one under way
-    return next((step for step in FOLD_STEPS if floor <= step < p.folds), None)
+def _fold_rungs(p: JobProgress) -> list[int]:
+    """The folds it may be cut to, one at a time, never a finished fold or the one under way."""
+    floor = max(1, p.folds_done + (1 if p.epoch_in_fold > 0 else 0))
+    return list(range(p.folds - 1, floor - 1, -1))
 
 
-# the cut order: a rung of epochs above the floor, then a rung of folds, then epochs below the floor
-CUT_STEPS = (("epochs", lambda p: _epoch_cut(p, True)), ("folds", _fold_cut), ("epochs", lambda p: _epoch_cut(p, False)))
+# the cut order: folds of a job not yet started, epochs above the floor, folds, then epochs below the floor
+CUT_STEPS = (("folds", lambda p: _fold_rungs(p) if p.waiting else []), ("epochs", lambda p: _epoch_rungs(p, True)),
+             ("folds", _fold_rungs), ("epochs", lambda p: _epoch_rungs(p, False)))
 
 
-def weakest_first(jobs: list[JobProgress]) -> list[JobProgress]:
-    """Lowest CV so far first when every job has one; before that, the one with the most time left first."""
+def weakest_first(jobs: list[JobProgress], projection: Projection = ALONE, now: float = 0.0) -> list[JobProgress]:
+    """Lowest CV so far first when every job has one; before that, the one with the most of its own time left."""
+    def left(p: JobProgress) -> float:
+        return projection.left(p, now) or 0.0
+
     if jobs and all(p.strength is not None for p in jobs):
-        return sorted(jobs, key=lambda p: (p.strength, -(remaining_s(p) or 0), p.name))
-    return sorted(jobs, key=lambda p: (-(remaining_s(p) or 0), p.name))
+        return sorted(jobs, key=lambda p: (p.strength, -left(p), p.name))
+    return sorted(jobs, key=lambda p: (-left(p), p.name))
 
 
 def margin(errors: list[float]) -> float:
@@ -195,66 +331,112 @@ def _fits(finish: float | None, now: float, deadline: float, m: float) -> bool:
     return finish is None or now + (finish - now) * (1 + m) <= deadline
 
 
+MOVED_S = 1e-6  # a task whose projected end changed by less did not move
+
+
+@dataclass(frozen=True)
+class _Look:
+    """One look at the run: its tasks, the moment, the window's end, the margin, and what the projection says."""
+
+    jobs: list
+    now: float
+    deadline: float
+    margin: float
+    projection: Projection
+    ends: dict
+
+    def trial(self, p: JobProgress, **change) -> dict[str, float]:
+        """The projection with ``p`` changed (a cut, an undo), every other task as it is."""
+        return self.projection.ends([q for q in self.jobs if q.name != p.name] + [replace(p, **change)], self.now)
+
+    def late(self, ends: dict[str, float]) -> set[str]:
+        return {n for n, e in ends.items() if not _fits(e, self.now, self.deadline, self.margin)}
+
+    def holds(self, p: JobProgress, after: dict[str, float]) -> bool:
+        """Whether ``p`` and every task the change moved end inside the window with the margin."""
+        moved = {n for n, e in after.items() if abs(e - self.ends.get(n, math.inf)) > MOVED_S} | {p.name}
+        return p.name in after and not (moved & self.late(after))
+
+    def nearer(self, after: dict[str, float]) -> bool:
+        """Whether the change brings a late task's end nearer."""
+        return any(after.get(n, math.inf) < self.ends[n] - MOVED_S for n in self.late(self.ends))
+
+
+def _sized(look: _Look, p: JobProgress, what: str, rungs: list[int]) -> tuple[int, dict] | None:
+    """The smallest step of ``rungs`` after which every task it moves ends inside the window, else the largest;
+    None where even the largest brings no late task's end nearer."""
+    last = None
+    for new in rungs:
+        after = look.trial(p, **{what: new})
+        if look.nearer(after) and look.holds(p, after):
+            return new, after
+        last = (new, after)
+    return last if last is not None and look.nearer(last[1]) else None
+
+
 def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadline: float,
-                error_margin: float = DEFAULT_MARGIN) -> list[Cut]:
-    """At most one cut: the one that loses least (``CUT_STEPS`` in order, the weakest job first within each), when
-    the plan's estimated finish from steady figures, stretched by the estimate's error, passes the window. Jobs
-    whose estimate is tentative are neither judged nor cut, and a job cut before is cut again only once it has
-    reported an epoch since (``fresh``): a second cut stands on a measurement made after the first, not on the same
-    figures a moment later."""
-    steady = [p for p in jobs if p.steady]
-    finish = plan_finish(steady, now)
-    if _fits(finish, now, deadline, error_margin):
+                error_margin: float = DEFAULT_MARGIN, *, projection: Projection = ALONE) -> list[Cut]:
+    """At most one cut, sized to the overshoot (``_sized``): the first job of ``CUT_STEPS`` in order (the weakest
+    first within each) whose cut brings a late task's end nearer, while a task's projected end, stretched by the
+    estimate's error, passes the window. A running job is judged and cut only on steady figures, and once it has
+    reported an epoch since it was last cut (``fresh``): a second cut stands on a measurement made after the first;
+    a job not yet started is cut on the projection's figures."""
+    look = _Look(jobs, now, deadline, error_margin, projection, projection.ends(jobs, now))
+    if not look.late(look.ends):
         return []
-    candidates = weakest_first([p for p in steady if p.cuttable and p.fresh and not p.finished and remaining_s(p)])
-    for what, step in CUT_STEPS:
+    finish = max(look.ends.values())
+    candidates = weakest_first([p for p in jobs if p.cuttable and not p.finished and p.name in look.ends
+                                and (p.waiting or (p.steady and p.fresh)) and projection.left(p, now)],
+                               projection, now)
+    for what, rungs in CUT_STEPS:
         for p in candidates:
-            new = step(p)
-            if new is None:
+            sized = _sized(look, p, what, rungs(p))
+            if sized is None:
                 continue
-            after = replace(p, **{what: new})
-            estimated = plan_finish([after if q.name == p.name else q for q in steady], now)
+            new, after = sized
+            estimated = max(after.values())
             reason = (f"estimated finish {finish - window_start:.0f}s (+{error_margin:.0%}, the estimate's error) "
-                      f"passes the {deadline - window_start:.0f}s window; {p.name} needs {remaining_s(p):.0f}s "
-                      f"more: {what} {getattr(p, what)} → {new}, estimated finish then "
-                      f"{(estimated or now) - window_start:.0f}s")
-            return [Cut(p.name, what, getattr(p, what), new, reason,
-                        round((estimated or now) - window_start, 1))]
+                      f"passes the {deadline - window_start:.0f}s window; {p.name} needs "
+                      f"{projection.left(p, now):.0f}s more{' (not started)' if p.waiting else ''}: {what} "
+                      f"{getattr(p, what)} → {new}, estimated finish then {estimated - window_start:.0f}s")
+            return [Cut(p.name, what, getattr(p, what), new, reason, round(estimated - window_start, 1))]
     return []
 
 
-def _restore_step(p: JobProgress, what: str, planned: tuple[int, int]) -> int | None:
+def _restore_rungs(p: JobProgress, what: str, planned: tuple[int, int]) -> list[int]:
+    """What it may be given back, the largest step first."""
     folds, epochs = planned
     if what == "epochs":
-        if p.finished:  # its folds are done: epochs come back only with the folds it skipped
-            return None
-        return next((e for e in reversed(epoch_levels(max(epochs, p.epochs))) if p.epochs < e <= epochs), None)
-    return next((f for f in sorted(FOLD_STEPS) if p.folds < f <= folds), folds if p.folds < folds else None)
+        if p.finished or p.folds_done >= p.folds:  # its folds are done: epochs come back only with those it skipped
+            return []
+        return sorted((e for e in epoch_levels(max(epochs, p.epochs)) if p.epochs < e <= epochs), reverse=True)
+    return list(range(folds, p.folds, -1))
 
 
 def decide_restores(jobs: list[JobProgress], planned: dict[str, tuple[int, int]], now: float, window_start: float,
-                    deadline: float, error_margin: float = DEFAULT_MARGIN) -> list[Cut]:
-    """At most one cut undone: ``planned`` gives each cut job's (folds, epochs) before its cuts; the step back (a
-    rung of epochs first, then of folds; the strongest job first) is made when the plan still fits with
-    RESTORE_FACTOR margins. Returned as a Cut whose ``new`` is the raised limit."""
+                    deadline: float, error_margin: float = DEFAULT_MARGIN, *,
+                    projection: Projection = ALONE) -> list[Cut]:
+    """At most one cut undone: ``planned`` gives each cut job's (folds, epochs) before its cuts; the largest step
+    back (epochs first, then folds; the strongest job first) after which it and every task it moves still end inside
+    the window with RESTORE_FACTOR margins. A job that ended is projected started again: its start-up paid once
+    more, after the tasks launched before it. Returned as a Cut whose ``new`` is the raised limit."""
     m = error_margin * RESTORE_FACTOR
+    look = _Look(jobs, now, deadline, m, projection, projection.ends(jobs, now))
     cut = [p for p in jobs if p.name in planned and p.cuttable]
     for what in ("epochs", "folds"):
-        for p in reversed(weakest_first(cut)):
-            new = _restore_step(p, what, planned[p.name])
-            if new is None:
-                continue
-            trial = replace(p, **{what: new}, finished=False)
-            # a job that ended is started again: it pays its start-up once more
-            end = now + (remaining_s(trial) or 0) + (p.startup_s if p.finished else 0)
-            others = plan_finish([q for q in jobs if q.name != p.name], now, deadline)
-            finish = max(end, others or end)
-            if not _fits(finish, now, deadline, m):
-                continue
-            return [Cut(p.name, what, getattr(p, what), new,
-                        f"time came back: estimated finish {finish - window_start:.0f}s (+{m:.0%}) inside the "
-                        f"{deadline - window_start:.0f}s window with {what} {getattr(p, what)} → {new}",
-                        round(finish - window_start, 1))]
+        for p in reversed(weakest_first(cut, projection, now)):
+            for new in _restore_rungs(p, what, planned[p.name]):
+                change = {what: new, "finished": False, "waiting": p.waiting or p.finished}
+                if what == "epochs" and (p.epochs_per_finished_fold or 0) >= p.epochs:
+                    change["epochs_per_finished_fold"] = None  # its folds ran to their cut: no early stopping seen
+                after = look.trial(p, **change)
+                if not look.holds(p, after):
+                    continue
+                finish = max(after.values())
+                return [Cut(p.name, what, getattr(p, what), new,
+                            f"time came back: estimated finish {finish - window_start:.0f}s (+{m:.0%}) inside the "
+                            f"{deadline - window_start:.0f}s window with {what} {getattr(p, what)} → {new}",
+                            round(finish - window_start, 1))]
     return []
 
 

@@ -16,6 +16,7 @@ from scheduler.core.scoring import METRICS
 from scheduler.core.states import JobState, legal
 
 from scheduler.policy import budget
+from scheduler.policy.budget import TimeModel  # noqa: F401  (RunState's timing_model, for those who make one)
 from scheduler.policy.tasks import Task, job_of
 from scheduler.policy.estimate import over_estimate
 from scheduler.policy.runmessages import (  # noqa: F401  (the messages are the state machine's vocabulary)
@@ -48,8 +49,13 @@ class RunState:
 
     def __init__(self, plan, assignments, window: Window, whole: frozenset = frozenset(), done: frozenset = frozenset(),
                  best_fit: Callable[[float, dict], DeviceKey | None] | None = None, *,
-                 tasks: dict[str, Task] | None = None):
+                 tasks: dict[str, Task] | None = None, timing_model: budget.TimeModel | None = None):
+        """``timing_model``: the dry run's time model (``budget.TimeModel.of``), with which the budget projects the
+        run as this loop executes it, tasks still waiting included; None: each task alone, on its own figures."""
         self.plan, self.window, self.whole = plan, window, set(whole)
+        self.timing_model = timing_model
+        self._launch_order: dict[str, int] = {}  # each launched task's place in the order it was launched
+        self._launches = 0
         self.where = {a.job: a for a in assignments}
         self.tasks = tasks or {a.job: Task(a.job, a.job, None) for a in assignments}
         self.jobs = {a.job: JobRun(JobState.SUCCEEDED if a.job in done else JobState.PENDING) for a in assignments}
@@ -103,6 +109,8 @@ class RunState:
         j.attempt += 1 if count_attempt else 0
         j.launched, j.started, j.cancelling_since = True, None, None
         j.progress.setdefault("folds", self.folds(name))
+        self._launches += 1
+        self._launch_order[name] = self._launches  # the order it waits in (in process: its turn)
         return Launch(name, self.where[name], j.attempt, j.progress)
 
     def _move(self, name: str, node: str, device: int | None, why: str) -> Move:
@@ -372,7 +380,8 @@ class RunState:
 
     def _progress(self, name: str, j: JobRun, finished: bool = False) -> budget.JobProgress:
         spec, t, folds = self.spec(name), j.timing, self.folds(name)
-        planned_epochs = t.get("epochs") or getattr(spec, "epochs", 1)
+        modelled = self.timing_model.times.get(name) if self.timing_model is not None else None
+        planned_epochs = t.get("epochs") or (modelled.epochs if modelled else None) or getattr(spec, "epochs", 1)
         per_epoch, val, provisional = self._steady(t)
         scores = t.get("scores")
         higher = METRICS[self.plan.metric].greater_is_better if self.plan.metric in METRICS else True
@@ -380,7 +389,8 @@ class RunState:
         return budget.JobProgress(
             name=name, folds=min(folds, j.limits.get("folds", folds)),
             epochs=min(planned_epochs, j.limits.get("epochs", planned_epochs)),
-            folds_done=t.get("folds_done", 0), epoch_in_fold=0 if finished else t.get("epoch_in_fold", 0),
+            folds_done=max(t.get("folds_done", 0), t.get("folds_kept", 0)),
+            epoch_in_fold=0 if finished else t.get("epoch_in_fold", 0),
             seconds_per_epoch=per_epoch, provisional=provisional, finished=finished,
             modelled_seconds_per_epoch=self.modelled.get(name) if spec.kind == "timm" else None,
             epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
@@ -388,7 +398,23 @@ class RunState:
             patience=getattr(spec, "patience", None) if t.get("val_s") else None,
             fold_overhead_s=statistics.mean(t["fold_gap_s"]) if t.get("fold_gap_s") else 0.0,
             startup_s=t.get("startup_s", 0.0), strength=strength, cuttable=spec.kind == "timm",
-            fresh=len(t.get("epoch_s", ())) > t.get("cut_at_epoch", -1))
+            fresh=len(t.get("epoch_s", ())) > t.get("cut_at_epoch", -1), waiting=self._waiting(j),
+            started_at=j.started)
+
+    @staticmethod
+    def _waiting(j: JobRun) -> bool:
+        """Launched and not started: waiting for its lane, its wave, or (in process) its turn."""
+        return j.state == JobState.PENDING and j.launched and j.started is None and j.cancelling_since is None
+
+    def _projection(self) -> budget.Projection:
+        """The budget's view of the run: with a time model, every task where it runs now, each waiting in the order
+        it was launched, and one not launched now (one the budget would start again) after every other."""
+        if self.timing_model is None:
+            return budget.ALONE
+        last = self._launches + 1
+        return self.timing_model.placed(
+            dataclasses.replace(a, wave=self._launch_order.get(n, last) if self.jobs[n].launched else last)
+            for n, a in self.where.items())
 
     def _cut_short(self, j: JobRun) -> bool:
         """A task that ended with folds the budget cut still to run."""
@@ -396,18 +422,22 @@ class RunState:
                 and j.timing.get("folds_done", 0) < j.limits.get("planned_folds", 0))
 
     def _budget(self, now: float) -> list:
-        """Estimate the plan's finish from steady figures; when it passes the window by the estimate's error, make
-        the one cut that loses least; else give back one step of what was cut when time came back
-        (``policy.budget``). One decision per look: the next look estimates again with it made."""
+        """Project the run as this loop executes it (``_projection``: the running tasks from their steady figures,
+        the waiting ones from the time model); when a task's projected end passes the window by the estimate's
+        error, make the one cut that loses least, sized to the overshoot; else give back what was cut when time came
+        back (``policy.budget``). One decision per look: the next look projects again with it made."""
         progress = [self._progress(name, j) for name, j in self.jobs.items()
                     if j.state == JobState.RUNNING and j.cancelling_since is None]
+        waiting = [self._progress(name, j) for name, j in self.jobs.items() if self._waiting(j)]
+        projection = self._projection()
         for p in progress:
             eta = budget.remaining_s(p)
             if eta is not None:
                 self.jobs[p.name].progress["eta_s"] = round(eta, 1)
         margin = budget.margin(self.errors)
         out: list = []
-        for cut in budget.decide_cuts(progress, now, self.window.started_at, self.window.deadline, margin):
+        for cut in budget.decide_cuts(progress + waiting, now, self.window.started_at, self.window.deadline, margin,
+                                      projection=projection):
             j = self.jobs[cut.job]
             j.limits.setdefault(f"planned_{cut.what}", cut.old)
             j.limits[cut.what] = cut.new
@@ -423,9 +453,9 @@ class RunState:
                  and not self._past_deadline(now) and not self.interrupted]
         cut = {p.name: (self.jobs[p.name].limits.get("planned_folds", p.folds),
                         self.jobs[p.name].limits.get("planned_epochs", p.epochs))
-               for p in progress + short if self.jobs[p.name].limits}
-        for r in budget.decide_restores(progress + short, cut, now, self.window.started_at, self.window.deadline,
-                                        margin):
+               for p in progress + waiting + short if self.jobs[p.name].limits}
+        for r in budget.decide_restores(progress + waiting + short, cut, now, self.window.started_at,
+                                        self.window.deadline, margin, projection=projection):
             out += self._restore(r, margin)
         return out
 
@@ -458,9 +488,12 @@ class RunState:
             j.progress["cut"] = self._cut_text(j)
         out: list = [Record("budget_restore", r.job, self._decision(r, margin))]
         if j.state == JobState.SUCCEEDED:  # it ended short: started again for the folds it skipped
-            # its kept folds are reported again by the new attempt (and skipped): counted afresh
+            # its kept folds are reported again by the new attempt (and skipped): counted afresh; until then the
+            # budget counts them done (``folds_kept``), so its projection holds only the folds it skipped
+            kept = j.timing.get("folds_done", 0)
             j.timing = {k: v for k, v in j.timing.items()
                         if k in ("epoch_s", "steady_s", "steady_steps", "val_s", "fold_gap_s", "startup_s", "scores")}
+            j.timing["folds_kept"] = kept
             j.progress["folds_done"] = 0
             out += [self._set(r.job, JobState.PENDING, reason=f"restarted: {r.reason}"), self._launch(r.job)]
             out.append(SetLimits(r.job, {r.what: r.new}))

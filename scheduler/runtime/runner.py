@@ -87,7 +87,8 @@ class Runner:
         self.deadline = self.started_at + (window_s if opts.training_s is None else opts.training_s)
         done = frozenset(r["name"] for r in record.jobs() if r["state"] == JobState.SUCCEEDED.value)
         self.run_state = rl.RunState(self.plan, dry.placement.assignments, rl.Window(self.started_at, self.deadline),
-                                     whole=frozenset(dry.whole), done=done, best_fit=best_fit, tasks=dry.tasks)
+                                     whole=frozenset(dry.whole), done=done, best_fit=best_fit, tasks=dry.tasks,
+                                     timing_model=rl.TimeModel.of(dry))
         self.grace_s = self.run_state.grace_s
         self.devices = list(dry.placement.devices)
         self.cuda = False

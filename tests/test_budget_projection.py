@@ -1,0 +1,258 @@
+"""The budget projects the run as the run loop executes it (``budget.TimeModel``): tasks waiting for their turn are
+in the projected finish, from their ``TaskTime`` with their start-up; a job not yet started may lose folds before
+any task has steady figures, one fold at a time; an undo is made only where the restarted task, counted from its
+start-up and after the tasks queued before it, still ends in time. No clock: events at chosen times."""
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from scheduler.core import plan as planmod
+from scheduler.core.states import JobState
+from scheduler.policy import budget, plantime
+from scheduler.policy import runloop as rl
+from scheduler.policy.budget import JobProgress, TimeModel, decide_cuts, decide_restores
+from scheduler.policy.tasktime import Startup, TaskTime
+from test_runloop import T0, Where
+
+HARDWARE = SimpleNamespace(devices=[SimpleNamespace(node="n0", index=0, memory_mib=40_000)],
+                           nodes=[SimpleNamespace(name="n0", cpus=16)])
+IN_PROCESS = plantime.Timing(rehearsal=False, cores=16, in_process=True)
+SIDE_BY_SIDE = plantime.Timing(rehearsal=False, cores=16)
+
+
+def timm_time(name, folds=3, epochs=5, startup_s=5.0, epoch_s=2.0) -> TaskTime:
+    """A timm task's time alone: ``startup_s`` of start-up, then ``folds`` × ``epochs`` epochs of ``epoch_s``."""
+    return TaskTime(name, "timm", Startup(imports_s=startup_s), step_s=epoch_s, steps_per_epoch=1, epochs=epochs,
+                    folds=folds)
+
+
+def command_time(name, wall_s) -> TaskTime:
+    return TaskTime(name, "command", Startup(), 0.0, 0, 1, 1, fold_change_s=wall_s)
+
+
+def model(times, timing=IN_PROCESS) -> TimeModel:
+    """The time model as the runner gives it: ``plantime.project`` bound to the run's hardware and timing; every
+    task on one device with room for all (in process they still run one after another)."""
+    def timeline(ts, **kw):
+        return plantime.project(ts, None, HARDWARE, 0.9, timing, **kw)
+
+    return TimeModel(times, timeline, tuple(Where(n, wave=k) for k, n in enumerate(times)))
+
+
+def running(name, folds=3, epochs=5, done=0, epoch=1, spe=2.0, **kw):
+    return JobProgress(name, folds, epochs, folds_done=done, epoch_in_fold=epoch, seconds_per_epoch=spe,
+                       started_at=0.0, **kw)
+
+
+def waiting(name, folds=3, epochs=5, **kw):
+    return JobProgress(name, folds, epochs, waiting=True, **kw)
+
+
+# --- the projection ---------------------------------------------------------------------------------------------
+
+def test_a_waiting_tasks_projected_end_includes_its_start_up_and_its_turn():
+    """In process, b waits for a, which has 20 s left by its steady figures: b ends 20 s + its start-up (7 s, its
+    TaskTime's) + its 3 folds × 10 s from now. Side by side it starts now, start-up and all. Its limits apply."""
+    times = {"a": timm_time("a"), "b": timm_time("b", startup_s=7.0)}
+    a = running("a", done=1, epoch=0)  # 2 folds × 5 epochs × 2 s left
+    b = waiting("b")
+    assert budget.remaining_s(a) == 20.0
+    ends = model(times).ends([a, b], now=10.0)
+    assert ends == pytest.approx({"a": 30.0, "b": 30.0 + 7.0 + 30.0})
+    assert model(times, SIDE_BY_SIDE).ends([a, b], now=10.0) == pytest.approx({"a": 30.0, "b": 10.0 + 7.0 + 30.0})
+    assert model(times).ends([a, replace(b, folds=2)], now=10.0)["b"] == pytest.approx(30.0 + 7.0 + 20.0)
+    assert budget.ALONE.ends([a, b], now=10.0) == {"a": 30.0}  # without a model b is not in the finish at all
+
+
+def test_the_budget_at_the_start_projects_the_dry_runs_timeline(tmp_path):
+    """The runner hands its RunState the dry run's time model (``TimeModel.of``): before anything ran, the budget's
+    projection of every waiting task ends where the dry run's timeline ends (one contract, not two guesses)."""
+    from scheduler.core import hardware as hw
+    from scheduler.policy import dryrun
+    from scheduler.runtime.runner import Runner, RunOptions, prepare_folder
+
+    plan = planmod.from_dict({"name": "p", "hardware": "A100-40GB", "budget": "1h", "jobs": [
+        {"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 32, "epochs": 3,
+         "folds": 3, "resources": {"cpus": 2, "gpu_memory": "4GB"}},
+        {"name": "r34", "kind": "timm", "model": "resnet34", "image_size": 64, "batch_size": 32, "epochs": 2,
+         "folds": 2, "resources": {"cpus": 2, "gpu_memory": "4GB"}}]})
+    dry = dryrun.prepare(plan, hw.from_profile("A100-40GB", cpus=4), train_rows=3000, test_rows=500,
+                         lanes={"r18": 1, "r34": 1}, timing=plantime.Timing(rehearsal=False, cores=4, in_process=True))
+    state = Runner(dry, RunOptions(run_dir=tmp_path / "run"), prepare_folder(dry, tmp_path / "run", None)).run_state
+    assert state.timing_model is not None and state.timing_model.times == dry.times
+    state.handle(rl.Start(0.0))
+    ends = state._projection().ends([state._progress(n, j) for n, j in state.jobs.items()], 0.0)
+    assert set(ends) == {"r18", "r34"} and all(state._progress(n, j).waiting for n, j in state.jobs.items())
+    first = min(span.start for span in dry.timeline.spans.values())  # the dry run's clock may start before the run's
+    assert max(ends.values()) == pytest.approx(dry.timeline.wall_s - first)
+
+
+# --- cuts ---------------------------------------------------------------------------------------------------------
+
+def test_a_four_percent_overshoot_cuts_one_fold_not_two():
+    """3 folds, epochs already at half the planned ones: the finish, stretched by the 5 % margin, passes the window
+    by 4 %. One fold less brings it inside: 3 → 2, not 3 → 1 (the old 5 → 3 → 1 ladder). The same for a job that
+    has not started, judged on the time model, while the running job ahead of it keeps all it has."""
+    spe = 104.0 / (14 * 1.05)  # 4 + 2 × 5 epochs left: 104 % of the 100 s window once stretched by 5 %
+    alone = JobProgress("a", 3, 5, epoch_in_fold=1, seconds_per_epoch=spe, planned_epochs=10)
+    cuts = decide_cuts([alone], 0.0, 0.0, 100.0, error_margin=0.05)
+    assert [(c.what, c.old, c.new) for c in cuts] == [("folds", 3, 2)]
+    assert cuts[0].estimated_finish_s == pytest.approx(9 * spe, abs=0.1)
+    # in process: a has 14 s left; b waits behind it, 5 s start-up + 3 folds × 10 s: ends at 49 s, 4 % past the
+    # window once stretched by 5 %; a fold of b (not started: no work lost) is the cut, and one fold is enough
+    a, b = running("a", folds=2, epoch=3), waiting("b")
+    assert budget.remaining_s(a) == 14.0
+    window = 49.0 * 1.05 / 1.04
+    cuts = decide_cuts([a, b], 0.0, 0.0, window, 0.05,
+                       projection=model({"a": timm_time("a", folds=2), "b": timm_time("b")}))
+    assert [(c.job, c.what, c.old, c.new) for c in cuts] == [("b", "folds", 3, 2)]
+    assert "(not started)" in cuts[0].reason and cuts[0].estimated_finish_s == pytest.approx(39.0)
+
+
+def test_a_job_not_started_is_cut_before_anything_has_steady_figures():
+    """Nothing has steady figures yet (a is in its start-up): without a time model nothing can be judged; with it,
+    the waiting tasks that would end past the window are seen, and a fold of one of them is cut at once. A running
+    task is still never cut on the model's figures."""
+    times = {"a": timm_time("a"), "b": timm_time("b"), "c": timm_time("c")}
+    a = JobProgress("a", 3, 5, started_at=0.0)  # started, nothing reported
+    jobs = [a, waiting("b"), waiting("c")]
+    assert decide_cuts(jobs, 1.0, 0.0, 100.0) == []
+    cuts = decide_cuts(jobs, 1.0, 0.0, 100.0, projection=model(times))
+    assert len(cuts) == 1 and cuts[0].job in ("b", "c") and cuts[0].what == "folds"
+    only_a = {"a": timm_time("a", folds=9)}
+    assert decide_cuts([JobProgress("a", 9, 5, started_at=0.0)], 1.0, 0.0, 50.0, projection=model(only_a)) == []
+
+
+# --- undos --------------------------------------------------------------------------------------------------------
+
+def test_no_undo_whose_work_would_not_end_in_time():
+    """x ended short, 1 of its 3 folds run, its start-up never reported (0 on its own figures). Alone, its 2 skipped
+    folds (20 s) fit the window: the view without a model gives them back. Started again it pays its TaskTime's
+    60 s start-up first: it would not end in time, so no undo; with a 5 s start-up it would, and it is undone. In
+    process, behind y (60 s left), even that one does not fit: no undo."""
+    x = JobProgress("x", 1, 5, folds_done=1, seconds_per_epoch=2.0, finished=True)
+    planned = {"x": (3, 5)}
+    assert [(r.what, r.new) for r in decide_restores([x], planned, 0.0, 0.0, 100.0)] == [("folds", 3)]
+    slow_start = model({"x": timm_time("x", startup_s=60.0)}, SIDE_BY_SIDE)
+    assert decide_restores([x], planned, 0.0, 0.0, 100.0, projection=slow_start) == []  # (60 + 20) × 1.5 > 100
+    quick = {"x": timm_time("x"), "y": timm_time("y", folds=1, epochs=30)}
+    y = running("y", folds=1, epochs=30, epoch=0)  # 30 epochs × 2 s = 60 s left
+    back = decide_restores([x, y], planned, 0.0, 0.0, 100.0, projection=model(quick, SIDE_BY_SIDE))
+    assert [(r.what, r.new, r.estimated_finish_s) for r in back] == [("folds", 3, 60.0)]  # x: 5 + 20 s, y: 60 s
+    # in process x starts after y: 60 + 5 + 20 s (× 1.5 > 100), and 60 + 5 + 10 s for one fold back (× 1.5 > 100)
+    assert decide_restores([x, y], planned, 0.0, 0.0, 100.0, projection=model(quick)) == []
+
+
+def test_epochs_given_back_are_counted_though_the_finished_folds_ran_short_of_them():
+    """a's first fold ran the 2 epochs it was cut to: that is its cut, not early stopping, so 3 epochs given back to
+    its last fold cost 3 × 5 s, not 2 × 5 s — 10 + 15 × 1.5 passes the 25.5 s window: no undo."""
+    a = JobProgress("a", 2, 2, folds_done=1, seconds_per_epoch=5.0, epochs_per_finished_fold=2.0, planned_epochs=3)
+    assert decide_restores([a], {"a": (2, 3)}, 10.0, 0.0, 25.5) == []
+    assert [(r.what, r.new) for r in decide_restores([a], {"a": (2, 3)}, 10.0, 0.0, 33.0)] == [("epochs", 3)]
+
+
+# --- the run loop: an in-process plan --------------------------------------------------------------------------
+
+PLAN = planmod.from_dict({"name": "t", "hardware": {"profile": "A100-40GB", "gpus_per_node": 1, "cpus": 16},
+                          "budget": "200s", "jobs": [
+                              {"name": n, "kind": "timm", "model": "resnet18", "epochs": 5, "folds": 3,
+                               "resources": {"cpus": 1, "gpu_memory": "4GB"}} for n in ("a", "b")]
+                          + [{"name": "c", "kind": "command", "command": ["true"], "folds": 1,
+                              "resources": {"cpus": 1, "gpu_memory": "4GB"}}]})
+TIMES = {"a": timm_time("a"), "b": timm_time("b"), "c": command_time("c", 30.0)}
+WINDOW_S = 95.0  # a 35 s, b 35 s, c 30 s one after another: 100 s
+
+
+def run_in_process(timing_model) -> tuple[rl.RunState, list, float]:
+    """Drive a RunState as the in-process driver does: tasks one after another in launch order, each taking its
+    TaskTime and honouring its limits at each fold and epoch (a command job runs its wall, uncuttable); a Tick after
+    every report; a task asked to stop ends at once. (the state, every instruction, the last task's end)."""
+    s = rl.RunState(PLAN, [Where(n) for n in TIMES], rl.Window(T0, T0 + WINDOW_S), timing_model=timing_model)
+    log: list = []
+    queue: list[str] = []
+
+    def step(*events):
+        out = s.handle(*events)
+        log.extend(out)
+        queue.extend(i.job for i in out if isinstance(i, rl.Launch))
+        return out
+
+    now = T0
+    step(rl.Start(now))
+    while queue:
+        name = queue.pop(0)
+        if s.jobs[name].state.terminal:
+            continue
+        step(rl.JobStarted(name, now), rl.Tick(now))
+        now, folds = _run(s, step, name, now)
+        step(rl.JobFinished(name, folds, 0.9, now), rl.Tick(now))
+    return s, log, now
+
+
+def _run(s, step, name, now) -> tuple[float, int]:
+    """One task's run; (its end, the folds it finished)."""
+    t, asked = TIMES[name], lambda out: any(isinstance(i, rl.AskStop) and i.job == name for i in out)
+    if t.kind == "command":
+        end = now + t.total_s
+        if end >= s.window.deadline and asked(step(rl.Tick(s.window.deadline))):
+            return s.window.deadline, 0
+        return end, 1
+    now += t.startup.total_s
+    folds = 0
+    while folds < min(t.folds, s.jobs[name].limits.get("folds", t.folds)):
+        k = 0
+        while k < min(t.epochs, s.jobs[name].limits.get("epochs", t.epochs)):
+            k += 1
+            now += t.epoch_s
+            step(rl.JobReported(name, "epoch", {"fold": folds, "epoch": k, "epochs": t.epochs, "steady_steps": 10,
+                                                "steady_epoch_s": t.epoch_s, "validated": False}, now))
+            if asked(step(rl.Tick(now))):
+                return now, folds
+        step(rl.JobReported(name, "fold", {"fold": folds, "score": 0.9, "epochs": k}, now))
+        folds += 1
+    return now, folds
+
+
+def test_an_in_process_plan_cuts_a_waiting_jobs_folds_instead_of_cancelling_what_never_started():
+    """a, b (timm, 3 folds) and c (a command job: never cut) run one after another: 100 s for a 95 s window. Each
+    task alone fits, so without the time model nothing is cut while a and b run, and c, last in line, is stopped at
+    the deadline (the option1 run's four tasks that never started). With it, b's folds are cut before b starts (no
+    work lost), a ends with all it planned, and every task ends inside the window."""
+    s, log, end = run_in_process(model(TIMES))
+    cuts = [i for i in log if isinstance(i, rl.Record) and i.kind == "budget_cut"]
+    b_starts = log.index(rl.Transition("b", JobState.RUNNING, {"attempt": 1}))
+    assert cuts and cuts[0].job == "b" and cuts[0].fields["what"] == "folds" and log.index(cuts[0]) < b_starts
+    assert rl.Transition("a", JobState.SUCCEEDED, {"folds": 3, "cv_score": 0.9}) in log and not s.jobs["a"].limits
+    assert s.jobs["b"].timing["folds_done"] < 3
+    assert not [i for i in log if isinstance(i, rl.Record) and i.kind == "cancel"]
+    assert s.states == dict.fromkeys(TIMES, JobState.SUCCEEDED) and end <= s.window.deadline
+    # the same plan without the time model: the scenario is one the old budget loses
+    s, log, end = run_in_process(None)
+    assert not [i for i in log if isinstance(i, rl.Record) and i.kind == "budget_cut"]
+    assert s.states["c"] == JobState.CANCELLED and s.stopped_by["c"] == "deadline"
+
+
+def test_an_in_process_task_that_ended_short_is_not_started_again_behind_work_that_leaves_no_time():
+    """x ended short (1 of 3 folds) and y waits in line: in process x's restart would run after y's 80 s, past the
+    window, so it is not undone; without a model (x alone, start-up unknown) it would be."""
+    plan = planmod.from_dict({"name": "t", "hardware": {"profile": "A100-40GB", "gpus_per_node": 1, "cpus": 16},
+                              "budget": "200s", "jobs": [
+                                  {"name": n, "kind": "timm", "model": "resnet18", "epochs": 5, "folds": f,
+                                   "resources": {"cpus": 1, "gpu_memory": "4GB"}} for n, f in (("x", 3), ("y", 1))]})
+    times = {"x": timm_time("x"), "y": timm_time("y", folds=1, epochs=40, startup_s=0.0)}
+
+    def ended_short(timing_model):
+        s = rl.RunState(plan, [Where("x"), Where("y")], rl.Window(T0, T0 + 105.0), timing_model=timing_model)
+        s.handle(rl.Start(T0), rl.JobStarted("x", T0))
+        s.jobs["x"].limits.update({"folds": 1, "planned_folds": 3})  # cut earlier, when time was short
+        for k in range(1, 6):
+            s.handle(rl.JobReported("x", "epoch", {"fold": 0, "epoch": k, "epochs": 5, "steady_epoch_s": 2.0,
+                                                   "steady_steps": 10, "validated": False}, T0 + 5 + 2 * k))
+        s.handle(rl.JobReported("x", "fold", {"fold": 0, "score": 0.9, "epochs": 5}, T0 + 15),
+                 rl.JobFinished("x", 1, 0.9, T0 + 15))
+        return s.handle(rl.Tick(T0 + 15))
+
+    assert not [i for i in ended_short(model(times)) if isinstance(i, rl.Record)]
+    assert [i.kind for i in ended_short(None) if isinstance(i, rl.Record)] == ["budget_restore"]
