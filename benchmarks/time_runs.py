@@ -13,9 +13,10 @@ The whole process's wall (ensembling and the submission included) is printed bes
 
 The machine's learned store (``store/timings``): a fresh, empty one for the sitting unless ``--keep-learned`` (then
 the user's). The cases run in the order given, so each dry run uses what the runs before it learned, as a user's next
-dry run on the same machine does; ``--learn`` runs every case once first (not compared) to teach the store.
+dry run on the same machine does; ``--learn [CASES]`` runs those cases (every case when none is named) once first,
+not compared, to teach the store.
 
-    python benchmarks/timemodel.py --runs [--cases digits,derived,inprocess] [--images 6000] [--learn]
+    python benchmarks/timemodel.py --runs [--cases digits,derived,inprocess] [--images 6000] [--learn [CASES]]
                                           [--keep-learned] [--workdir DIR] [--json]
 """
 
@@ -138,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="digits,derived,inprocess")
     ap.add_argument("--images", type=int, default=6000)
-    ap.add_argument("--learn", action="store_true", help="run each case once first, uncompared, to teach the store")
+    ap.add_argument("--learn", nargs="?", const="all", default="",
+                    help="run these cases (comma-separated; all of them when none is named) once first, uncompared, "
+                         "to teach the store")
     ap.add_argument("--keep-learned", action="store_true", help="use this machine's learned store, not a fresh one")
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--json", action="store_true")
@@ -156,9 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [c for c in chosen if c not in all_cases]
         if unknown:
             raise SystemExit(f"unknown case(s) {unknown}; allowed: {', '.join(all_cases)}")
-        if args.learn:
-            for name in chosen:
-                run_case(name, all_cases[name], work, env, log, tag="-learn")
+        teach = chosen if args.learn == "all" else [c.strip() for c in args.learn.split(",") if c.strip()]
+        for name in teach:
+            if name not in all_cases:
+                raise SystemExit(f"unknown case {name!r} to learn from; allowed: {', '.join(all_cases)}")
+            run_case(name, all_cases[name], work, env, log, tag="-learn")
         for name in chosen:
             result["cases"][name] = run_case(name, all_cases[name], work, env, log)
             (work / "time_runs.json").write_text(json.dumps(result, indent=2))

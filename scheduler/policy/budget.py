@@ -231,7 +231,7 @@ class TimeModel:
             return None
         from scheduler.policy import dryrun, plantime
 
-        slow = dryrun._device_slowdown(dry.plan, dry.tasks, dry.hardware.profile, dry.speed)
+        slow = dryrun.device_slowdown(dry.plan, dry.tasks, dry.hardware.profile, dry.speed)
 
         def timeline(times, **kw) -> Timeline:
             return plantime.project(times, dry.placement, dry.hardware, dry.plan.band[1], dry.timing,

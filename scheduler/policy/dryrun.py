@@ -257,7 +257,7 @@ def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, in
     if timing is not None:
         timing = dataclasses.replace(timing, rehearsal=False, in_process=False)
         fitted_plan = plan.model_copy(update={"jobs": [_fitted_job(j, fitted) for j in plan.jobs]})
-        slow = _device_slowdown(fitted_plan, {}, hardware.profile, speed)
+        slow = device_slowdown(fitted_plan, {}, hardware.profile, speed)
         by_job = {j.name: j for j in jobs}
 
         def finish(lanes: dict[str, int], where: dict) -> float:
@@ -507,7 +507,7 @@ def _timeline(dry: DryRun, timing: plantime.Timing, data: plantime.Data) -> list
     dry.timing = timing
     dry.times = plantime.plan_times(dry.plan, dry.tasks, dry.placement.assignments, card=dry.hardware.profile,
                                     timing=timing, data=data)
-    slow = _device_slowdown(dry.plan, dry.tasks, dry.hardware.profile, dry.speed)
+    slow = device_slowdown(dry.plan, dry.tasks, dry.hardware.profile, dry.speed)
     dry.timeline = plantime.project(dry.times, dry.placement, dry.hardware, dry.plan.band[1], timing,
                                     device_slowdown=slow, now=timing.start_s)
     cuttable = {t: dry.spec(t).kind == "timm" for t in dry.times}
@@ -528,7 +528,7 @@ def _timeline(dry: DryRun, timing: plantime.Timing, data: plantime.Data) -> list
     return out
 
 
-def _device_slowdown(plan: Plan, tasks: dict, card: str, speed=None):
+def device_slowdown(plan: Plan, tasks: dict, card: str, speed=None):
     """(the tasks at steady work on one card, how many more are in their start-up there) -> how much slower each
     runs there: ``colocation.shared`` for the working ones, a starting task counted fully busy (its context and first
     step's kernel choice); 1.0 where nothing is known."""
