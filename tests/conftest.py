@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,17 @@ def fake_train_plan(name: str, env: dict | None = None) -> str:
             f"  - name: {'sleeper' if env else 'fake'}\n    kind: command\n"
             f"    command: [{sys.executable}, {FAKE_TRAIN}]\n    folds: 2\n"
             f"    resources: {{cpus: 1, gpu_memory: 2GB}}\n    env: {json.dumps(env or {})}\n")
+
+
+class Capture:
+    """stdout and stderr of a block, as text (a CLI run in this process, outside pytest's capsys: module fixtures)."""
+
+    def __enter__(self):
+        import io
+
+        self._out, self._err = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = self.o, self.e = io.StringIO(), io.StringIO()
+
+    def __exit__(self, *exc):
+        sys.stdout, sys.stderr = self._out, self._err
+        self.out, self.err = self.o.getvalue(), self.e.getvalue()

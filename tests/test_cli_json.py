@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, fake_train_plan
+from conftest import Capture, ROOT, fake_train_plan
 from scheduler.cli.main import build_parser
 
 PLAN = fake_train_plan("tiny")
@@ -39,23 +39,11 @@ def run(tmp_path_factory):
     mp.setenv("GPUPACK_CACHE_DIR", str(home / "cache"))
     mp.chdir(home)
     (home / "plan.yaml").write_text(PLAN)
-    capture = _Capture()
+    capture = Capture()
     with capture:
         code = main(["submit", "plan.yaml", "--in-process", "--json"])
     yield home, code, capture.out, capture.err
     mp.undo()
-
-
-class _Capture:
-    def __enter__(self):
-        import io
-
-        self._out, self._err = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = self.o, self.e = io.StringIO(), io.StringIO()
-
-    def __exit__(self, *exc):
-        sys.stdout, sys.stderr = self._out, self._err
-        self.out, self.err = self.o.getvalue(), self.e.getvalue()
 
 
 @pytest.fixture

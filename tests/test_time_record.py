@@ -11,7 +11,7 @@ import sys
 import jsonschema
 import pytest
 
-from conftest import FAKE_TRAIN
+from conftest import Capture, FAKE_TRAIN
 from scheduler.policy import timerecord as tr
 from scheduler.store import runview, timings
 
@@ -49,18 +49,6 @@ jobs:
 TASKS = {"lgbm", "mnv3", "fake", "bad"}
 
 
-class _Capture:
-    def __enter__(self):
-        import io
-
-        self._out, self._err = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = self.o, self.e = io.StringIO(), io.StringIO()
-
-    def __exit__(self, *exc):
-        sys.stdout, sys.stderr = self._out, self._err
-        self.out, self.err = self.o.getvalue(), self.e.getvalue()
-
-
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory):
     """One finished run of PLAN (the CLI, in process), its store of what was learned a file of its own; the run
@@ -75,7 +63,7 @@ def ran(tmp_path_factory):
     mp.setenv("GPUPACK_MEASUREMENTS", str(store))
     mp.chdir(home)
     (home / "plan.yaml").write_text(PLAN)
-    capture = _Capture()
+    capture = Capture()
     with capture:
         code = main(["submit", "plan.yaml", "--in-process", "--json", "--run-dir", "runs/r1"])
     assert code == 0, capture.err

@@ -474,7 +474,6 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     warnings += [(f"batch lowered for statistics: {c.describe()}" if c.why and c.old_batch else
                   f"batch lowered to fit the band: {c.describe()}" if c.old_batch else f"batch chosen: {c.describe()}")
                  for c in fitted.changes]
-    low, high = plan.band
     dry = DryRun(adjusted, hardware, placement, [], declared={j.name: j.resources.gpu_memory for j in plan.jobs},
                  estimated=fitted.estimated_mib, changes=[c.describe() for c in fitted.changes], whole=whole,
                  figures={n: seen[n, fitted.batches[n]] for n in fitted.estimated_mib if (n, fitted.batches[n]) in seen},
@@ -484,22 +483,30 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
         if fig.measured_mib is not None:
             warnings.append(f"{name}: {fig.mib:,} MiB {fig.source} (computed {fig.computed_mib:,} MiB, "
                             f"{(fig.computed_mib - fig.mib) / fig.mib:+.1%})")
+    warnings += _placement_warnings(dry)
+    if timing is not None:
+        warnings += _timeline(dry, timing, data)
+    dry.warnings = warnings
+    return dry
+
+
+def _placement_warnings(dry: DryRun) -> list[str]:
+    """A device under the band, tasks waiting for a later wave, a placement not proven optimal."""
+    low, high = dry.plan.band
+    placement, out = dry.placement, []
     for row in dry.device_rows():
         if row["jobs"] and row["share"] < low:
-            warnings.append(
+            out.append(
                 f"wave {row['wave']}, device {row['node']}:{row['device']}: {row['used_mib']} MiB is "
                 f"{row['share']:.0%} of the card, under the band's lower limit ({low:.0%}); room for more work: "
                 f"{row['room_mib']:,} MiB free under the band's top ({high:.0%}) for more jobs or folds"
             )
     if placement.waves > 1:
         later = [a.job for a in placement.assignments if a.wave > 0]
-        warnings.append(f"{len(later)} task(s) wait for a later wave: {', '.join(later)}")
+        out.append(f"{len(later)} task(s) wait for a later wave: {', '.join(later)}")
     if not placement.exact:
-        warnings.append(f"the placement is not proven optimal: {placement.how}")
-    if timing is not None:
-        warnings += _timeline(dry, timing, data)
-    dry.warnings = warnings
-    return dry
+        out.append(f"the placement is not proven optimal: {placement.how}")
+    return out
 
 
 def _timeline(dry: DryRun, timing: plantime.Timing, data: plantime.Data) -> list[str]:
