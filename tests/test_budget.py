@@ -145,6 +145,9 @@ def test_a_cut_is_undone_when_time_comes_back_and_not_before():
     back = decide_restores([fast], {"a": (5, 10)}, 10.0, START, DEADLINE)
     assert [(r.what, r.old, r.new) for r in back] == [("folds", 1, 5)]  # all of it: 10 + 48 s × 1.5 = 82 s
     assert "time came back" in back[0].reason and back[0].estimated_finish_s == 10.0 + 8 + 4 * 10
+    # the reason gives the restored task's own end, inside the window (a benchmark's reason once read "estimated
+    # finish 439s inside the 239s window": the plan's finish, carried by another task the undo did not move)
+    assert f"a is estimated to end at {10 + 8 + 4 * 10 - START:.0f}s" in back[0].reason
     again = decide_restores([job("a", folds=3, epochs=10, epoch=2, spe=1.0)], {"a": (5, 10)}, 11.0, START, DEADLINE)
     assert [(r.what, r.old, r.new) for r in again] == [("folds", 3, 5)]
     # epochs come back before folds (the reverse of the cut order)

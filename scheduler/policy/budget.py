@@ -434,9 +434,10 @@ def decide_restores(jobs: list[JobProgress], planned: dict[str, tuple[int, int]]
                     continue
                 finish = max(after.values())
                 return [Cut(p.name, what, getattr(p, what), new,
-                            f"time came back: estimated finish {finish - window_start:.0f}s (+{m:.0%}) inside the "
-                            f"{deadline - window_start:.0f}s window with {what} {getattr(p, what)} → {new}",
-                            round(finish - window_start, 1))]
+                            f"time came back: with {what} {getattr(p, what)} → {new}, {p.name} is estimated to end at "
+                            f"{after[p.name] - window_start:.0f}s (+{m:.0%}) inside the {deadline - window_start:.0f}s "
+                            f"window, and no task it moves ends later than the window (the plan's estimated finish "
+                            f"{finish - window_start:.0f}s)", round(finish - window_start, 1))]
     return []
 
 
