@@ -223,7 +223,8 @@ def test_an_in_process_plan_cuts_a_waiting_jobs_folds_instead_of_cancelling_what
     s, log, end = run_in_process(model(TIMES))
     cuts = [i for i in log if isinstance(i, rl.Record) and i.kind == "budget_cut"]
     b_starts = log.index(rl.Transition("b", JobState.RUNNING, {"attempt": 1}))
-    assert cuts and cuts[0].job == "b" and cuts[0].fields["what"] == "folds" and log.index(cuts[0]) < b_starts
+    assert cuts and cuts[0].job == "b" and log.index(cuts[0]) < b_starts
+    assert "keeps the most of its work that fits as" in cuts[0].fields["reason"]
     assert rl.Transition("a", JobState.SUCCEEDED, {"folds": 3, "cv_score": 0.9}) in log and not s.jobs["a"].limits
     assert s.jobs["b"].timing["folds_done"] < 3
     assert not [i for i in log if isinstance(i, rl.Record) and i.kind == "cancel"]
@@ -256,3 +257,17 @@ def test_an_in_process_task_that_ended_short_is_not_started_again_behind_work_th
 
     assert not [i for i in ended_short(model(times)) if isinstance(i, rl.Record)]
     assert [i.kind for i in ended_short(None) if isinstance(i, rl.Record)] == ["budget_restore"]
+
+
+def test_a_job_not_started_keeps_the_form_with_the_most_work_that_fits():
+    """Side by side, b (not started) needs 5 s + 3 folds × 3 epochs × 50 s = 455 s in a 330 s window (with its 25 %
+    margin): folds alone would go 3 → 1 (155 s, half the window idle); 2 folds of 2 epochs fit (205 s × 1.25 = 256 s)
+    and keep 4 epochs' work, not 3: the cut is both, in one decision, before b starts."""
+    times = {"b": timm_time("b", folds=3, epochs=3, epoch_s=50.0)}
+    b = waiting("b", folds=3, epochs=3, planned_epochs=3)
+    cuts = decide_cuts([b], 0.0, 0.0, 330.0, projection=model(times, SIDE_BY_SIDE))
+    assert [(c.what, c.old, c.new) for c in cuts] == [("epochs", 3, 2), ("folds", 3, 2)]
+    assert cuts[0].estimated_finish_s == pytest.approx(5.0 + 2 * 2 * 50.0)
+    # a tie in work kept goes to more folds (the ensemble's breadth): 3 folds × 2 epochs, not 2 × 3
+    roomy = decide_cuts([b], 0.0, 0.0, 1.25 * (5.0 + 2 * 3 * 50.0) + 1, projection=model(times, SIDE_BY_SIDE))
+    assert [(c.what, c.old, c.new) for c in roomy] == [("epochs", 3, 2)]

@@ -26,7 +26,9 @@ fold score, the one with the most of its own time left) before the strongest. A 
 figures and on an epoch reported since its last cut (``fresh``); a job not yet started is cut on the time model's
 figures. A cut is **sized to the overshoot**: the fold ladder has a rung per fold and the epoch ladder one per
 ``EPOCH_CUT``, and the cut goes down to the first rung after which every task it moves ends inside the window with the
-margin, else to the lowest rung its step allows (3 folds → 2 for a 4 % overshoot, not → 1); a job whose cut brings no
+margin, else to the lowest rung its step allows (3 folds → 2 for a 4 % overshoot, not → 1); a job not yet started
+takes, in one decision, the form of fewer folds and epochs (epochs down to half) that keeps the most of its work and
+fits (``_waiting_form``: folds alone can leave a fold's length of the window idle); a job whose cut brings no
 late task's end nearer is passed over (it would lose for nothing). Finished folds and the fold under way are never
 cut.
 
@@ -376,7 +378,8 @@ def _sized(look: _Look, p: JobProgress, what: str, rungs: list[int]) -> tuple[in
 
 def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadline: float,
                 error_margin: float = DEFAULT_MARGIN, *, projection: Projection = ALONE) -> list[Cut]:
-    """At most one cut, sized to the overshoot (``_sized``): the first job of ``CUT_STEPS`` in order (the weakest
+    """At most one decision, sized to the overshoot (``_sized``; for a job not yet started, ``_waiting_form``: its
+    epochs and folds cut together where that keeps more of its work): the first job of ``CUT_STEPS`` in order (the weakest
     first within each) whose cut brings a late task's end nearer, while a task's projected end, stretched by the
     estimate's error, passes the window. A running job is judged and cut only on steady figures, and once it has
     reported an epoch since it was last cut (``fresh``): a second cut stands on a measurement made after the first;
@@ -390,6 +393,10 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
                                projection, now)
     for what, rungs in CUT_STEPS:
         for p in candidates:
+            if what == "folds" and p.waiting:  # nothing of it has run: the form that keeps the most of its work
+                form = _waiting_form(look, p, rungs(p))
+                if form is not None:
+                    return _form_cuts(look, p, form, finish, window_start)
             sized = _sized(look, p, what, rungs(p))
             if sized is None:
                 continue
@@ -401,6 +408,38 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
                       f"{getattr(p, what)} → {new}, estimated finish then {estimated - window_start:.0f}s")
             return [Cut(p.name, what, getattr(p, what), new, reason, round(estimated - window_start, 1))]
     return []
+
+
+def _waiting_form(look: _Look, p: JobProgress, fold_rungs: list[int]) -> tuple[int, int, dict] | None:
+    """For a job not yet started: the (folds, epochs) that keeps the most of its work (folds × epochs; more folds at
+    a tie) among fewer folds with its epochs or fewer down to EPOCH_FLOOR, after which every task it moves ends inside
+    the window; None where no such form exists, or the folds alone keep as much (then ``_sized`` cuts folds). Cutting
+    folds alone to fit can leave the window a fold's length short: 3 folds of 150 s in a 240 s window go to 1 fold
+    (160 s), where 2 folds at two thirds of the epochs fit (210 s)."""
+    best = None
+    for folds in [p.folds] + fold_rungs:
+        for epochs in [p.epochs] + _epoch_rungs(p, True):
+            if (folds, epochs) == (p.folds, p.epochs) or (best and folds * epochs <= best[0] * best[1]):
+                continue
+            after = look.trial(p, folds=folds, epochs=epochs)
+            if look.nearer(after) and look.holds(p, after):
+                best = (folds, epochs, after)
+    if best is None or best[1] == p.epochs:
+        return None
+    return best
+
+
+def _form_cuts(look: _Look, p: JobProgress, form: tuple, finish: float, window_start: float) -> list[Cut]:
+    """The cuts that take a job not yet started to ``form``: its epochs, then its folds, one decision."""
+    folds, epochs, after = form
+    estimated = max(after.values())
+    reason = (f"estimated finish {finish - window_start:.0f}s (+{look.margin:.0%}, the estimate's error) passes the "
+              f"{look.deadline - window_start:.0f}s window; {p.name} (not started) keeps the most of its work that "
+              f"fits as {folds} fold(s) × {epochs} epoch(s), estimated finish then {estimated - window_start:.0f}s")
+    cuts = [Cut(p.name, "epochs", p.epochs, epochs, reason, round(estimated - window_start, 1))]
+    if folds != p.folds:
+        cuts.append(Cut(p.name, "folds", p.folds, folds, reason, round(estimated - window_start, 1)))
+    return cuts
 
 
 def _restore_rungs(p: JobProgress, what: str, planned: tuple[int, int]) -> list[int]:
