@@ -379,8 +379,8 @@ def _sized(look: _Look, p: JobProgress, what: str, rungs: list[int]) -> tuple[in
 def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadline: float,
                 error_margin: float = DEFAULT_MARGIN, *, projection: Projection = ALONE) -> list[Cut]:
     """At most one decision, sized to the overshoot (``_sized``; for a job not yet started, ``_waiting_form``: its
-    epochs and folds cut together where that keeps more of its work): the first job of ``CUT_STEPS`` in order (the weakest
-    first within each) whose cut brings a late task's end nearer, while a task's projected end, stretched by the
+    epochs and folds cut together where that keeps more of its work): the first job of ``CUT_STEPS`` in order (the
+    weakest first within each) whose cut brings a late task's end nearer, while a task's projected end, stretched by the
     estimate's error, passes the window. A running job is judged and cut only on steady figures, and once it has
     reported an epoch since it was last cut (``fresh``): a second cut stands on a measurement made after the first;
     a job not yet started is cut on the projection's figures."""
