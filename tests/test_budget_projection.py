@@ -224,7 +224,7 @@ def test_an_in_process_plan_cuts_a_waiting_jobs_folds_instead_of_cancelling_what
     cuts = [i for i in log if isinstance(i, rl.Record) and i.kind == "budget_cut"]
     b_starts = log.index(rl.Transition("b", JobState.RUNNING, {"attempt": 1}))
     assert cuts and cuts[0].job == "b" and log.index(cuts[0]) < b_starts
-    assert "keeps the most of its work that fits as" in cuts[0].fields["reason"]
+    assert (cuts[0].fields["what"], cuts[0].fields["old"], cuts[0].fields["new"]) == ("folds", 3, 2)  # as needed
     assert rl.Transition("a", JobState.SUCCEEDED, {"folds": 3, "cv_score": 0.9}) in log and not s.jobs["a"].limits
     assert s.jobs["b"].timing["folds_done"] < 3
     assert not [i for i in log if isinstance(i, rl.Record) and i.kind == "cancel"]
@@ -271,3 +271,21 @@ def test_a_job_not_started_keeps_the_form_with_the_most_work_that_fits():
     # a tie in work kept goes to more folds (the ensemble's breadth): 3 folds × 2 epochs, not 2 × 3
     roomy = decide_cuts([b], 0.0, 0.0, 1.25 * (5.0 + 2 * 3 * 50.0) + 1, projection=model(times, SIDE_BY_SIDE))
     assert [(c.what, c.old, c.new) for c in roomy] == [("epochs", 3, 2)]
+
+
+def test_a_cut_that_brings_a_neighbour_nearer_is_not_refused_for_it():
+    """In the rehearsal on one core, a (a command job: never cut, late whatever b does) and b (not started) share the
+    core: cutting b moves a's end nearer too. The cut is sized by b's own end (and any task it moves later), not
+    refused because a, moved nearer, is still late: b goes 3 → 2 folds, not 3 → 1 (the budget benchmark's resnet50
+    went 3 → 1 at 16 s beside effnet_b4's start-up)."""
+    cpu = plantime.Timing(rehearsal=True, cores=1)
+    times = {"a": command_time("a", 1000.0), "b": timm_time("b", folds=3, epochs=5)}
+    a, b = waiting("a", folds=1, epochs=1, cuttable=False), waiting("b", folds=3, epochs=5)
+
+    def timeline(ts, **kw):
+        return plantime.project(ts, None, HARDWARE, 0.9, cpu, **kw)
+
+    m = TimeModel(times, timeline, tuple(Where(n, wave=0) for n in times))
+    two = m.ends([a, replace(b, folds=2)], now=0.0)["b"]
+    cuts = decide_cuts([a, b], 0.0, 0.0, 1.25 * two + 1.0, projection=m)
+    assert cuts and cuts[0].job == "b" and (cuts[0].what, cuts[0].new) == ("folds", 2)

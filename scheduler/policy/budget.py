@@ -355,8 +355,9 @@ class _Look:
         return {n for n, e in ends.items() if not _fits(e, self.now, self.deadline, self.margin)}
 
     def holds(self, p: JobProgress, after: dict[str, float]) -> bool:
-        """Whether ``p`` and every task the change moved end inside the window with the margin."""
-        moved = {n for n, e in after.items() if abs(e - self.ends.get(n, math.inf)) > MOVED_S} | {p.name}
+        """Whether ``p`` and every task the change moved later end inside the window with the margin (a task the
+        change brings nearer is not harmed by it: where a cut frees the cores it shared, every neighbour moves)."""
+        moved = {n for n, e in after.items() if n not in self.ends or e > self.ends[n] + MOVED_S} | {p.name}
         return p.name in after and not (moved & self.late(after))
 
     def nearer(self, after: dict[str, float]) -> bool:
