@@ -113,16 +113,24 @@ def test_a_four_percent_overshoot_cuts_one_fold_not_two():
 
 def test_a_job_not_started_is_cut_before_anything_has_steady_figures():
     """Nothing has steady figures yet (a is in its start-up): without a time model nothing can be judged; with it,
-    the waiting tasks that would end past the window are seen, and a fold of one of them is cut at once. A running
-    task is still never cut on the model's figures."""
+    the waiting tasks that would end past the window are seen, and a fold of one of them is the look's first cut.
+    Changed (the budget's time model issue): the look goes on until the plan fits, and a running task's folds not
+    yet begun are cut on the model's figures like a waiting task's (never its epochs: its pace is not known yet)."""
     times = {"a": timm_time("a"), "b": timm_time("b"), "c": timm_time("c")}
     a = JobProgress("a", 3, 5, started_at=0.0)  # started, nothing reported
     jobs = [a, waiting("b"), waiting("c")]
     assert decide_cuts(jobs, 1.0, 0.0, 100.0) == []
-    cuts = decide_cuts(jobs, 1.0, 0.0, 100.0, projection=model(times))
-    assert len(cuts) == 1 and cuts[0].job in ("b", "c") and cuts[0].what == "folds"
-    only_a = {"a": timm_time("a", folds=9)}
-    assert decide_cuts([JobProgress("a", 9, 5, started_at=0.0)], 1.0, 0.0, 50.0, projection=model(only_a)) == []
+    m = model(times)
+    cuts = decide_cuts(jobs, 1.0, 0.0, 100.0, projection=m)
+    assert cuts[0].job in ("b", "c") and cuts[0].what == "folds"
+    assert not [c for c in cuts if c.job == "a" and c.what == "epochs"]
+    after = [replace(p, **{c.what: c.new for c in cuts if c.job == p.name}) for p in jobs]
+    ends = m.ends(after, 1.0)
+    assert 1.0 + (max(ends.values()) - 1.0) * 1.25 <= 100.0  # the plan fits once the look's cuts are made
+    assert all(c.estimated_finish_s == pytest.approx(max(ends.values()), abs=0.1) for c in cuts)  # all made
+    only_a = {"a": timm_time("a", folds=9)}  # 5 s + 9 × 10 s: its folds not yet begun go, 9 → 3
+    cut_a = decide_cuts([JobProgress("a", 9, 5, started_at=0.0)], 1.0, 0.0, 50.0, projection=model(only_a))
+    assert [(c.what, c.old, c.new) for c in cut_a] == [("folds", 9, 3)]
 
 
 # --- undos --------------------------------------------------------------------------------------------------------
@@ -219,14 +227,13 @@ def test_an_in_process_plan_cuts_a_waiting_jobs_folds_instead_of_cancelling_what
     """a, b (timm, 3 folds) and c (a command job: never cut) run one after another: 100 s for a 95 s window. Each
     task alone fits, so without the time model nothing is cut while a and b run, and c, last in line, is stopped at
     the deadline (the option1 run's four tasks that never started). With it, b's folds are cut before b starts (no
-    work lost), a ends with all it planned, and every task ends inside the window."""
+    work lost; a's folds not yet begun may go in the same look), and every task ends inside the window."""
     s, log, end = run_in_process(model(TIMES))
     cuts = [i for i in log if isinstance(i, rl.Record) and i.kind == "budget_cut"]
     b_starts = log.index(rl.Transition("b", JobState.RUNNING, {"attempt": 1}))
     assert cuts and cuts[0].job == "b" and log.index(cuts[0]) < b_starts
     assert (cuts[0].fields["what"], cuts[0].fields["old"], cuts[0].fields["new"]) == ("folds", 3, 2)  # as needed
-    assert rl.Transition("a", JobState.SUCCEEDED, {"folds": 3, "cv_score": 0.9}) in log and not s.jobs["a"].limits
-    assert s.jobs["b"].timing["folds_done"] < 3
+    assert s.jobs["b"].timing["folds_done"] + s.jobs["a"].timing["folds_done"] < 6  # c, never cut, kept its turn
     assert not [i for i in log if isinstance(i, rl.Record) and i.kind == "cancel"]
     assert s.states == dict.fromkeys(TIMES, JobState.SUCCEEDED) and end <= s.window.deadline
     # the same plan without the time model: the scenario is one the old budget loses
@@ -289,3 +296,20 @@ def test_a_cut_that_brings_a_neighbour_nearer_is_not_refused_for_it():
     two = m.ends([a, replace(b, folds=2)], now=0.0)["b"]
     cuts = decide_cuts([a, b], 0.0, 0.0, 1.25 * two + 1.0, projection=m)
     assert cuts and cuts[0].job == "b" and (cuts[0].what, cuts[0].new) == ("folds", 2)
+
+
+def test_no_cut_for_a_task_no_cut_can_bring_inside_the_window():
+    """In process, c (a command job: never cut) waits behind a, which fits by itself. c runs 200 s: even with a at
+    its least (the fold under way) c ends past the 100 s window, so cutting a would lose its folds for nothing (the
+    run test's timm job lost a fold to such a command, then had it given back a look later). With c at 30 s, a's
+    work is what brings c inside: then a is cut."""
+    a = running("a", folds=3, epochs=5, done=0, epoch=1, spe=2.0)  # 28 s left
+    c = waiting("c", folds=1, epochs=1, cuttable=False)
+    hopeless = model({"a": timm_time("a"), "c": command_time("c", 200.0)})
+    assert budget.beyond_rescue([a, c], 0.0, 100.0, 0.25, hopeless) == {"c"}
+    assert decide_cuts([a, c], 0.0, 0.0, 100.0, projection=hopeless) == []
+    assert decide_restores([replace(a, folds=2)], {"a": (3, 5)}, 0.0, 0.0, 100.0, projection=hopeless)
+    rescued = model({"a": timm_time("a"), "c": command_time("c", 60.0)})  # 28 + 60 s: late by the 25 % margin
+    assert budget.beyond_rescue([a, c], 0.0, 100.0, 0.25, rescued) == frozenset()
+    cuts = decide_cuts([a, c], 0.0, 0.0, 100.0, projection=rescued)
+    assert cuts and {x.job for x in cuts} == {"a"}

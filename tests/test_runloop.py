@@ -105,7 +105,8 @@ def test_the_deadline_asks_then_kills_after_the_grace():
 def test_reported_steady_epochs_make_a_budget_cut_epochs_first():
     """Changed from "folds first" (issue 32): the first cut takes epochs, and it needs steady steps. Changed from
     "a rung" (the budget's time model issue): 49 epochs of 10 s are far past the 85 s window, so the cut takes the
-    epochs down to half the planned ones (10 → 5), the most a cut above the floor may."""
+    epochs down to half the planned ones (10 → 5), the most a cut above the floor may. Changed (the same issue): where
+    that is not enough, the look takes the folds too, down to the form that fits."""
     s = machine(timm("r18"), budget="100s")  # a 85 s window
     started(s, "r18")
     steady = {"epoch": 1, "epochs": 10, "steady_epoch_s": 10.0, "steady_steps": 24, "startup_s": 1.0}
@@ -113,10 +114,13 @@ def test_reported_steady_epochs_make_a_budget_cut_epochs_first():
     assert kinds(out) == ["Progress"] and out[0].progress["epoch"] == 1
     out = s.handle(rl.Tick(T0 + 11))
     cuts = [i for i in out if isinstance(i, rl.Record)]
-    assert kinds(out) == ["SetLimits", "Record", "Progress"] and cuts[0].fields["what"] == "epochs"
+    assert kinds(out) == ["SetLimits", "Record", "Progress"] * 2 and cuts[0].fields["what"] == "epochs"
     assert out[0] == rl.SetLimits("r18", {"epochs": 5}) and "estimate's error" in cuts[0].fields["reason"]
+    # 5 epochs of every fold are still 40 + 4 × 50 s: the same look takes the folds down to what fits, 1 fold
+    assert out[3] == rl.SetLimits("r18", {"folds": 1}) and cuts[1].fields["estimated_finish_s"] == 11.0 + 40.0
     assert cuts[0].fields["margin_source"] == "assumed"
-    assert s.jobs["r18"].limits["epochs"] == 5 and s.jobs["r18"].progress["eta_s"] > 0
+    assert s.jobs["r18"].limits == {"epochs": 5, "planned_epochs": 10, "folds": 1, "planned_folds": 5}
+    assert s.jobs["r18"].progress["eta_s"] > 0
 
 
 def test_a_provisional_first_epoch_cuts_nothing():

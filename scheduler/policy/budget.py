@@ -18,17 +18,21 @@ The estimate is only as good as its record: every epoch is compared with what th
 the **margin** is the 90th percentile of those relative errors (at least 5 %), *measured* once ``MIN_ERRORS`` epochs
 have been compared and *assumed* (``DEFAULT_MARGIN``) before. A task is **late** when its projected end, its time
 from now stretched by the margin, passes the window's end; a task still waiting can be late too, and it loses
-folds before it starts rather than being cancelled unstarted at the deadline. While one is, **one** cut is made per
-decision and the run is projected again at the next look. The order (``CUT_STEPS``): folds of a job not yet started (no work is
-lost; its folds keep their epochs), then a job's epochs down to half its planned ones, then folds of a running job,
-then epochs below half as the last resort; within each, the weakest job (lowest CV so far; before every job has a
-fold score, the one with the most of its own time left) before the strongest. A running job is cut only on steady
-figures and on an epoch reported since its last cut (``fresh``); a job not yet started is cut on the time model's
-figures. A cut is **sized to the overshoot**: the fold ladder has a rung per fold and the epoch ladder one per
+folds before it starts rather than being cancelled unstarted at the deadline. While one is, a look makes one
+decision after another, each projected with the earlier ones made, until the plan fits or no job is left to cut (a
+job at most once a look); every cut of the look records the finish the look expects with all of them made. The
+order (``CUT_STEPS``): folds of a job not yet started (no work is lost; its folds keep their epochs) or of a running
+job's folds not yet begun while its pace is unknown, then a job's epochs down to half its planned ones, then folds
+of a running job, then epochs below half as the last resort; within each, the weakest job (lowest CV so far; before
+every job has a fold score, the one with the most of its own time left) before the strongest. A running job's epochs
+are cut only on steady figures and on an epoch reported since its last cut (``fresh``); a job not yet started, and a
+running job's folds not yet begun, are cut on the time model's figures. A cut is **sized to the overshoot**: the fold ladder has a rung per fold and the epoch ladder one per
 ``EPOCH_CUT``, and the cut goes down to the first rung after which every task it moves ends inside the window with the
-margin, else to the lowest rung its step allows (3 folds → 2 for a 4 % overshoot, not → 1); a job not yet started
-takes, in one decision, the form of fewer folds and epochs (epochs down to half) that keeps the most of its work and
-fits (``_waiting_form``: folds alone can leave a fold's length of the window idle); a job whose cut brings no
+margin, else to the lowest rung its step allows (3 folds → 2 for a 4 % overshoot, not → 1); a job not yet started,
+and a job whose step alone cannot bring it inside the window, takes in one decision the form of fewer folds and
+epochs (epochs down to half, for a running job only on steady figures) that keeps the most of its work and fits
+(``_form``: folds alone can leave a fold's length of the window idle; epochs now and folds at the next look can keep
+less than either); a job whose cut brings no
 late task's end nearer is passed over (it would lose for nothing). Finished folds and the fold under way are never
 cut.
 
@@ -298,9 +302,10 @@ def _fold_rungs(p: JobProgress) -> list[int]:
     return list(range(p.folds - 1, floor - 1, -1))
 
 
-# the cut order: folds of a job not yet started, epochs above the floor, folds, then epochs below the floor
-CUT_STEPS = (("folds", lambda p: _fold_rungs(p) if p.waiting else []), ("epochs", lambda p: _epoch_rungs(p, True)),
-             ("folds", _fold_rungs), ("epochs", lambda p: _epoch_rungs(p, False)))
+# the cut order: folds of a job not yet started (or a running one's not yet begun, before its pace is known),
+# epochs above the floor, folds, then epochs below the floor
+CUT_STEPS = (("folds", lambda p: _fold_rungs(p) if p.waiting or not p.steady else []),
+             ("epochs", lambda p: _epoch_rungs(p, True)), ("folds", _fold_rungs), ("epochs", lambda p: _epoch_rungs(p, False)))
 
 
 def weakest_first(jobs: list[JobProgress], projection: Projection = ALONE, now: float = 0.0) -> list[JobProgress]:
@@ -346,13 +351,14 @@ class _Look:
     margin: float
     projection: Projection
     ends: dict
+    lost: frozenset = frozenset()  # tasks no cut can bring inside the window (``beyond_rescue``): no cut is for them
 
     def trial(self, p: JobProgress, **change) -> dict[str, float]:
         """The projection with ``p`` changed (a cut, an undo), every other task as it is."""
         return self.projection.ends([q for q in self.jobs if q.name != p.name] + [replace(p, **change)], self.now)
 
     def late(self, ends: dict[str, float]) -> set[str]:
-        return {n for n, e in ends.items() if not _fits(e, self.now, self.deadline, self.margin)}
+        return {n for n, e in ends.items() if n not in self.lost and not _fits(e, self.now, self.deadline, self.margin)}
 
     def holds(self, p: JobProgress, after: dict[str, float]) -> bool:
         """Whether ``p`` and every task the change moved later end inside the window with the margin (a task the
@@ -363,6 +369,18 @@ class _Look:
     def nearer(self, after: dict[str, float]) -> bool:
         """Whether the change brings a late task's end nearer."""
         return any(after.get(n, math.inf) < self.ends[n] - MOVED_S for n in self.late(self.ends))
+
+
+def beyond_rescue(jobs: list[JobProgress], now: float, deadline: float, m: float, projection: Projection) -> frozenset:
+    """The tasks gpupack cannot resize (a command job) that end past the window, stretched by ``m``, even with every
+    job it can resize cut to its least (its fold under way, the epochs that fold has run): no cut brings them inside —
+    the deadline stops them — so none is made, or refused, for them (in process, a command job queued behind a timm
+    job cut that job fold by fold for nothing, then had each fold given back)."""
+    least = [replace(p, folds=max(1, p.folds_done + (1 if p.epoch_in_fold > 0 else 0)), epochs=max(1, p.epoch_in_fold))
+             if p.cuttable and not p.finished else p for p in jobs]
+    fixed = {p.name for p in jobs if not p.cuttable}
+    return frozenset(n for n, e in projection.ends(least, now).items()
+                     if n in fixed and not _fits(e, now, deadline, m))
 
 
 def _sized(look: _Look, p: JobProgress, what: str, rungs: list[int]) -> tuple[int, dict] | None:
@@ -379,29 +397,58 @@ def _sized(look: _Look, p: JobProgress, what: str, rungs: list[int]) -> tuple[in
 
 def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadline: float,
                 error_margin: float = DEFAULT_MARGIN, *, projection: Projection = ALONE) -> list[Cut]:
-    """At most one decision, sized to the overshoot (``_sized``; for a job not yet started, ``_waiting_form``: its
-    epochs and folds cut together where that keeps more of its work): the first job of ``CUT_STEPS`` in order (the
-    weakest first within each) whose cut brings a late task's end nearer, while a task's projected end, stretched by the
-    estimate's error, passes the window. A running job is judged and cut only on steady figures, and once it has
-    reported an epoch since it was last cut (``fresh``): a second cut stands on a measurement made after the first;
-    a job not yet started is cut on the projection's figures."""
-    look = _Look(jobs, now, deadline, error_margin, projection, projection.ends(jobs, now))
+    """Every cut this look needs: decisions (``_one_cut``) are made one after another, each on the projection with
+    the earlier ones made, until no task's projected end, stretched by the estimate's error, passes the window or no
+    job is left to cut (each job is cut at most once per look). Each cut's ``estimated_finish_s`` is the plan's
+    projected finish with all of them made: what the look expects to happen."""
+    cuts: list[Cut] = []
+    current, cut_jobs, decisions = list(jobs), frozenset(), 0
+    while True:
+        decision = _one_cut(current, now, window_start, deadline, error_margin=error_margin, projection=projection,
+                            done=cut_jobs)
+        if not decision:
+            break
+        cuts, decisions = cuts + decision, decisions + 1
+        cut_jobs |= {c.job for c in decision}
+        current = [replace(p, **{c.what: c.new for c in decision if c.job == p.name}) for p in current]
+    if decisions > 1:
+        ends = projection.ends(current, now)
+        estimated = round(max(ends.values()) - window_start, 1) if ends else None
+        cuts = [replace(c, estimated_finish_s=estimated,
+                        reason=f"{c.reason}; with this look's {decisions} jobs cut, estimated finish {estimated:.0f}s")
+                for c in cuts]
+    return cuts
+
+
+def _one_cut(jobs: list[JobProgress], now: float, window_start: float, deadline: float, *, error_margin: float,
+             projection: Projection, done: frozenset[str] = frozenset()) -> list[Cut]:
+    """At most one decision, sized to the overshoot (``_sized``): the first job of ``CUT_STEPS`` in order (the
+    weakest first within each) whose cut brings a late task's end nearer. A job not yet started, and where a step's
+    own cut cannot bring its job inside the window, takes instead the form that keeps the most of its work and fits
+    (``_form``), where one does. A running job's epochs are cut only on steady figures and once it has reported an
+    epoch since it was last cut (``fresh``); its folds not yet begun, like a job not yet started, may be cut on the
+    projection's figures (with a time model: without one, a job without steady figures is not projected at all)."""
+    look = _Look(jobs, now, deadline, error_margin, projection, projection.ends(jobs, now),
+                 beyond_rescue(jobs, now, deadline, error_margin, projection))
     if not look.late(look.ends):
         return []
     finish = max(look.ends.values())
     candidates = weakest_first([p for p in jobs if p.cuttable and not p.finished and p.name in look.ends
-                                and (p.waiting or (p.steady and p.fresh)) and projection.left(p, now)],
-                               projection, now)
-    for what, rungs in CUT_STEPS:
-        for p in candidates:
-            if what == "folds" and p.waiting:  # nothing of it has run: the form that keeps the most of its work
-                form = _waiting_form(look, p, rungs(p))
-                if form is not None:
-                    return _form_cuts(look, p, form, finish, window_start)
+                                and p.name not in done and (p.waiting or p.fresh) and projection.left(p, now)], projection, now)
+    for step, (what, rungs) in enumerate(CUT_STEPS):
+        for p in sorted(candidates, key=lambda q: not q.waiting) if step == 0 else candidates:  # unstarted first
+            if step > 0 and not (p.waiting or p.steady):  # its pace unknown: only its folds not yet begun
+                continue
             sized = _sized(look, p, what, rungs(p))
             if sized is None:
                 continue
             new, after = sized
+            holds = look.holds(p, after)
+            if p.waiting or not holds:  # the form that keeps more of its work (more folds at a tie), or that fits
+                form, kept = _form(look, p), {"folds": p.folds, "epochs": p.epochs, what: new}
+                if form is not None and (not holds or (form[0] * form[1], form[0]) > (
+                        kept["folds"] * kept["epochs"], kept["folds"])):
+                    return _form_cuts(look, p, form, finish, window_start)
             estimated = max(after.values())
             reason = (f"estimated finish {finish - window_start:.0f}s (+{error_margin:.0%}, the estimate's error) "
                       f"passes the {deadline - window_start:.0f}s window; {p.name} needs "
@@ -411,33 +458,36 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
     return []
 
 
-def _waiting_form(look: _Look, p: JobProgress, fold_rungs: list[int]) -> tuple[int, int, dict] | None:
-    """For a job not yet started: the (folds, epochs) that keeps the most of its work (folds × epochs; more folds at
-    a tie) among fewer folds with its epochs or fewer down to EPOCH_FLOOR, after which every task it moves ends inside
-    the window; None where no such form exists, or the folds alone keep as much (then ``_sized`` cuts folds). Cutting
-    folds alone to fit can leave the window a fold's length short: 3 folds of 150 s in a 240 s window go to 1 fold
-    (160 s), where 2 folds at two thirds of the epochs fit (210 s)."""
+def _form(look: _Look, p: JobProgress) -> tuple[int, int, dict] | None:
+    """The (folds, epochs) that keeps the most of a job's work (folds × epochs; more folds at a tie) and after which
+    every task it moves ends inside the window; None where none does. Folds: fewer, never a finished one or the one
+    under way. Epochs: down to EPOCH_FLOOR of the planned ones, for a job not yet started or one running on steady
+    figures (a running job's pace is known only from those); else its epochs stay. Cutting folds alone to fit can
+    leave the window a fold's length short: 3 folds of 150 s in a 240 s window go to 1 fold (160 s), where 2 folds
+    at two thirds of the epochs fit (210 s); cutting epochs first and folds at the next look can keep less than
+    either (the budget benchmark's effnet_b4: epochs 3 → 2, then folds 3 → 1, where 1 fold of 3 epochs fitted)."""
+    epochs = [p.epochs] + (_epoch_rungs(p, True) if p.waiting or p.steady else [])
     best = None
-    for folds in [p.folds] + fold_rungs:
-        for epochs in [p.epochs] + _epoch_rungs(p, True):
-            if (folds, epochs) == (p.folds, p.epochs) or (best and folds * epochs <= best[0] * best[1]):
+    for folds in [p.folds] + _fold_rungs(p):
+        for e in epochs:
+            if (folds, e) == (p.folds, p.epochs) or (best and folds * e <= best[0] * best[1]):
                 continue
-            after = look.trial(p, folds=folds, epochs=epochs)
+            after = look.trial(p, folds=folds, epochs=e)
             if look.nearer(after) and look.holds(p, after):
-                best = (folds, epochs, after)
-    if best is None or best[1] == p.epochs:
-        return None
+                best = (folds, e, after)
     return best
 
 
 def _form_cuts(look: _Look, p: JobProgress, form: tuple, finish: float, window_start: float) -> list[Cut]:
-    """The cuts that take a job not yet started to ``form``: its epochs, then its folds, one decision."""
+    """The cuts that take a job to ``form``: its epochs, then its folds, one decision."""
     folds, epochs, after = form
     estimated = max(after.values())
+    state = "not started" if p.waiting else f"{p.folds_done} fold(s) done"
     reason = (f"estimated finish {finish - window_start:.0f}s (+{look.margin:.0%}, the estimate's error) passes the "
-              f"{look.deadline - window_start:.0f}s window; {p.name} (not started) keeps the most of its work that "
+              f"{look.deadline - window_start:.0f}s window; {p.name} ({state}) keeps the most of its work that "
               f"fits as {folds} fold(s) × {epochs} epoch(s), estimated finish then {estimated - window_start:.0f}s")
-    cuts = [Cut(p.name, "epochs", p.epochs, epochs, reason, round(estimated - window_start, 1))]
+    cuts = [Cut(p.name, "epochs", p.epochs, epochs, reason, round(estimated - window_start, 1))] \
+        if epochs != p.epochs else []
     if folds != p.folds:
         cuts.append(Cut(p.name, "folds", p.folds, folds, reason, round(estimated - window_start, 1)))
     return cuts
@@ -461,7 +511,8 @@ def decide_restores(jobs: list[JobProgress], planned: dict[str, tuple[int, int]]
     the window with RESTORE_FACTOR margins. A job that ended is projected started again: its start-up paid once
     more, after the tasks launched before it. Returned as a Cut whose ``new`` is the raised limit."""
     m = error_margin * RESTORE_FACTOR
-    look = _Look(jobs, now, deadline, m, projection, projection.ends(jobs, now))
+    look = _Look(jobs, now, deadline, m, projection, projection.ends(jobs, now),
+                 beyond_rescue(jobs, now, deadline, m, projection))
     cut = [p for p in jobs if p.name in planned and p.cuttable]
     for what in ("epochs", "folds"):
         for p in reversed(weakest_first(cut, projection, now)):

@@ -424,8 +424,8 @@ class RunState:
     def _budget(self, now: float) -> list:
         """Project the run as this loop executes it (``_projection``: the running tasks from their steady figures,
         the waiting ones from the time model); when a task's projected end passes the window by the estimate's
-        error, make the one cut that loses least, sized to the overshoot; else give back what was cut when time came
-        back (``policy.budget``). One decision per look: the next look projects again with it made."""
+        error, make the cuts that lose least, each sized to the overshoot, until the plan fits; else give back what
+        was cut when time came back (``policy.budget``). The next look projects again with them made."""
         progress = [self._progress(name, j) for name, j in self.jobs.items()
                     if j.state == JobState.RUNNING and j.cancelling_since is None]
         waiting = [self._progress(name, j) for name, j in self.jobs.items() if self._waiting(j)]
