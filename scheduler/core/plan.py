@@ -81,20 +81,8 @@ class _JobBase(_Strict):
         return False
 
 
-FINETUNE_LR = {"adamw": 2e-4, "sgd": 1e-2}  # pretrained jobs' default (timm's fine-tuning recipes: ~5-10x below scratch)
-
-
 class TimmJob(_JobBase):
     kind: Literal["timm"]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _finetune_lr(cls, data: Any) -> Any:
-        """A pretrained job that names no lr fine-tunes at a lower one (FINETUNE_LR) than a scratch job's 1e-3: a
-        scratch learning rate wipes out much of what the weights knew in the first epochs."""
-        if isinstance(data, dict) and data.get("pretrained") is True and "lr" not in data:
-            return {**data, "lr": FINETUNE_LR.get(data.get("optimizer", "adamw"), FINETUNE_LR["adamw"])}
-        return data
 
     @model_validator(mode="after")
     def _one_device(self) -> "TimmJob":
@@ -111,7 +99,10 @@ class TimmJob(_JobBase):
     fixed_batch: bool = False  # keep this batch; wait for a later wave rather than shrink
     fold_parallel: bool = True  # folds side by side where the band has room (policy.tasks); false: one after another
     epochs: int = Field(default=10, ge=1, le=10_000)
+    # the body's learning rate; where the plan names none, the door chooses it (policy.recipe: pretrained or not, the
+    # optimizer steps a fold) and the dry run says why
     lr: float = Field(default=1e-3, gt=0)
+    head_lr_factor: float | None = Field(default=None, gt=0, le=1000)  # the new classifier's lr ÷ lr (policy.recipe)
     optimizer: Literal["adamw", "sgd"] = "adamw"
     amp: bool = True
     channels_last: bool = True

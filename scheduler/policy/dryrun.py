@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from scheduler.core import hardware as hw
 from scheduler.core.errors import UserError
 from scheduler.core.folds import fold_train_rows
-from scheduler.policy import plantime, tasks as tk
+from scheduler.core import rehearsal
+from scheduler.policy import plantime, recipe, tasks as tk
 from scheduler.policy.timeline import Timeline
 from scheduler.policy.fit import SEARCH_STEPS, FitJob, fit
 from scheduler.policy.packing import Assignment, Demand, Placement, pack, within_host_memory
@@ -30,6 +32,7 @@ class DryRun:
     # the units the placement holds (``policy.tasks``): task name -> Task; a job run whole is one task of its name
     tasks: dict[str, tk.Task] = field(default_factory=dict)
     lanes_why: dict[str, str] = field(default_factory=dict)  # per job: why its folds run side by side, or do not
+    lr_why: dict[str, str] = field(default_factory=dict)  # per timm job: the rate it trains at, and why (policy.recipe)
     speed: object = None  # (model, image size, batch, card) -> timemodel.Speed: the time model, with what was measured
     images_mib: dict[str, int] = field(default_factory=dict)  # job -> its decoded training images on the card, MiB
     timing: plantime.Timing | None = None  # where the tasks run, as far as time goes (None: no time model asked)
@@ -71,6 +74,9 @@ class DryRun:
                 row["batch_size"] = job.batch_size
             if getattr(job, "lr", None) is not None and job.kind == "timm":
                 row["lr"] = job.lr
+                row["head_lr_factor"] = job.head_lr_factor or 1.0
+            if job.name in self.lr_why:
+                row["lr_why"] = self.lr_why[job.name]
             if job.name in self.whole:
                 row["devices"] = self.whole[job.name][1]
             row["declared_mib"] = self.declared.get(job.name)
@@ -416,6 +422,30 @@ def _host_memory(plan: Plan, fitted, estimated: bool, train_rows: int | None, te
     return host
 
 
+def _rate(job, change: dict, train_rows: int | None, timing: plantime.Timing | None, why: dict) -> dict:
+    """The rate a timm job trains at (``policy.recipe``), from what the door knows: pretrained or not, its optimizer,
+    the optimizer steps a fold takes at the fitted batch and epochs (the rehearsal's cap where it runs as one). The
+    plan's own ``lr`` wins; a rate the fitter scaled with the batch keeps that scale. Fills ``why``; returns the
+    changes to the job (``lr``, ``head_lr_factor``)."""
+    batch = change.get("batch_size", job.batch_size)
+    epochs = change.get("epochs", job.epochs)
+    rows = fold_train_rows(train_rows, job.folds)
+    steps = None
+    if rows and isinstance(batch, int):
+        per_epoch = math.ceil(rows / (batch * job.grad_accum))
+        if timing is not None and timing.rehearsal:
+            per_epoch, epochs = min(per_epoch, rehearsal.STEPS_PER_EPOCH), min(epochs, rehearsal.EPOCHS)
+        steps = per_epoch * epochs
+    named = "lr" in job.model_fields_set
+    r = recipe.choose(pretrained=job.pretrained, optimizer=job.optimizer, steps=steps,
+                      lr=job.lr if named else None, head_lr_factor=job.head_lr_factor)
+    why[job.name] = r.why
+    out = {"head_lr_factor": r.head_lr_factor}
+    if not named:  # the rule's rate, with the fitter's batch scaling (SGD) where it changed the batch
+        out["lr"] = r.lr * (change["lr"] / job.lr if "lr" in change else 1.0)
+    return out
+
+
 def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_rows: int | None = None, *,
             measured=None, lanes: dict[str, int] | None = None, speed=None, test_rows: int | None = None,
             features: int | None = None, timing: plantime.Timing | None = None) -> DryRun:
@@ -457,7 +487,7 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
         task_placement = within_host_memory(fitted.placement, units)
     order = {name: i for i, name in enumerate(tasks)}
     placement = _with_whole(task_placement, whole, hardware, plan, order, host)
-    updates = []
+    updates, lr_why = [], {}
     for job in plan.jobs:
         change = {}
         if fitted.batches.get(job.name) is not None and getattr(job, "batch_size", None) != fitted.batches[job.name]:
@@ -468,6 +498,8 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
             change["epochs"] = fitted.epochs[job.name]
         if job.name in images and job.images_on_device is None and train_rows:  # the job applies the planner's decision
             change["images_on_device"] = images[job.name] is not None
+        if job.kind == "timm":
+            change.update(_rate(job, change, train_rows, timing, lr_why))
         updates.append(job.model_copy(update=change) if change else job)
     adjusted = plan.model_copy(update={"jobs": updates})
     warnings: list[str] = list(fitted.warnings)
@@ -477,7 +509,7 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     dry = DryRun(adjusted, hardware, placement, [], declared={j.name: j.resources.gpu_memory for j in plan.jobs},
                  estimated=fitted.estimated_mib, changes=[c.describe() for c in fitted.changes], whole=whole,
                  figures={n: seen[n, fitted.batches[n]] for n in fitted.estimated_mib if (n, fitted.batches[n]) in seen},
-                 tasks=tasks, lanes_why=chosen.why, speed=speed,
+                 tasks=tasks, lanes_why=chosen.why, lr_why=lr_why, speed=speed,
                  images_mib={n: m for n, m in images.items() if m})
     for name, fig in dry.figures.items():
         if fig.measured_mib is not None:
