@@ -154,6 +154,20 @@ def test_a_command_that_cannot_start_is_refused(tmp_path, run_cli, job, says):
     assert "job 'c' (command)" in line and says in line
 
 
+@pytest.mark.parametrize("program", ["gpupack-no-such-program", "./no_such_train.py"])
+def test_a_command_refusal_names_every_bad_field(tmp_path, run_cli, program):
+    """A missing program and a cwd that is a file are both named in the one refusal, not the first alone."""
+    data = _competition(tmp_path / "data", ["a", "b"], rows=30)
+    a_file = tmp_path / "not_a_folder.txt"
+    a_file.write_text("x\n")
+    plan = PLAN.replace("  - {name: lgbm, kind: lightgbm, folds: 2, num_boost_round: 10}",
+                        f"  - {{name: c, kind: command, command: [{program}], cwd: {a_file}, folds: 2}}")
+    line = _one_error_line(run_cli, "submit", _plan(tmp_path, plan), "--data", data, "--dry-run")
+    assert "job 'c' (command)" in line
+    assert f"cwd {a_file} is not a folder" in line, line
+    assert f"command[0] {program!r}" in line, line
+
+
 def test_a_command_relative_to_its_cwd_is_found(tmp_path, run_cli):
     data = _competition(tmp_path / "data", ["a", "b"], rows=30)
     (tmp_path / "work").mkdir()

@@ -140,20 +140,25 @@ def check_job(job, comp) -> None:
 
 
 def check_command(job, where: str) -> None:
-    """A command whose folder or program does not exist fails every task at run time: say so at the door. The
-    program is argv[0]: a path (relative to the job's cwd, as the process resolves it) or a name on PATH."""
+    """A command whose folder or program does not exist fails every task at run time: say so at the door, naming
+    every bad field in the one refusal (its cwd and its program), not the first alone. The program is argv[0]: a
+    path (relative to the job's cwd, as the process resolves it) or a name on PATH."""
     import os
     import shutil
 
+    faults: list[str] = []
     cwd = Path(job.cwd).expanduser() if job.cwd else Path.cwd()
     if not cwd.is_dir():
-        raise UserError(f"{where}: cwd {cwd} is not a folder")
+        faults.append(f"cwd {cwd} is not a folder" if cwd.exists() else f"cwd {cwd} is not a folder (it does not "
+                                                                         f"exist)")
     program = job.command[0]
     if os.sep in program or (os.altsep and os.altsep in program):
         path = Path(program).expanduser()
         path = path if path.is_absolute() else cwd / path
         if not path.is_file() or not os.access(path, os.X_OK):
             what = "is not an executable file" if path.exists() else "does not exist"
-            raise UserError(f"{where}: command[0] {program!r} {what} ({path})")
+            faults.append(f"command[0] {program!r} {what} ({path})")
     elif shutil.which(program, path=(job.env or {}).get("PATH")) is None:
-        raise UserError(f"{where}: command[0] {program!r} is not a program on PATH")
+        faults.append(f"command[0] {program!r} is not a program on PATH")
+    if faults:
+        raise UserError(f"{where}: " + "; ".join(faults))
