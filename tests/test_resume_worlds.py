@@ -129,6 +129,28 @@ def test_a_job_removed_from_the_plan_is_skipped_with_a_note(tmp_path, data, run_
     assert any("lgbm is no longer in plan.yaml: not run again" in n for n in _notes(run_dir))
 
 
+@pytest.mark.parametrize("as_json", [True, False])
+def test_a_job_removed_from_the_plan_is_named_on_the_console(tmp_path, data, run_cli, as_json):
+    """The skip is said where the person looks (stderr with --json, the console without), not only in events.jsonl."""
+    run_dir = _run(run_cli, tmp_path, [QUICK, LGBM], data)
+    _stopped_after_fold0(run_dir)
+    _edit_plan_without(run_dir, "lgbm")
+    code, out, err = run_cli("submit", "--resume", run_dir, "--in-process", "--no-dashboard",
+                             *(["--json"] if as_json else []))
+    assert code == 0, err
+    console = err if as_json else out
+    assert "lgbm is no longer in plan.yaml: not run again" in console, (out, err)
+    assert any("lgbm is no longer in plan.yaml: not run again" in n for n in _notes(run_dir))  # and kept in events
+    if as_json:
+        json.loads(out.strip().splitlines()[-1])  # stdout stays the one JSON line
+
+
+def _edit_plan_without(run_dir, job):
+    plan = json.loads((run_dir / "plan.yaml").read_text())  # JSON is YAML
+    plan["jobs"] = [j for j in plan["jobs"] if j["name"] != job]
+    (run_dir / "plan.yaml").write_text(json.dumps(plan))
+
+
 def test_damaged_and_pickled_folds_are_set_aside_never_loaded(tmp_path, data, run_cli):
     run_dir = _run(run_cli, tmp_path, [LGBM], data)
     _stopped_after_fold0(run_dir)

@@ -34,10 +34,14 @@ class _Lines:
         self.offset = 0
 
     def __call__(self, driver: Driver) -> None:
+        self.show(driver.record, time.time() - driver.started_at)
+
+    def show(self, record, elapsed_s: float = 0.0) -> None:
+        """Print what ``record``'s events.jsonl gained since the last look."""
         from scheduler.store.record import events_from
 
-        events, self.offset = events_from(driver.record.events_path, self.offset)
-        elapsed = format_duration(time.time() - driver.started_at)
+        events, self.offset = events_from(record.events_path, self.offset)
+        elapsed = format_duration(elapsed_s)
         for ev in events:
             text = _describe(ev) if self.only is None or ev["event"] in self.only else None
             if text:
@@ -148,6 +152,16 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
             lines(driver)
 
     on_ready = _on_ready(args, dry.plan.name)
+    if resuming:  # what the resume decided (a job no longer in the plan skipped, kept folds set aside, …) is said
+        # now, on a terminal's live table too and when nothing is left to run, not only in events.jsonl
+        ready = on_ready
+
+        def on_ready(record) -> None:
+            said = _Lines(shown)
+            said.offset = lines.offset
+            said.show(record)
+            lines.offset = ends.offset = said.offset
+            ready(record)
     driver = {}
     if args.in_process:
         from scheduler.runtime.driver import InProcessDriver
