@@ -59,7 +59,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.contract import FoldOutput, JobContext
-from jobs.data import Competition
+from jobs.data import Competition, read_csv_as_written
 from scheduler.core.scoring import get as get_metric
 from scheduler.core.plan import CommandJob
 
@@ -119,7 +119,8 @@ def _class_columns(frame: pd.DataFrame, classes: list, path: Path) -> list[str]:
 
 def read_outputs(oof_path: Path, test_path: Path, comp: Competition, metric: str) -> list[FoldOutput]:
     """The two CSV files → one FoldOutput per fold, rows keyed by id and columns in ``comp.classes`` order."""
-    oof, test = pd.read_csv(oof_path, dtype={"id": str}), pd.read_csv(test_path, dtype={"id": str})
+    # ids as the competition spells them (an id NA is an id); predictions that say NA or nan are missing
+    oof, test = read_csv_as_written(oof_path, text=("id",)), read_csv_as_written(test_path, text=("id",))
     for path, frame in ((oof_path, oof), (test_path, test)):
         for col in ("id", "fold"):
             if col not in frame.columns:

@@ -201,12 +201,37 @@ def _header(path: Path) -> list[str]:
         return []
 
 
+# pandas' default NA strings (read_csv's na_values) but the empty cell: missing in a column of numbers (house prices'
+# `LotFrontage` writes NA), text everywhere else: a label `NA` (North America), a class `None`, an id `null`.
+NA_SPELLINGS = frozenset({"#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>",
+                          "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
+
+
+def read_csv_as_written(path, text=(), **kwargs) -> pd.DataFrame:
+    """``path`` read with only an empty cell missing. The ``text`` columns (ids, labels) are str, each value as
+    spelled, ``NA`` and ``None`` included; a column of numbers in which some cells are one of :data:`NA_SPELLINGS`
+    is float64 with those cells missing (as pandas reads it by default); any other column is as written."""
+    frame = pd.read_csv(path, dtype={c: str for c in text} or None, keep_default_na=False, na_values=[""], **kwargs)
+    for c in frame.columns:
+        col = frame[c]
+        if c in text or not isinstance(col, pd.Series) or pd.api.types.is_numeric_dtype(col):
+            continue
+        na = col.isin(NA_SPELLINGS)
+        if na.any():
+            try:
+                frame[c] = pd.to_numeric(col.mask(na))
+            except (ValueError, TypeError):
+                pass  # text: NA is a value
+    return frame
+
+
 _READ_CACHE: dict[tuple, pd.DataFrame] = {}
 READ_CACHE_FILES = 4  # a competition's four files: the frames a run's process reads again are the ones it read
 
 
 def _read_csv(path: Path, id_col: str | None = None, text: tuple[str, ...] = ()) -> pd.DataFrame:
-    """A CSV file with its id column (``id_col``, or the first) and the ``text`` columns read as text.
+    """A CSV file with its id column (``id_col``, or the first) and the ``text`` columns read as text, as spelled
+    (:func:`read_csv_as_written`: only an empty cell is missing; ``NA`` is missing only in a column of numbers).
 
     A process reads each file once: ``submit`` checks the folder at the door, the run checks it again, the blend and
     an in-process job read it, and a 500 MB train.csv read three times before the clock starts is minutes and
@@ -224,10 +249,8 @@ def _read_csv(path: Path, id_col: str | None = None, text: tuple[str, ...] = ())
     try:
         header = pd.read_csv(path, nrows=0).columns
         id_key = id_col if id_col in header else (header[0] if id_col is None and len(header) else None)
-        dtype = {c: str for c in text if c in header}
-        if id_key is not None:
-            dtype[id_key] = str
-        frame = pd.read_csv(path, dtype=dtype or None)
+        cols = [c for c in text if c in header] + ([id_key] if id_key is not None else [])
+        frame = read_csv_as_written(path, text=tuple(cols))  # ids and labels as spelled: only an empty cell is missing
     except Exception as e:  # a person's broken file: one line, no traceback
         raise CompetitionError(f"{path}: cannot be read as CSV: {str(e).strip().splitlines()[-1]}") from None
     if frame.shape[1] == 0:

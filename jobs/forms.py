@@ -168,14 +168,24 @@ def _class_order(classes: list) -> list:
     return sorted(classes, key=key)
 
 
+def _not_numbers(col: pd.Series) -> str:
+    """What makes a target column that must be numbers not numbers: its values that are not (a label ``NA`` is text,
+    read as written, so a regression target spelled NA for a missing value is named here), with their rows."""
+    bad = (pd.to_numeric(col, errors="coerce").isna() & col.notna()).to_numpy()
+    if not bad.any():
+        return f"is not numeric ({examples(col.unique())})"
+    return (f"has {int(bad.sum())} values that are not numbers ({examples(col[bad].unique())}; rows "
+            f"{examples(np.flatnonzero(bad) + 2)})")
+
+
 def _single(col: pd.Series, sample_col: pd.Series, id_col: str, metric: str | None, path: Path) -> Form:
     target = str(col.name)
     col = _labels(col, path, target)
     values = numbers(col)
     if metric in REGRESSION_METRICS:
         if values is None:
-            raise CompetitionError(f"{path}: target column '{target}' is not numeric ({examples(col.unique())}), "
-                                   f"but the metric {metric} scores numbers; use a classification metric")
+            raise CompetitionError(f"{path}: target column '{target}' {_not_numbers(col)}, but the metric {metric} "
+                                   f"scores numbers; use a classification metric")
         return Form("value", id_col, (target,), "regression", (target,), (target,),
                     f"the metric {metric} scores numbers")
     classes = _class_order(pd.unique(col).tolist())
@@ -219,8 +229,8 @@ def _targets(train: pd.DataFrame, id_col: str, written: tuple, metric: str | Non
         col = _labels(train[t], path, t)
         values = numbers(col)
         if values is None:
-            raise CompetitionError(f"{path}: target column '{t}' is not numeric ({examples(col.unique())}); with "
-                                   f"several target columns each is a 0/1 label or a number")
+            raise CompetitionError(f"{path}: target column '{t}' {_not_numbers(col)}; with several target columns "
+                                   f"each is a 0/1 label or a number")
         if metric not in REGRESSION_METRICS and not set(np.unique(values.to_numpy())) <= {0, 1}:
             raise CompetitionError(
                 f"{path}: target column '{t}' holds values other than 0 and 1 ({examples(np.unique(values)[:3])}); with "

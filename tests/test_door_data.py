@@ -95,6 +95,106 @@ def test_a_regression_target_stays_numbers(tmp_path):
     assert comp.y[:3].tolist() == [1.5, 2.25, 3.0]
 
 
+NA_SPELLED = ["NA", "None", "null", "N/A", "nan"]  # pandas' default NA strings: a continent, a class named None
+
+
+def _na_competition(root: Path) -> Path:
+    """Five classes spelled as pandas' NA strings; test ids (and the sample's) NA, None, null, N/A, nan and train ids
+    NaN, NULL, n/a, #N/A, <NA>; a numeric feature with an NA cell and a text column of NA."""
+    train_ids = dict(enumerate(["NaN", "NULL", "n/a", "#N/A", "<NA>"]))
+    test_ids = {1000 + i: s for i, s in enumerate(NA_SPELLED)}
+    _competition(root, NA_SPELLED, id_of=lambda i: {**train_ids, **test_ids}.get(i, f"{i:04d}"))
+    for name in ("train.csv", "test.csv"):  # written as text, read back as text, so no spelling is rewritten
+        frame = pd.read_csv(root / name, dtype=str, keep_default_na=False)
+        frame["region"] = ["NA", "EU"] * (len(frame) // 2)
+        frame.loc[7, "a"] = "NA"  # house prices' LotFrontage: a number not given
+        frame.to_csv(root / name, index=False)
+    return root
+
+
+def test_na_none_null_are_labels_and_ids_end_to_end(tmp_path, run_cli):
+    """Labels and ids spelled NA, None, null, N/A, nan were read as missing: the door refused the competition
+    ("target column 'label' has 48 empty values", "5 rows have no id"). They are written back as spelled."""
+    data = _na_competition(tmp_path / "data")
+    code, out, err = run_cli("submit", _plan(tmp_path), "--data", data, "--in-process", "--run-dir", tmp_path / "run")
+    assert code == 0, err
+    written = pd.read_csv(tmp_path / "run" / "submission.csv", dtype=str, keep_default_na=False)
+    sample = pd.read_csv(data / "sample_submission.csv", dtype=str, keep_default_na=False)
+    assert written["id"].tolist() == sample["id"].tolist() and written["id"].tolist()[:5] == NA_SPELLED
+    assert set(written["label"]) == set(NA_SPELLED)  # each label as spelled, all five predicted
+    truth = [NA_SPELLED[i % 5] for i in range(24)]
+    assert (written["label"] == truth).mean() > 0.8
+    text = (tmp_path / "run" / "submission.csv").read_text().splitlines()
+    assert text[1].split(",")[0] == "NA" and "NA" in {line.split(",")[1] for line in text[1:]}
+    oof = pd.read_csv(tmp_path / "run" / "jobs" / "lgbm" / "oof.csv", dtype=str, keep_default_na=False)
+    assert sorted(oof.columns[2:]) == sorted(NA_SPELLED)  # the class columns are named by the labels
+    assert set(oof["id"]) >= {"NaN", "NULL", "n/a", "#N/A", "<NA>"}
+
+
+def test_na_is_missing_only_in_a_column_of_numbers_and_an_empty_cell_everywhere(tmp_path):
+    from jobs.data import load_competition
+    from jobs.forms import CompetitionError
+
+    comp = load_competition(_na_competition(tmp_path / "data"))
+    assert sorted(comp.classes) == sorted(NA_SPELLED) and comp.train["label"].isna().sum() == 0
+    assert comp.test["id"].tolist()[:5] == NA_SPELLED and comp.train["id"].tolist()[:2] == ["NaN", "NULL"]
+    assert comp.train["a"].dtype == np.float64 and np.isnan(comp.train["a"][7]) and "a" in comp.feature_cols
+    assert comp.train["region"].tolist()[:2] == ["NA", "EU"] and "region" not in comp.feature_cols
+    # an empty cell is still missing: an empty label and an empty id are refused as before
+    root = _competition(tmp_path / "empty", ["a", "b"])
+    train = pd.read_csv(root / "train.csv", dtype=str, keep_default_na=False)
+    train.loc[3, "label"] = ""
+    train.to_csv(root / "train.csv", index=False)
+    with pytest.raises(CompetitionError, match=r"target column 'label' has 1 empty values \(rows e.g. 5\)"):
+        load_competition(root)
+    train.loc[3, "label"], train.loc[4, "id"] = "a", ""
+    train.to_csv(root / "train.csv", index=False)
+    with pytest.raises(CompetitionError, match=r"train.csv: 1 rows have no id in 'id' \(rows e.g. 6\)"):
+        load_competition(root)
+
+
+def test_a_regression_target_spelled_na_is_refused_naming_the_cells(tmp_path):
+    """NA in a target the metric scores as numbers is not a number: the door names the values and rows, not the
+    column's numbers."""
+    from jobs.data import load_competition
+    from jobs.forms import CompetitionError
+
+    root = _competition(tmp_path, ["1.5", "NA", "3"])
+    with pytest.raises(CompetitionError, match=r"target column 'label' has 40 values that are not numbers "
+                                               r"\(e.g. NA; rows e.g. 3, 6, 9\), but the metric rmse scores numbers"):
+        load_competition(root, "rmse")
+
+
+def test_saved_and_command_predictions_keep_an_id_spelled_na(tmp_path):
+    """The jobs' prediction files (a job's oof.csv/test.csv read back for the blend, a command's files): an id NA is
+    an id; a prediction written NA or nan is a missing number, as before."""
+    import json
+
+    from jobs.command_job import read_outputs
+    from jobs.data import load_competition
+    from scheduler.store.outputs import load
+
+    comp = load_competition(_na_competition(tmp_path / "data"))
+    folder = tmp_path / "job"
+    folder.mkdir()
+    ids = comp.train["id"].tolist()
+    probs = {c: 0.2 for c in comp.classes}
+    pd.DataFrame({"id": ids, "fold": [i % 2 for i in range(len(ids))], **probs}).to_csv(folder / "oof.csv", index=False)
+    test = pd.DataFrame({"id": comp.test["id"], "fold": -1, **probs})
+    test.to_csv(folder / "test.csv", index=False)
+    (folder / "result.json").write_text(json.dumps({"job": "j", "classes": comp.classes}))
+    pred = load(folder)
+    assert list(pred.oof_ids[:5]) == ["NaN", "NULL", "n/a", "#N/A", "<NA>"] and list(pred.test_ids[:5]) == NA_SPELLED
+    folds = read_outputs(folder / "oof.csv", folder / "test.csv", comp, "accuracy")
+    assert len(folds) == 2 and folds[0].test_pred.shape == (len(comp.test), len(comp.classes))
+    assert sum(len(f.val_ids) for f in folds) == len(ids)
+    with open(folder / "test.csv", "a") as f:  # a prediction spelled nan is a number not given, not text
+        f.write("extra,-1," + ",".join(["nan"] * len(comp.classes)) + "\n")
+    from jobs.data import read_csv_as_written
+    again = read_csv_as_written(folder / "test.csv", text=("id",))
+    assert again["id"].iloc[-1] == "extra" and all(again[c].dtype == np.float64 for c in comp.classes)
+
+
 # --- 2. non-finite targets ----------------------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.contract import JobOutput
+from jobs.data import read_csv_as_written
 from scheduler.policy.ensemble import Predictions
 from scheduler.store.record import jsonable
 
@@ -59,8 +60,8 @@ def load(folder: Path) -> Predictions | None:
     if not (folder / "oof.csv").is_file() or not (folder / "test.csv").is_file():
         return None
     result = json.loads((folder / "result.json").read_text()) if (folder / "result.json").is_file() else {}
-    oof = pd.read_csv(folder / "oof.csv", dtype={"id": str})  # ids are text, as the competition's are
-    test = pd.read_csv(folder / "test.csv", dtype={"id": str})
+    oof = read_csv_as_written(folder / "oof.csv", text=("id",))  # ids are text, as the competition's are (NA too)
+    test = read_csv_as_written(folder / "test.csv", text=("id",))
     class_cols = [c for c in oof.columns if c not in ("id", "fold")]
     classes = result.get("classes") or class_cols
     mean_test = test.groupby("id", sort=False)[class_cols].mean()
@@ -86,7 +87,7 @@ def load_partial(folder: Path) -> tuple[float, Predictions] | None:
     result = json.loads(result_path.read_text())
     if not result.get("partial"):
         return None
-    test = pd.read_csv(path, dtype={"id": str})
+    test = read_csv_as_written(path, text=("id",))
     cols = [c for c in test.columns if c != "id"]
     empty = np.zeros((0, len(cols)))
     return result["partial"]["score"], Predictions(result.get("job", folder.name), np.array([]), empty,
