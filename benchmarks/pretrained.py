@@ -86,7 +86,7 @@ def _fmt(v, spec: str) -> str:
 
 def trained_rate(run_dir: Path) -> dict:
     """The rate the job trained at, from its launch record (what its process was handed): ``lr``, ``head_lr_factor``."""
-    for launch in sorted((Path(run_dir) / "jobs").glob(f"{JOB}*/launch.json")):
+    for launch in sorted((Path(run_dir) / "jobs" / JOB).glob("**/launch.json")):  # the job's, or its lanes' (f0, …)
         spec = json.loads(launch.read_text()).get("spec", {})
         return {"lr": spec.get("lr"), "head_lr_factor": spec.get("head_lr_factor") or 1.0}
     return {"lr": None, "head_lr_factor": None}

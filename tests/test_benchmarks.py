@@ -357,3 +357,16 @@ def test_the_lgbm_folds_benchmark_scores_each_fold_count_on_the_test_labels(tmp_
     assert 0.3 < score <= 1.0  # learnable: ten classes, far above chance
     with pytest.raises(SystemExit):
         lf.main(["--folds", "0"])
+
+
+def test_the_pretrained_benchmark_reads_the_rate_from_the_launch_record(tmp_path):
+    """The rate a run trained at is its job's launch record's (what its process was handed), also where the job ran in
+    lanes (``jobs/net/f0/launch.json``); none recorded: None, not a guess."""
+    p = _bench("pretrained")
+    assert p.trained_rate(tmp_path) == {"lr": None, "head_lr_factor": None}
+    lane = tmp_path / "jobs" / p.JOB / "f0"
+    lane.mkdir(parents=True)
+    (lane / "launch.json").write_text(json.dumps({"spec": {"lr": 0.003, "head_lr_factor": 10.0}}))
+    assert p.trained_rate(tmp_path) == {"lr": 0.003, "head_lr_factor": 10.0}
+    (lane / "launch.json").write_text(json.dumps({"spec": {"lr": 0.001, "head_lr_factor": None}}))
+    assert p.trained_rate(tmp_path) == {"lr": 0.001, "head_lr_factor": 1.0}
