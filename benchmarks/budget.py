@@ -367,14 +367,15 @@ def sitting(given: Path | None, prefix: str):
             tmp.cleanup()
 
 
-def competition(work: Path, images: int, seed: int, size: int, log) -> Path:
-    """``work/competition``, built (``benchmarks.competitions``) unless a sitting before left it there."""
+def competition(work: Path, images: int, seed: int, size: int, log, test: int | None = None) -> Path:
+    """``work/competition``, built (``benchmarks.competitions``; ``test``: training ``images`` and that many test
+    images) unless a sitting before left it there."""
     from benchmarks.competitions import build
 
     data = work / "competition"
     if not (data / "solution.csv").is_file():
         t = time.time()
-        build(data, images, seed, size)
+        build(data, images, seed, size, test)
         log(f"competition: {images} images of {size} px in {data} ({time.time() - t:.0f} s)")
     return data
 

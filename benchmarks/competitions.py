@@ -77,8 +77,9 @@ def _pooled(img: np.ndarray) -> np.ndarray:
     return img[:k * POOLED, :k * POOLED].reshape(POOLED, k, POOLED, k).mean(axis=(1, 3)) * 16.0
 
 
-def build(root: Path | str, n: int = 6000, seed: int = 0, size: int = 32) -> Path:
-    """Write an ``n``-image competition (80 % train, 20 % test) to ``root`` and return ``root``."""
+def build(root: Path | str, n: int = 6000, seed: int = 0, size: int = 32, test: int | None = None) -> Path:
+    """Write an ``n``-image competition (80 % train, 20 % test; ``test``: that many test images more instead, ``n``
+    then all training ones) to ``root`` and return ``root``."""
     from PIL import Image
     from sklearn.datasets import load_digits
 
@@ -92,8 +93,8 @@ def build(root: Path | str, n: int = 6000, seed: int = 0, size: int = 32) -> Pat
     y = digits.target.astype(np.int64)
     rng = np.random.default_rng(seed)
     sources = dict(zip(("train", "test"), _split_sources(y, seed)))
-    n_test = int(round(n * TEST_FRACTION))
-    counts = {"train": n - n_test, "test": n_test}
+    n_test = int(round(n * TEST_FRACTION)) if test is None else int(test)
+    counts = {"train": n - n_test if test is None else n, "test": n_test}
     frames = {}
     next_id = 0
     for split in ("train", "test"):

@@ -139,7 +139,7 @@ def _cell(work: Path, model: str, images: int, args, log) -> dict:
     from benchmarks.lite0_weights import MODELS
 
     timm_model = MODELS[model][0]
-    data = competition(work / f"images-{images}", images, args.seed, args.size, log)
+    data = competition(work / f"images-{images}", images, args.seed, args.size, log, args.test_images)
     cell = {"model": model, "timm_model": timm_model, "images": images, "runs": {}}
     for name, pretrained in RUNS:
         if name not in args.runs:
@@ -164,7 +164,10 @@ def _cell(work: Path, model: str, images: int, args, log) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS), help=f"of {', '.join(MODELS)}")
-    ap.add_argument("--sizes", default="400,3000", help="images in each competition, train and test, comma-separated")
+    ap.add_argument("--sizes", default="400,3000", help="training images in each competition, comma-separated")
+    ap.add_argument("--test-images", type=int, default=1000, help="test images in each (the held-out): the same "
+                                                                  "1,000 for every size, so a small size is not "
+                                                                  "scored on a handful")
     ap.add_argument("--runs", default="scratch,pretrained", help="which of scratch, pretrained")
     ap.add_argument("--size", type=int, default=32, help="side of each image in pixels, as written")
     ap.add_argument("--seed", type=int, default=0)

@@ -97,6 +97,9 @@ def test_the_built_competition_loads_scores_and_is_learnable(tmp_path):
     wrong = solution.assign(label=(solution["label"] + 1) % 10)
     assert comp.held_out(wrong, "accuracy") == 0.0
 
+    fixed = load_competition(build(tmp_path / "t", 40, seed=3, size=28, test=70), "accuracy")  # 40 train, 70 test
+    assert (len(fixed.train), len(fixed.test)) == (40, 70)
+
     small = [build(tmp_path / d, 40, seed=s, size=28) for d, s in (("b", 3), ("c", 3), ("d", 4))]
     assert (small[0] / "train.csv").read_bytes() == (small[1] / "train.csv").read_bytes()
     assert (small[0] / "test" / "35.png").read_bytes() == (small[1] / "test" / "35.png").read_bytes()
