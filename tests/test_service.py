@@ -231,14 +231,17 @@ def test_restart_keeps_leases_queue_and_running_jobs(tmp_path):
     token = s.admin_token
     s.close()
     s2 = make(tmp_path, gpus=1)
-    assert s2.admin_token == token
-    assert s2.get_slot(a["slot_id"])["state"] == "granted"
-    assert s2.get_slot(q["slot_id"])["state"] == "queued"
-    assert s2.job_status(j["job_id"])["state"] == "RUNNING"
-    go.touch()
-    st = _settled(s2, j["job_id"])
-    assert st["state"] == "SUCCEEDED" and st["exit_code"] == 0
-    s2.close()
+    try:
+        assert s2.admin_token == token
+        assert s2.get_slot(a["slot_id"])["state"] == "granted"
+        assert s2.get_slot(q["slot_id"])["state"] == "queued"
+        assert s2.job_status(j["job_id"])["state"] == "RUNNING"
+        go.touch()
+        st = _settled(s2, j["job_id"])
+        assert st["state"] == "SUCCEEDED" and st["exit_code"] == 0
+    finally:  # a failed assertion still ends the job (it waits for the file) and closes the service
+        go.touch()
+        s2.close()
 
 
 def test_token_file_is_private(tmp_path):

@@ -104,19 +104,21 @@ def run_stress(tmp_path, answers: int) -> dict:
 
     for t in threads:
         t.start()
-    half()
-    srv.stop()  # restart in the middle: the clients retry through it
-    svc.close()
-    svc = make()
-    srv = ServerThread(svc, port).start()
-    restarted_with = sum(1 for s in svc.slots.values() if s.state == "granted")
-    half()
-    stop.set()
-    for t in threads:
-        t.join(timeout=RETRY_S + 30)
+    try:
+        half()
+        srv.stop()  # restart in the middle: the clients retry through it
+        svc.close()
+        svc = make()
+        srv = ServerThread(svc, port).start()
+        restarted_with = sum(1 for s in svc.slots.values() if s.state == "granted")
+        half()
+    finally:  # a half that never came (or a failed restart) still ends the clients, the server and the service:
+        stop.set()  # the clients' threads are not daemons, and left looping they kept pytest from ever exiting
+        for t in threads:
+            t.join(timeout=RETRY_S + 30)
+        srv.stop()
+        svc.close()
     assert not any(t.is_alive() for t in threads)
-    srv.stop()
-    svc.close()
     db = sqlite3.connect(tmp_path / "service.sqlite")
     stats["slots_granted_total"] = db.execute(
         "SELECT COUNT(*) FROM slots WHERE json_extract(data, '$.granted_at') IS NOT NULL").fetchone()[0]
