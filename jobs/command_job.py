@@ -34,8 +34,9 @@ script's own ``score`` is not taken), as soon as the files hold it, else when th
 to the log. So a command shows its epochs and its throughput in ``status`` and ``events.jsonl`` while it trains.
 
 ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` is set; ``CUDA_VISIBLE_DEVICES`` is inherited as the runtime set it.
-Output goes to ``<workdir>/command/log``, kept to at most 32 MiB a file by the backend (``core.boundedlog.rotate_copy``): past
-it, the file is copied to ``log.1`` and emptied, so the last 32–64 MiB of the output are kept.
+Output goes to ``<workdir>/command/log``, kept to at most 32 MiB a file (``GPUPACK_LOG_MAX_BYTES``) by the backend: the
+script's stdout and stderr are a pipe its wrapper pumps into the log (``core.boundedlog.pump``); past the bound the log
+moves to ``log.1`` and a new one starts, so the last 32–64 MiB of the output are kept (``logs`` shows the end of both).
 
 **The two CSV files** (in ``GPUPACK_OUTPUT_DIR``):
 

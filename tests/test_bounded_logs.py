@@ -2,6 +2,7 @@
 log (and its ``.1``), and reading it holds a bounded amount of memory."""
 
 import logging
+import sys
 import tracemalloc
 
 from scheduler.core import boundedlog
@@ -54,3 +55,63 @@ def test_the_service_log_is_bounded(tmp_path, monkeypatch):
     finally:
         logger.removeHandler(handler)
     assert (tmp_path / "service.log").stat().st_size <= LIMIT
+
+
+CHATTY = ("import runpy, sys\nrunpy.run_path(sys.argv[1], run_name='__main__')\n"
+          "for i in range(40 << 10):\n    sys.stdout.write('x' * 1023 + '\\n')\nprint('THE-LAST-LINE', flush=True)\n")
+
+
+def test_a_plans_chatty_command_keeps_its_bound_and_logs_shows_its_last_line(tmp_path, monkeypatch, run_cli):
+    """A command job printing 40 MB without pause, submitted as a plan (``GPUPACK_LOG_MAX_BYTES`` 1 MiB): its log and
+    ``log.1`` hold at most the bound each, and ``logs RUN JOB`` ends with the script's last line."""
+    from conftest import FAKE_TRAIN, fake_train_plan
+
+    monkeypatch.setenv(boundedlog.ENV_MAX_BYTES, str(LIMIT))
+    monkeypatch.setenv("GPUPACK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "chatty.py").write_text(CHATTY)
+    plan = fake_train_plan("chatty").replace(f"[{sys.executable}, {FAKE_TRAIN}]",
+                                             f"[{sys.executable}, {tmp_path / 'chatty.py'}, {FAKE_TRAIN}]")
+    (tmp_path / "plan.yaml").write_text(plan)
+    code, out, err = run_cli("submit", "plan.yaml", "--in-process")
+    assert code == 0, (out[-2000:], err[-2000:])
+    (run,) = (tmp_path / "runs").iterdir()
+    folder = run / "jobs" / "fake" / "command"
+    assert (folder / "log.1").is_file() and not (folder / "log.2").exists()
+    assert (folder / "log").stat().st_size <= LIMIT and (folder / "log.1").stat().st_size <= LIMIT
+    code, out, err = run_cli("logs", run, "fake")
+    assert code == 0 and out.rstrip().splitlines()[-1] == "THE-LAST-LINE"
+    assert len(out) <= 2 * LIMIT + 65536
+
+
+def test_a_slot_job_printing_without_pause_keeps_its_bound(tmp_path, monkeypatch):
+    """A job run in a slot of the service, printing 24 MB without pause (bound 1 MiB): its log and ``log.1`` stay
+    within the bound while it runs and once it ended, and its last line is what ``job_logs`` shows."""
+    from waiting import wait_until
+
+    from scheduler.core import hardware
+    from scheduler.service.service import FixedBackend, Service
+
+    monkeypatch.setenv(boundedlog.ENV_MAX_BYTES, str(LIMIT))
+    s = Service(hardware.from_profile("A100-40GB", gpus_per_node=1, cpus=16), tmp_path, backend=FixedBackend(),
+                start_threads=False)
+    try:
+        slot = s.request_slot({"gpu_memory_mib": 1000, "cpus": 1, "minutes": 30})
+        code = "import sys\nfor i in range(24 << 10):\n    sys.stdout.write('y' * 1023 + '\\n')\nprint('THE-END')\n"
+        j = s.submit_job(slot["slot_id"], [sys.executable, "-c", code])
+        sizes = []
+
+        def ended():
+            s.tick()
+            sizes.extend(p.stat().st_size for p in tmp_path.rglob("log*") if p.name in ("log", "log.1"))
+            st = s.job_status(j["job_id"])
+            return st if st["state"] != "RUNNING" else None
+
+        st = wait_until(ended, "the chatty job to end")
+        assert st["state"] == "SUCCEEDED", st
+        logs = [p for p in tmp_path.rglob("log*") if p.name in ("log", "log.1")]
+        assert any(p.name == "log.1" for p in logs) and max(sizes) <= LIMIT
+        assert max(p.stat().st_size for p in logs) <= LIMIT
+        assert s.job_logs(j["job_id"])["text"].rstrip().splitlines()[-1] == "THE-END"
+    finally:
+        s.close()

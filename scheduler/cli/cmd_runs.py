@@ -12,8 +12,11 @@ import time
 from rich.console import Console
 
 from scheduler.cli.common import RUN_HELP, json_flag, print_json, run_dir
+from scheduler.core import boundedlog
 from scheduler.core.errors import UserError
 from scheduler.core.states import JobState, RunStatus
+
+LOGS_TAIL_BYTES = 4 << 20  # what ``logs`` shows of each log at first: its end (a bounded log holds up to 2 × 32 MiB)
 
 
 def add_verbs(verbs) -> None:
@@ -305,20 +308,19 @@ def cmd_logs(args: argparse.Namespace, console: Console) -> int:
     # gpupack's log of each of the job's tasks, then (a command job) the script's own output (its process's log)
     task_of = {record.dir / "jobs" / u / name: u for u in units for name in ("log", "command/log")}
     paths = list(task_of)
-    pos = {p: 0 for p in paths}
+    readers = {p: boundedlog.Follower(p) for p in paths}  # across the log's rotation to log.1
     text = {p: [] for p in paths}
+    first = True
     while True:
         for path in paths:
             if path.is_file():
-                with path.open(errors="replace") as f:
-                    f.seek(pos[path])
-                    chunk = f.read()
-                    pos[path] = f.tell()
-                if args.json:
-                    text[path].append(chunk)
-                else:
-                    sys.stdout.write(chunk)
+                for data in _log_chunks(readers[path], first):
+                    if args.json:
+                        text[path].append(data.decode(errors="replace"))
+                    else:
+                        sys.stdout.write(data.decode(errors="replace"))
         sys.stdout.flush()
+        first = False
         if not args.follow:
             break
         states = [j["state"] for j in record.jobs() if j["name"] in units]
@@ -330,6 +332,18 @@ def cmd_logs(args: argparse.Namespace, console: Console) -> int:
                            "logs": [{"task": task_of[p], "file": str(p),
                                      "text": "".join(text[p])} for p in paths if p.is_file()]})
     return 0
+
+
+def _log_chunks(reader, first: bool):
+    """What a log holds for ``logs``: at first its last ``LOGS_TAIL_BYTES`` (the end of ``log.1`` as well when the
+    log was just emptied), then what was written since, a MiB at a time."""
+    if first:
+        yield reader.start_at_tail(LOGS_TAIL_BYTES)
+        return
+    while data := reader.read(1 << 20):
+        yield data
+        if len(data) < 1 << 20:
+            return
 
 
 def _units(record, name: str) -> list[str]:

@@ -6,14 +6,16 @@ inside the Ray job actor, its raw commands (a record's ``argv``) as they are, it
 restarted service finds them again (:meth:`LocalExecutor.adopt`: by pid and start time, else by process group).
 
 The child writes its events to standard output as ``GPUPACK {…}`` lines (:mod:`scheduler.execute.channel`), which
-the handle reads back from the log as it grows. ``cancel`` is SIGTERM (the child stops at its next step and keeps
+the handle reads back from the log as it grows. Its output (stdout and stderr) is a pipe the wrapper pumps into the
+log through ``core.boundedlog`` (a chunk at a time, the log moved to ``log.1`` past its bound), for every job: a
+plan's command, a slot job, a spec's child; a pump that lags only slows the child down (the pipe is full). ``cancel`` is SIGTERM (the child stops at its next step and keeps
 its finished folds), ``kill`` SIGKILL to the group, :meth:`LocalHandle.stop` the two a grace apart, and
 :meth:`LocalHandle.finish` ends what a job left running in its group once it ended; ``set_limits`` a ``limits.json``
 the child (or a script, through ``GPUPACK_LIMITS``) reads at each fold or epoch. The output comes back pickled
 (``result.pickle``); a failure's reason is the child's ``error`` event.
 
 A plan's ``command`` job runs here too (:mod:`scheduler.execute.command`, from the job's own process): its script is
-an argv record, its log kept to ``log_limit`` bytes (``core.boundedlog.rotate_copy``), and its process group named in the folder's
+an argv record, its log kept to ``log_limit`` bytes (``core.boundedlog``), and its process group named in the folder's
 ``pid`` file while it runs, so that a resumed run ends what a lost driver left running (:func:`end_recorded`).
 """
 
@@ -48,10 +50,17 @@ if grace:  # a Ray actor's job: if the actor's process dies (its node is lost), 
     ctypes.CDLL(None).prctl(1, int(signal.SIGUSR1))  # PR_SET_PDEATHSIG
     if os.getppid() == 1:
         orphaned()
+exit_path, log_path, limit, root, argv = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+sys.path.insert(0, root)
+from scheduler.core import boundedlog
+import threading
+r, w = os.pipe()  # the child's output: pumped into the bounded log here, a chunk at a time
+pump = threading.Thread(target=boundedlog.pump, args=(r, log_path, limit), daemon=True)
+pump.start()
 try:
-    p = subprocess.Popen(sys.argv[2:])
+    p = subprocess.Popen(argv, stdout=w, stderr=w)
 except OSError as e:
-    print(f"gpupack: cannot start {sys.argv[2]!r}: {e}", flush=True)
+    boundedlog.append(log_path, f"gpupack: cannot start {argv[0]!r}: {e}\n", limit)
     rc = 127
 else:
     while True:
@@ -60,25 +69,33 @@ else:
             break
         except InterruptedError:
             pass
-with open(os.open(sys.argv[1] + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+os.close(w)
+pump.join(2.0)  # the rest of its output; a child it left running that holds the pipe is not waited for
+with open(os.open(exit_path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
     f.write(str(rc))
-os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+os.replace(exit_path + ".tmp", exit_path)
 sys.exit(rc if rc >= 0 else 128 - rc)
 """
 LOG, EXIT_CODE, LIMITS, RESULT, PID_FILE = "log", "exit_code", "limits.json", "result.pickle", "pid"
-LOG_LIMIT_BYTES = boundedlog.LOG_MAX_BYTES  # a bounded log's size: past it, it is copied to ``log.1`` and emptied
+LOG_LIMIT_BYTES = 0  # a command's log's bound (0: ``boundedlog.max_bytes()``): past it, it moves to ``log.1``
 TERM_GRACE_S = 10.0  # from SIGTERM to SIGKILL, for a job asked to stop and for what lingers of an ended one
 NO_FOLD = 3  # the child's exit status when it ended with no finished fold (its output says why)
 
 
-def spawn(argv: list[str], cwd: str | None, env: dict[str, str], d: Path) -> tuple[subprocess.Popen, float]:
+def spawn(argv: list[str], cwd: str | None, env: dict[str, str], d: Path,
+          limit: int | None = None) -> tuple[subprocess.Popen, float]:
     """Start ``argv`` through the wrapper that records its exit status in ``d/exit_code``, in its own process group,
-    its output appended to ``d/log``; returns the process and its start time (to know it again after a restart)."""
+    its output piped to the wrapper, which appends it to ``d/log`` bounded to ``limit`` bytes (``core.boundedlog``;
+    its default when None); returns the process and its start time (to know it again after a restart)."""
     import psutil
 
-    with open(os.open(d / LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as logf:
-        proc = subprocess.Popen([sys.executable, "-c", WRAPPER, str(d / EXIT_CODE), *argv],
-                                cwd=cwd and str(Path(cwd).expanduser()), env=env, stdout=logf,
+    import scheduler
+
+    root = str(Path(scheduler.__file__).resolve().parents[1])
+    limit = limit or boundedlog.max_bytes()
+    with open(os.open(d / LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as logf:  # the wrapper's own
+        proc = subprocess.Popen([sys.executable, "-c", WRAPPER, str(d / EXIT_CODE), str(d / LOG), str(limit), root,
+                                 *argv], cwd=cwd and str(Path(cwd).expanduser()), env=env, stdout=logf,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         return proc, psutil.Process(proc.pid).create_time()
@@ -235,29 +252,31 @@ class _Adopted:
 
 class LogEvents:
     """A job's log read as the progress channel, as it grows: ``GPUPACK {…}`` lines are events, others ``log``
-    (``plain=False``: others are left to the log, and a script that prints without end costs no memory here)."""
+    (``plain=False``: others are left to the log, and a script that prints without end costs no memory here). Read
+    ``CHUNK`` bytes at a time, a line's unfinished end kept to ``PARTIAL_MAX`` bytes, across the log's rotation
+    (``core.boundedlog.Follower``: a log moved to ``log.1`` is read to its end there, then the new one)."""
+
+    CHUNK = 1 << 20
+    PARTIAL_MAX = 1 << 16
 
     def __init__(self, path: Path, plain: bool = True):
         self.path, self.plain = path, plain
         self._events: list[dict] = []
-        self._offset, self._partial = 0, b""
+        self._follower, self._partial = boundedlog.Follower(path), b""
 
     def rotated(self) -> None:
-        """The log was emptied (``core.boundedlog.rotate_copy``): its next line is at its start."""
-        self._offset, self._partial = 0, b""
+        """The log was emptied in place: its next line is at its start."""
+        self._follower.offset, self._partial = 0, b""
 
     def __call__(self, since: int = 0) -> list[dict]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except OSError:
-            data = b""
-        self._offset += len(data)
-        *lines, self._partial = (self._partial + data).split(b"\n")
-        texts = [ln.decode(errors="replace") for ln in lines]
-        self._events += [parse(t) for t in texts if self.plain or t.startswith(PREFIX)]
-        return self._events[since:]
+        while True:
+            data = self._follower.read(self.CHUNK)
+            *lines, partial = (self._partial + data).split(b"\n")
+            self._partial = partial[:self.PARTIAL_MAX]
+            texts = [ln.decode(errors="replace") for ln in lines]
+            self._events += [parse(t) for t in texts if self.plain or t.startswith(PREFIX)]
+            if len(data) < self.CHUNK:
+                return self._events[since:]
 
     def __len__(self) -> int:
         return len(self._events)
@@ -272,7 +291,7 @@ class LocalHandle(Handle):
         self.pid: int | None = proc.pid if not isinstance(proc, Orphans) else None
         self.pid_start = started_at
         self.pgid = self.pid
-        self.log_limit = log_limit  # bytes the log is kept to (read before each rotation); None: it grows
+        self.log_limit = log_limit  # None: every line of its log is an event (a spec's child), else only GPUPACK lines
         self._log = LogEvents(folder / LOG, plain=log_limit is None)
         self._sampler = ProcessTree()  # its processes, measured from outside (core.proctree: the one sampler)
 
@@ -285,10 +304,7 @@ class LocalHandle(Handle):
         return bool(len(self._log)) or self.proc.poll() is not None
 
     def events(self, since: int = 0) -> list[dict]:
-        out = self._log(since)
-        if self.log_limit is not None and boundedlog.rotate_copy(self.folder / LOG, self.log_limit):
-            self._log.rotated()
-        return out
+        return self._log(since)
 
     def _signal(self, sig: int) -> None:
         if isinstance(self.proc, Orphans):  # only while the group still holds this job's processes
@@ -404,8 +420,9 @@ class LocalExecutor(Executor):
     """``folder(record)`` is where a record's log, exit status, limits, result and ``pid`` file go (its ``home`` by
     default); ``cwd(record)`` where it runs (its ``cwd`` by default). A raw command (``record.argv``) runs as it is,
     through the same wrapper, in its own process group; a spec runs as ``python -m scheduler.execute.child``.
-    ``log_limit``: the bytes a job's log is kept to, for a supervisor that reads it only as events (a plan's command);
-    None (the service, whose readers follow a log by offset): it grows."""
+    ``log_limit``: the bytes a job's log is kept to, for a supervisor that reads only its ``GPUPACK`` lines as events
+    (a plan's command; 0: ``boundedlog.max_bytes()``); None (the service, a spec's child): every line is an event, and
+    the log is kept to ``boundedlog.max_bytes()`` all the same."""
 
     def __init__(self, folder: Callable[[LaunchRecord], Path] | None = None,
                  cwd: Callable[[LaunchRecord], str | None] | None = None, log_limit: int | None = None):
@@ -422,11 +439,12 @@ class LocalExecutor(Executor):
         if record.output_dir:
             env["GPUPACK_OUTPUT_DIR"] = record.output_dir
         if record.argv:
-            proc, started = spawn(list(record.argv), self.cwd(record), env, d)
+            proc, started = spawn(list(record.argv), self.cwd(record), env, d, self.log_limit)
         else:
             env.update({ENV: dumps(record), "PYTHONPATH": _path(), "GPUPACK_RESULT": str(d / RESULT)})
             (d / RESULT).unlink(missing_ok=True)  # read back only what this child writes, never a stale pickle
-            proc, started = spawn([sys.executable, "-m", "scheduler.execute.child"], self.cwd(record), env, d)
+            proc, started = spawn([sys.executable, "-m", "scheduler.execute.child"], self.cwd(record), env, d,
+                                  self.log_limit)
         note_process(d, record.task, proc.pid, started)
         return LocalHandle(record, d, proc, started, self.log_limit)
 
