@@ -115,3 +115,28 @@ def test_a_slot_job_printing_without_pause_keeps_its_bound(tmp_path, monkeypatch
         assert s.job_logs(j["job_id"])["text"].rstrip().splitlines()[-1] == "THE-END"
     finally:
         s.close()
+
+
+def test_a_slot_jobs_log_read_on_its_node_follows_the_rotation(tmp_path, monkeypatch):
+    """``JobActor.read`` (a Ray slot job's log, brought home a chunk at a time): the job's log moved to ``log.1``
+    on its node while it printed 12 MB (bound 1 MiB); the reads go on in the new log, and its last line comes home."""
+    from scheduler.execute.launch import LaunchRecord
+    from scheduler.execute.local import LocalExecutor
+    from scheduler.execute.ray_actor import JobActor
+
+    monkeypatch.setenv(boundedlog.ENV_MAX_BYTES, str(LIMIT))
+    code = "import sys\nfor i in range(12 << 10):\n    sys.stdout.write('z' * 1023 + '\\n')\nprint('THE-END')\n"
+    record = LaunchRecord(task="t", job="t", spec=None, argv=(sys.executable, "-c", code), cwd=str(tmp_path), env={},
+                          data_dir="", workdir=str(tmp_path), folder=str(tmp_path), output_dir=str(tmp_path / "o"),
+                          metric="", seed=0)
+    actor = JobActor.__new__(JobActor)
+    actor._process, actor._follower = LocalExecutor().submit(record), None
+    actor._show = lambda **kw: None
+    home, offset = tmp_path / "home.log", 0
+    while True:
+        got = actor.read(offset, chunk=1 << 16)
+        boundedlog.append(home, got["log"]) if got["log"] else None
+        offset += len(got["log"])
+        if got["done"]:
+            break
+    assert (tmp_path / "log.1").is_file() and home.read_bytes().rstrip().endswith(b"\nTHE-END")

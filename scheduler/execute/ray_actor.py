@@ -60,6 +60,7 @@ class JobActor:
         self._line = ActorLine(label, task, folds)
         self._line_lock = threading.Lock()
         self._process = None  # the local backend's handle, when the record runs as a process group here
+        self._follower = None  # its log as read so far (``core.boundedlog.Follower``: across the log's rotation)
 
     def __repr__(self) -> str:
         return str(self._line)
@@ -118,10 +119,17 @@ class JobActor:
         return {"pid": self._process.pid, "pid_start": self._process.started_at, "node_id": node_id}
 
     def read(self, offset: int, chunk: int = 1 << 20) -> dict:
-        """Exit status (None while it runs), the log from byte ``offset``, the figures and the last throughput."""
+        """Exit status (None while it runs), the log's next bytes (at most ``chunk``; the first read from byte
+        ``offset``, then from where the last one ended, across the log's rotation to ``log.1`` on this node), the
+        figures and the last throughput."""
+        from scheduler.core.boundedlog import Follower
+
         h = self._process
         code = h.exit_code
-        data = h.read(offset, chunk)
+        if self._follower is None:
+            self._follower = Follower(h.folder / "log")
+            self._follower.offset = offset
+        data = self._follower.read(chunk)
         if code is not None and len(data) < chunk:
             self._show(state="SUCCEEDED" if code == 0 else "FAILED")
         figures = h.figures()
