@@ -166,11 +166,13 @@ def test_the_door_chooses_the_rate_a_timm_job_trains_at_and_says_why():
     assert (lr, head) == (1e-3, 1.0) == (recipe.FINETUNE_LR["adamw"], recipe.HEAD_FACTOR)  # the measured winner
     assert lr != 2e-4  # the habit it replaced, measured to score below scratch
     assert printed and "0.001 for the body, the new head too" in printed[0] and "72 optimizer steps a fold" in printed[0]
-    lr, head, why, _ = _rates(200_000, rehearsal=False, pretrained=True)
+    lr, head, why, printed = _rates(200_000, rehearsal=False, pretrained=True)
     assert (lr, head) == (1e-3, 1.0) and "4689 optimizer steps a fold" in why  # no other rate measured to win
-    for rows, rehearsal in ((3000, True), (200_000, False)):
-        lr, head, why, _ = _rates(rows, rehearsal=rehearsal)
+    assert printed == [f"learning rate of a: {why}"]
+    for rows, rehearsal, steps in ((3000, True, 72), (200_000, False, 4689)):
+        lr, head, why, printed = _rates(rows, rehearsal=rehearsal)
         assert (lr, head) == (recipe.SCRATCH_LR, 1.0) and why.startswith("from scratch")
+        assert printed == [f"learning rate of a: {why}"] and f"{steps} optimizer steps a fold" in why
     lr, head, why, _ = _rates(3000, rehearsal=True, pretrained=True, lr=5e-3)  # the plan's rate, for every layer
     assert (lr, head) == (5e-3, 1.0) and "the plan's lr 0.005" in why
     lr, head, _, _ = _rates(3000, rehearsal=True, pretrained=True, lr=5e-3, head_lr_factor=4)
