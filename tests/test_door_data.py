@@ -240,6 +240,56 @@ def test_a_train_csv_smaller_than_the_folds_is_refused(tmp_path, run_cli):
     assert "job 'lgbm' (lightgbm)" in line and "has 4 rows, fewer than the job's 5 folds" in line
 
 
+# --- a fold LightGBM cannot train on: refused at the door, not at run time (issue "nothing breaks it", round four) ----
+
+
+def test_a_fold_too_small_for_lightgbm_is_refused_naming_the_small_classes(tmp_path, run_cli):
+    """3 rows, 3 classes of 1 row each, folds: 2: each class has fewer rows than the folds, so the split is plain
+    K-fold, and one fold trains on 1 row, which LightGBM's bagging (0.9) leaves empty: every attempt failed with
+    ``Check failed: (num_data) > (0)`` and the run ended on the prior, exit 1. The door says so, with the fix."""
+    data = _competition(tmp_path / "data", ["x", "y", "z"], rows=3)
+    line = _one_error_line(run_cli, "submit", _plan(tmp_path), "--data", data, "--dry-run")
+    assert "job 'lgbm' (lightgbm)" in line and "has 3 rows; the job's 2 folds leave a fold 1 row to train on" in line
+    assert "'x' (1 row), 'y' (1 row), 'z' (1 row)" in line and "lower folds to 1" in line
+
+
+def test_the_same_competition_with_one_fold_passes_the_door_and_trains(tmp_path, run_cli):
+    data = _competition(tmp_path / "data", ["x", "y", "z"], rows=3)
+    plan = _plan(tmp_path, PLAN.replace("folds: 2", "folds: 1"))
+    code, out, err = run_cli("submit", plan, "--data", data, "--dry-run")
+    assert code == 0, err
+    code, out, err = run_cli("submit", plan, "--data", data, "--in-process", "--run-dir", tmp_path / "run")
+    assert code == 0, err  # the hold-out trains on 2 rows
+
+
+def test_a_job_that_makes_no_folds_of_the_data_is_not_refused(tmp_path, run_cli):
+    """A command job splits the data itself: the same 3 rows and folds: 2 pass the door."""
+    data = _competition(tmp_path / "data", ["x", "y", "z"], rows=3)
+    plan = PLAN.replace("  - {name: lgbm, kind: lightgbm, folds: 2, num_boost_round: 10}",
+                        f"  - {{name: c, kind: command, command: [{sys.executable}, train.py], folds: 2}}")
+    code, out, err = run_cli("submit", _plan(tmp_path, plan), "--data", data, "--dry-run")
+    assert code == 0, err
+
+
+def test_small_classes_in_a_split_lightgbm_can_train_on_are_not_refused(tmp_path, run_cli):
+    """A class of 1 row among 60 (folds: 5) and a regression target (every value its own, never stratified): each
+    fold trains on 48 and 24 rows, so neither is refused; the split is plain K-fold where a class is too small."""
+    data = _competition(tmp_path / "rare", ["a", "b"], rows=60)
+    train = pd.read_csv(data / "train.csv", dtype=str)
+    train.loc[59, "label"] = "c"
+    train.to_csv(data / "train.csv", index=False)
+    code, out, err = run_cli("submit", _plan(tmp_path, PLAN.replace("folds: 2", "folds: 5")), "--data", data,
+                             "--dry-run")
+    assert code == 0, err
+    reg = _competition(tmp_path / "reg", ["a"], rows=30)
+    train = pd.read_csv(reg / "train.csv")
+    train["label"] = np.arange(30) * 1.5
+    train.to_csv(reg / "train.csv", index=False)
+    code, out, err = run_cli("submit", _plan(tmp_path, "metric: rmse\n" + PLAN.replace("folds: 2", "folds: 5")),
+                             "--data", reg, "--dry-run")
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("job, says", [
     ("{name: c, kind: command, command: [./no_such_train.py], folds: 2}", "command[0] './no_such_train.py' does not "
                                                                            "exist"),
