@@ -93,55 +93,69 @@ def tail(path: str | Path, nbytes: int) -> bytes:
 
 
 class Follower:
-    """A reader that follows a bounded log as it grows and rotates: it knows the file it was on by its inode, reads
-    that one to its end in ``.1`` once it has moved, then the new log from its start. :meth:`start_at_tail` begins
+    """A reader that follows a bounded log as it grows and rotates. It holds the file it reads open, so the log's
+    move to ``.1`` cannot lose it (and its inode cannot be reused by a new log meanwhile: a reader that knew its file
+    only by inode number read a new log from the old one's offset and lost its last lines). At the end of its file
+    it looks whether the log moved; if so it reads what was written before the move, then the new log from its
+    start. ``offset`` is where reading starts in the log (set before the first read); :meth:`start_at_tail` begins
     at the log's last bytes (across the rotation: the end of ``.1`` when the log was just emptied)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.offset, self.inode = 0, None
+        self.offset = 0
+        self._f = None
+
+    def _open(self, offset: int) -> bool:
+        try:
+            self._f = open(self.path, "rb")
+        except OSError:
+            self._f = None
+            return False
+        if offset > os.fstat(self._f.fileno()).st_size:  # a log shorter than where reading was: it moved since
+            offset = 0
+        self._f.seek(offset)
+        self.offset = offset
+        return True
+
+    def rewind(self) -> None:
+        """The log was emptied in place: its next line is at its start."""
+        if self._f is not None:
+            self._f.seek(0)
+        self.offset = 0
 
     def start_at_tail(self, nbytes: int) -> bytes:
         """The log's last ``nbytes`` (:func:`tail`); reading goes on from the end of what they hold."""
-        try:
-            with open(self.path, "rb") as f:
-                st = os.fstat(f.fileno())
-                self.inode, self.offset = st.st_ino, st.st_size
-                f.seek(max(0, st.st_size - nbytes))
-                data = f.read(st.st_size - f.tell())
-        except OSError:
+        if not self._open(0):
             return tail(self.path, nbytes)
+        size = os.fstat(self._f.fileno()).st_size
+        self._f.seek(max(0, size - nbytes))
+        data = self._f.read(size - self._f.tell())
+        self.offset = size
         if len(data) < nbytes:
             before = tail(rotated(self.path), nbytes - len(data))
             return before + data if before.endswith(b"\n") or not before else before + b"\n" + data
-        return data[data.index(b"\n") + 1:] if st.st_size > nbytes and b"\n" in data else data
+        return data[data.index(b"\n") + 1:] if size > nbytes and b"\n" in data else data
 
     def read(self, chunk: int = 1 << 20) -> bytes:
-        """The next bytes, at most ``chunk``: of the log this reader was on (moved to ``.1`` meanwhile), else of
-        the log; empty when nothing new was written."""
-        for p in (self.path, rotated(self.path)):
-            try:
-                with open(p, "rb") as f:
-                    inode = os.fstat(f.fileno()).st_ino
-                    if self.inode is not None and inode != self.inode:
-                        continue
-                    f.seek(self.offset)
-                    data = f.read(chunk)
-            except OSError:
-                continue
-            self.inode = inode
-            if data or p == self.path:
-                self.offset += len(data)
-                return data
-            break  # the old one read to its end: on to the new log
-        self.inode, self.offset = None, 0
-        try:
-            with open(self.path, "rb") as f:
-                self.inode = os.fstat(f.fileno()).st_ino
-                data = f.read(chunk)
-        except OSError:
+        """The next bytes, at most ``chunk``: of the file it holds (moved to ``.1`` meanwhile or not), else of the
+        new log; empty when nothing new was written."""
+        if self._f is None and not self._open(self.offset):
             return b""
-        self.offset = len(data)
+        data = self._f.read(chunk)
+        if not data:
+            try:
+                moved = os.stat(self.path).st_ino != os.fstat(self._f.fileno()).st_ino
+            except OSError:
+                moved = False  # no log at the path (yet): nothing new
+            if not moved:
+                return b""
+            data = self._f.read(chunk)  # what was written to it before the move
+            if not data:
+                self._f.close()
+                if not self._open(0):
+                    return b""
+                data = self._f.read(chunk)
+        self.offset += len(data)
         return data
 
 

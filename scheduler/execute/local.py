@@ -266,7 +266,8 @@ class LogEvents:
 
     def rotated(self) -> None:
         """The log was emptied in place: its next line is at its start."""
-        self._follower.offset, self._partial = 0, b""
+        self._follower.rewind()
+        self._partial = b""
 
     def __call__(self, since: int = 0) -> list[dict]:
         while True:

@@ -130,10 +130,11 @@ class JobActor:
             self._follower = Follower(h.folder / "log")
             self._follower.offset = offset
         data = self._follower.read(chunk)
-        if code is not None and len(data) < chunk:
+        done = code is not None and not data  # ended, and nothing left: a short read may be the end of log.1 only
+        if done:
             self._show(state="SUCCEEDED" if code == 0 else "FAILED")
         figures = h.figures()
-        return {"exit_code": code, "done": code is not None and len(data) < chunk, "log": data,
+        return {"exit_code": code, "done": done, "log": data,
                 "throughput": figures.pop("throughput"), "figures": figures}
 
     def signal(self, sig: int) -> None:
