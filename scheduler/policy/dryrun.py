@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
 from scheduler.core import hardware as hw
@@ -11,6 +10,7 @@ from scheduler.core.errors import UserError
 from scheduler.core.folds import fold_train_rows
 from scheduler.core import rehearsal
 from scheduler.policy import plantime, recipe, tasks as tk
+from scheduler.policy.autotune import optimizer_steps
 from scheduler.policy.timeline import Timeline
 from scheduler.policy.fit import SEARCH_STEPS, FitJob, fit
 from scheduler.policy.packing import Assignment, Demand, Placement, pack, within_host_memory
@@ -431,11 +431,12 @@ def _rate(job, change: dict, train_rows: int | None, timing: plantime.Timing | N
     epochs = change.get("epochs", job.epochs)
     rows = fold_train_rows(train_rows, job.folds)
     steps = None
-    if rows and isinstance(batch, int):
-        per_epoch = math.ceil(rows / (batch * job.grad_accum))
+    if rows and isinstance(batch, int):  # as the job counts them (jobs.timm_job: optimizer_steps, the cap)
         if timing is not None and timing.rehearsal:
-            per_epoch, epochs = min(per_epoch, rehearsal.STEPS_PER_EPOCH), min(epochs, rehearsal.EPOCHS)
-        steps = per_epoch * epochs
+            epochs = min(epochs, rehearsal.EPOCHS)
+        steps = optimizer_steps(rows, batch, epochs, job.grad_accum)
+        if timing is not None and timing.rehearsal:
+            steps = min(steps, rehearsal.STEPS_PER_EPOCH * epochs)
     named = "lr" in job.model_fields_set
     r = recipe.choose(pretrained=job.pretrained, optimizer=job.optimizer, steps=steps,
                       lr=job.lr if named else None, head_lr_factor=job.head_lr_factor)
