@@ -5,6 +5,8 @@ import socket
 import subprocess
 import sys
 
+from pathlib import Path
+
 import psutil
 
 from conftest import TEST_HARDWARE
@@ -13,8 +15,12 @@ from scheduler.core import hardware
 from scheduler.core import plan as planmod
 from scheduler.policy import dryrun
 from scheduler.runtime import resume
+from scheduler.core.states import JobState
 from scheduler.runtime.runner import prepare_folder
+from scheduler.store import provenance
 from scheduler.service.service import FixedBackend, Service
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_an_empty_token_file_gets_a_new_admin_token_with_a_warning(tmp_path, caplog):
@@ -63,6 +69,37 @@ def test_the_ray_processes_a_lost_driver_left_are_stopped_on_resume(tmp_path):
         resume.check_resumable(record)
         resume.reopen(record, dry, 60.0)  # what `submit --resume` does before it starts a driver
         assert agent.wait(30) is not None
+        assert any("process(es) of the local Ray" in e.get("note", "") for e in record.events())
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+
+
+def test_a_refused_resume_still_stops_what_the_lost_driver_left(tmp_path):
+    """`submit --resume` refused (plan.yaml changed the split of a job with kept folds: exit 2) ends the lost
+    driver's Ray processes all the same; before, they ran on until `cancel RUN` (issue 43)."""
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(f"name: r\nhardware: {TEST_HARDWARE}\njobs:\n  - name: lgbm\n    kind: lightgbm\n"
+                         "    folds: 2\n")
+    plan = planmod.load(plan_file)
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan))
+    record = prepare_folder(dry, tmp_path / "run", plan_file)
+    record.set_run(builtin="digits", data_dir=str(tmp_path), made_from={"splits": provenance.splits(dry)})
+    record.transition("lgbm", JobState.RUNNING)
+    record.transition("lgbm", JobState.SUCCEEDED, reason="done")
+    (tmp_path / "run" / "plan.yaml").write_text(plan_file.read_text().replace("folds: 2", "folds: 3"))
+    agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # stands for the dashboard
+    try:
+        record.set_run(ray_processes=[{"pid": agent.pid, "host": socket.gethostname(),
+                                       "started": psutil.Process(agent.pid).create_time(), "name": "dashboard"}])
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        record.set_run(driver={"pid": dead.pid, "host": socket.gethostname(), "started": 0})  # SIGKILLed
+        done = subprocess.run([sys.executable, "-m", "scheduler", "submit", "--resume", str(tmp_path / "run")],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert "changed the split" in done.stderr + done.stdout
+        assert agent.wait(30) is not None  # the refusal did not leave it running
         assert any("process(es) of the local Ray" in e.get("note", "") for e in record.events())
     finally:
         if agent.poll() is None:

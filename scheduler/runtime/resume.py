@@ -244,7 +244,12 @@ def training_left_s(info: dict, window_s: float) -> float:
 
 
 def check_resumable(record: RunRecord) -> dict:
+    """The run's info when it may be resumed (its driver gone), else a refusal. Whatever the lost driver left running
+    is stopped here, before any other check: a resume refused later (a changed plan or data, a missing plan.yaml)
+    leaves nothing behind it, and one that goes on would stop the same processes anyway (``reopen``)."""
     info = settle(record)
+    if info.get("driver_lost"):
+        stop_leftovers(record)
     if info.get("status") == "running":
         alive = driver_alive(info)
         d = info.get("driver") or {}
