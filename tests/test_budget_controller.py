@@ -1,7 +1,6 @@
 """The budget controller in the run loop's state machine, fed ``JobReported`` events at chosen times (issue 32): no
 clock, no Ray, nothing measured on this machine. A 5-fold × 10-epoch timm task (``test_runloop.timm``)."""
 
-from scheduler.policy import budget
 from scheduler.policy import runloop as rl
 from test_runloop import T0, machine, started, timm
 
@@ -33,10 +32,14 @@ def test_no_cut_before_steady_steps():
     enough steady steps the same pace cuts."""
     s = machine(timm("r18"), budget="100s")
     started(s, "r18")
-    s.handle(epoch("r18", 1, T0 + 30, steady_s=29.0, steps=budget.MIN_STEADY_STEPS - 1))
+    s.handle(epoch("r18", 1, T0 + 30, steady_s=29.0, steps=7))  # the input is a figure, not the constant it checks
     assert s.handle(rl.Tick(T0 + 30)) == []
     s.handle(epoch("r18", 2, T0 + 59, steady_s=29.0))
     assert records(s.handle(rl.Tick(T0 + 59)), "budget_cut")
+    s = machine(timm("r18"), budget="100s")  # eight steady steps are enough, in one epoch
+    started(s, "r18")
+    s.handle(epoch("r18", 1, T0 + 30, steady_s=29.0, steps=8))
+    assert records(s.handle(rl.Tick(T0 + 30)), "budget_cut")
 
 
 def test_late_cuts_a_plan_that_fits_until_its_steady_steps_say_it_wont():
