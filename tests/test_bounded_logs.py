@@ -2,13 +2,17 @@
 log (and its ``.1``), and reading it holds a bounded amount of memory."""
 
 import logging
+import os
+import subprocess
 import sys
 import tracemalloc
+from pathlib import Path
 
 from scheduler.core import boundedlog
 from scheduler.service.supervisor import read_log
 
 LIMIT = 1 << 20
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ten_megabytes_without_a_newline_leave_a_bounded_log_and_bounded_memory(tmp_path):
@@ -168,3 +172,22 @@ def test_a_slot_jobs_last_lines_come_home_when_it_ended_one_rotation_ahead_of_th
         if r["done"]:
             break
     assert got == b"a" * 400 + b"\n" + b"THE-END\n" and reads[-1] and not any(reads[:-1])
+
+
+def test_the_driver_of_a_plan_without_timm_jobs_never_imports_torch(tmp_path):
+    """The driver of a command-and-LightGBM plan, from its dry run to its end, holds no torch (~400 MiB of RSS): a
+    command job printing 1 GB left the driver at 732 MiB, all of it imports (``benchmarks/chatty.py``: 255 MiB
+    since). Before: ``datasource.with_views`` imported ``jobs.augment`` (torch) before asking whether any timm job
+    needed it, and ``measurements.torch_version`` imported torch for its version string."""
+    from conftest import fake_train_plan
+
+    (tmp_path / "plan.yaml").write_text(fake_train_plan("notorch").replace(
+        "jobs:\n", "jobs:\n  - {name: lgbm, kind: lightgbm, folds: 2, num_boost_round: 5, resources: {cpus: 1}}\n"))
+    probe = ("import sys\nfrom scheduler.cli.main import main\n"
+             "code = main(['submit', 'plan.yaml', '--in-process', '--run-dir', 'run', '--json'])\n"
+             "assert code == 0, code\n"
+             "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "GPUPACK_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.rstrip().splitlines()[-1] == "NO-TORCH"

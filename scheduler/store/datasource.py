@@ -72,11 +72,11 @@ def with_views(plan: Plan, choice: DataChoice) -> Plan:
     """The plan with every timm job's ``augment: auto`` and ``tta: auto`` decided from the competition's images
     (``jobs.augment``): decided once here, the dry run's time model counts the test-time passes and the job applies
     what it is given."""
+    if not any(j.kind == "timm" and "auto" in (j.augment, j.tta) for j in plan.jobs):
+        return plan  # before the imports: jobs.augment brings torch (~400 MiB) into a driver that may need none
     from jobs import augment
     from jobs.data import load_competition
 
-    if not any(j.kind == "timm" and "auto" in (j.augment, j.tta) for j in plan.jobs):
-        return plan
     comp = load_competition(materialised(choice.builtin) if choice.builtin else choice.dir, plan.metric)
     if not comp.has_images:
         return plan  # inspect() refuses the timm jobs, with its own words

@@ -21,8 +21,11 @@ Throughput lives beside memory under the same key (``train_samples_per_s``): the
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
 import os
+import re
 import sqlite3
 import time
 from dataclasses import asdict, dataclass, fields
@@ -100,13 +103,25 @@ def precision_of(amp: bool) -> str:
     return "amp" if amp else "fp32"
 
 
+@functools.lru_cache(maxsize=1)
 def torch_version() -> str | None:
-    try:
-        import torch
-
-        return str(torch.__version__)
-    except ImportError:  # pragma: no cover - torch is a dependency
+    """This environment's torch version as ``torch.__version__`` spells it (``2.14.1+cu130``: the local part names
+    the CUDA build, which the metadata's version leaves out), read from ``torch/version.py`` without importing
+    torch: a driver that runs no timm job should not hold torch's ~400 MiB for one string."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:  # pragma: no cover - torch is a dependency
         return None
+    for folder in spec.submodule_search_locations:
+        try:
+            found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", (Path(folder) / "version.py").read_text(),
+                              re.M)
+        except OSError:
+            continue
+        if found:
+            return found.group(1)
+    import torch  # a layout without version.py: ask torch itself
+
+    return str(torch.__version__)
 
 
 def default_path() -> Path:
