@@ -14,7 +14,8 @@ turn's decisions are uncommitted, *every* answer is held (:meth:`GroupCommit.hol
 answer can show a decision that is not yet on disk. At the start of the next turn :meth:`GroupCommit.flush`
 commits and sends the held answers in order. If that commit fails, the turn's decisions are undone where they can
 be (a new slot is forgotten, as a failed single commit did) and every held answer becomes a 503 (retry: requests
-carry a ``client_request_id``).
+carry a ``client_request_id``), or the state disk's 507 when the commit failed for space
+(:mod:`scheduler.service.diskspace`).
 
 Only decisions made on the event loop's thread join a turn. A decision on another thread (the reclaimer's tick, an
 operation run off the loop, MCP tools) first commits the turn in progress, then commits itself as before; both run
@@ -31,25 +32,46 @@ import json
 import logging
 import sqlite3
 import threading
+from pathlib import Path
 from typing import Callable
+
+from scheduler.service import diskspace
 
 log = logging.getLogger("gpupack.service")
 
 UNAVAILABLE = json.dumps({"error": "the decision could not be stored (see the service's log); nothing was decided: "
                                    "retry the call"}).encode()
-UNAVAILABLE_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                      b"content-length: %d\r\n\r\n%s" % (len(UNAVAILABLE), UNAVAILABLE))
+
+
+def refused(status: bytes, body: bytes) -> bytes:
+    """A held answer's replacement when the turn's commit failed: ``status`` (``b"503 Service Unavailable"``) and
+    the JSON ``body``, on a connection that closes after it."""
+    return (b"HTTP/1.1 %s\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            b"content-length: %d\r\n\r\n%s" % (status, len(body), body))
+
+
+UNAVAILABLE_ANSWER = refused(b"503 Service Unavailable", UNAVAILABLE)
+
+
+def failure_answer(exc: BaseException, folder: Path | None) -> bytes:
+    """What the held answers become when the commit failed with ``exc``: the state disk's refusal (507, naming the
+    folder and its free space) when it failed for space, else the 503 asking for a retry."""
+    if folder is None or not diskspace.is_full(exc):
+        return UNAVAILABLE_ANSWER
+    body = json.dumps({"error": f"nothing was stored: {diskspace.refusal(folder)}"}).encode()
+    return refused(b"507 Insufficient Storage", body)
 
 
 class GroupCommit:
-    """One event loop's turn of decisions on ``db`` (a connection in autocommit mode, shared under ``lock``)."""
+    """One event loop's turn of decisions on ``db`` (a connection in autocommit mode, shared under ``lock``);
+    ``folder``: the state folder, named by the refusal when a commit fails for space."""
 
-    def __init__(self, db: sqlite3.Connection, lock):
-        self.db, self.lock = db, lock
+    def __init__(self, db: sqlite3.Connection, lock, folder: Path | None = None):
+        self.db, self.lock, self.folder = db, lock, folder
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: int | None = None
         self.open = False  # a transaction holding this turn's decisions is open
-        self.failed = False  # the last commit failed: the held answers are refused
+        self.failed: bytes | None = None  # the last commit failed: the held answers are refused with this
         self.undos: list[Callable[[], None]] = []
         self.held: list[tuple[object, bytes]] = []  # (transport, bytes) in the order written
         self.turns = self.decisions = 0  # counts, for the log and the tests
@@ -95,13 +117,14 @@ class GroupCommit:
         self.turns += 1
         try:
             self.db.execute("COMMIT")
-        except sqlite3.Error:
+        except sqlite3.Error as e:
             log.exception("committing %d decisions failed; they are undone and their answers refused", len(undos))
             with contextlib.suppress(sqlite3.Error):
                 self.db.execute("ROLLBACK")
             for undo in reversed(undos):
                 undo()
-            self.failed = True  # before ``open`` drops: an answer written meanwhile is held, then refused
+            # before ``open`` drops: an answer written meanwhile is held, then refused
+            self.failed = failure_answer(e, self.folder)
             self.open = False
             return False
         self.open = False  # only now may an answer leave without waiting for the flush
@@ -118,13 +141,13 @@ class GroupCommit:
         """At the start of the next turn: commit, then send what was held (or refuse it if the commit failed)."""
         with self.lock:
             self.commit()
-            failed, self.failed = self.failed, False
+            failed, self.failed = self.failed, None
             held, self.held = self.held, []
         for transport, data in held:
             if transport.is_closing():
                 continue
             if failed:
-                transport.write(UNAVAILABLE_ANSWER)
+                transport.write(failed)
                 transport.close()
             else:
                 transport.write(data)

@@ -37,7 +37,7 @@ from scheduler.service.reclaimer import Reclaimer
 from scheduler.service.specs import (  # noqa: F401  (DoesNotFit: a refusal of this interface)
     SPEC_FIELDS, DoesNotFit, check_fits, job_spec, outputs_of,
 )
-from scheduler.service import spec_job
+from scheduler.service import diskspace, spec_job
 from scheduler.service.store import Job, Slot, Store, is_id
 from scheduler.service.supervisor import jobs_on_ray, make_supervisor, read_log
 from scheduler.service.views import device_json, job_json, slot_json
@@ -86,6 +86,7 @@ class Service:
         self.db_path = self.state_dir / "service.sqlite"
         self._lock = threading.RLock()
         self.store = Store(self.state_dir)
+        self.disk = diskspace.StateDisk(self.state_dir)  # new work refused while it is nearly full (507)
         self._db = self.store.db
         self.admin_token = admin_token(self.state_dir, self._db)
         self.tokens = Tokens(self._db, self._lock)
@@ -140,7 +141,8 @@ class Service:
         """Grant a lease now, or queue the request. A retry with the same ``client_request_id`` gets the same slot.
 
         Only this request is placed: an arrival frees nothing, so nothing else in the queue can have become able to
-        start (see :meth:`Queue.schedule`); the decision is committed before it is answered."""
+        start (see :meth:`Queue.schedule`); the decision is committed before it is answered. Refused (507) while the
+        state disk is nearly full (:mod:`scheduler.service.diskspace`); a retry of a request already answered is not."""
         if not isinstance(req, dict):
             raise ServiceError("the request must be a JSON object")
         crid = req.get("client_request_id")
@@ -156,6 +158,13 @@ class Service:
                 sid = self.by_request.get((who.name, v["crid"]))  # live slots; an ended one's: the insert below
                 if sid:
                     return self.get_slot(sid, who)
+            try:
+                self.disk.check()
+            except diskspace.NoSpace:  # a retry of a request already answered is answered again
+                sid = self.store.slot_of_request(who.name, v["crid"]) if v["crid"] else None
+                if sid is None:
+                    raise
+                return self.get_slot(sid, who)
             s = Slot(slot_id="slot-" + uuid.uuid4().hex[:12], owner=who.name, state=SlotState.QUEUED,
                      gpu_memory_mib=v["mib"], cpus=v["cpus"], minutes=v["minutes"], priority=v["priority"],
                      label=v["label"], client_request_id=v["crid"], created=now, heartbeat_s=v["heartbeat_s"],
@@ -165,7 +174,7 @@ class Service:
                 self.by_request[(who.name, s.client_request_id)] = s.slot_id
             self.queue.arrive(s)
             try:
-                with self._transaction(undo=lambda: self._forget(s)):
+                with diskspace.storing(self.state_dir), self._transaction(undo=lambda: self._forget(s)):
                     self._schedule(now, only=s)
                     # stored once, as decided; what could not be read back is refused (and forgotten) here
                     self.store.insert_slot(s, dump(vars(s)))
@@ -228,12 +237,13 @@ class Service:
 
     def release(self, slot_id: str, who: Identity = ADMIN) -> dict:
         """Free the slot at once; its jobs are stopped. The queue is placed again only when this frees something
-        (a lease) or changes its head."""
+        (a lease) or changes its head. Never refused for space (:meth:`StateDisk.make_room`)."""
         now = time.time()
         with self._lock:
             s = self._owned(slot_id, who)
             order = self.queue.order
             again = s.state == SlotState.GRANTED or (order and order[0][1] == s.slot_id)
+            self.disk.make_room()  # never refused for space: that would leak the device
             with self._transaction():
                 self._end_slot(s, now, SlotState.RELEASED, "released")
                 if again:
@@ -281,7 +291,8 @@ class Service:
                    env: dict | None = None, who: Identity = ADMIN, **spec) -> dict:
         """Run ``argv`` (never through a shell), or ``spec["job"]``, a job in the plan's schema on ``spec["data"]`` (a
         folder or a built-in competition) with ``metric`` and ``seed``, whose memory must fit the slot; it waits
-        (PENDING) while the slot is queued."""
+        (PENDING) while the slot is queued. Refused (507) while the state disk is nearly full
+        (:mod:`scheduler.service.diskspace`)."""
         unknown = set(spec) - set(SPEC_FIELDS)
         if unknown:
             raise ServiceError(f"unknown field(s) {names(unknown)}; allowed: slot_id, argv, cwd, env, "
@@ -300,16 +311,22 @@ class Service:
             if spec is not None:
                 check_fits(spec, s.gpu_memory_mib)
             s.heartbeat = now
+            self.disk.check()
             jid = "job-" + uuid.uuid4().hex[:12]
             d = self.state_dir / "jobs" / jid
             j = Job(job_id=jid, slot_id=slot_id, owner=s.owner, argv=v["argv"], cwd=v["cwd"], env=v["env"],
                     state=JobState.PENDING, created=now, dir=str(d), spec=spec)
             dump(vars(j))
-            private_dir(self.state_dir / "jobs")
-            private_dir(d)
-            private_dir(d / "output")
-            self.jobs[jid] = j
-            self.store.save_job(j)
+            try:
+                with diskspace.storing(self.state_dir):
+                    private_dir(self.state_dir / "jobs")
+                    private_dir(d)
+                    private_dir(d / "output")
+                    self.jobs[jid] = j
+                    self.store.save_job(j)
+            except BaseException:
+                self.jobs.pop(jid, None)  # not stored: not a job
+                raise
             if s.state == SlotState.GRANTED:
                 self._start_job(j, s, now)
             return job_json(j)
@@ -326,6 +343,7 @@ class Service:
         with self._lock:
             j = self._lookup("jobs", job_id, who)
             if not j.state.terminal:
+                self.disk.make_room()
                 self.procs.stop(j, time.time(), "cancelled")
             return job_json(j)
 
@@ -412,6 +430,7 @@ class Service:
         now = time.time() if now is None else now
         lost = self.backend.lost_nodes()
         with self._lock:
+            self.disk.make_room()  # what ends here (leases past their time, jobs) is stored whatever the disk holds
             with self._transaction():
                 for s in list(self.slots.values()):
                     if s.state == SlotState.GRANTED and now >= s.deadline:

@@ -74,8 +74,8 @@ class Supervisor:
         """Start ``j`` in its granted slot (``grant``: ``spec_job.Grant``); its record is saved first, so a
         restarted service adopts the job with the record it was started with."""
         record = job_record(j, grant)
-        records.save_file(Path(j.dir) / FILE, record)
-        try:
+        try:  # a record that cannot be written (a full disk) fails this job, not the tick that started it
+            records.save_file(Path(j.dir) / FILE, record)
             h = self.executor.submit(record)
         except OSError as e:
             j.state, j.ended, j.reason = JobState.FAILED, now, f"cannot start: {e}"
