@@ -17,7 +17,8 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
     low, high = plan.band
     hwdesc = f"{dry.hardware.profile}: " + ", ".join(
         f"{n.name} ({len(n.devices)} GPU, {n.cpus} cores"
-        + (f", {format_mib(n.memory_mib)} RAM)" if n.memory_mib else ")") for n in dry.hardware.nodes
+        + (f", {format_mib(n.memory_mib)} RAM" + (f" ({n.memory_source})" if n.memory_source else "") + ")"
+           if n.memory_mib else ")") for n in dry.hardware.nodes
     )
     console.print(f"[bold]plan[/] {plan.name}   [bold]hardware[/] {hwdesc}")
     console.print(
@@ -68,7 +69,9 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
             c.add_row(a.job, str(a.wave), a.node, str(a.cpus))
         console.print(c)
 
-    h = Table(title="Host memory per node and wave", title_justify="left")
+    said = sorted({n.memory_source for n in dry.hardware.nodes if n.memory_source})  # which RAM figure packed
+    h = Table(title="Host memory per node and wave" + (f" (node RAM: {'; '.join(said)})" if said else ""),
+              title_justify="left")
     for col in ("wave", "node", "tasks", "RAM", "cores"):
         h.add_column(col, justify="right" if col in ("wave", "RAM", "cores") else "left")
     for row in dry.node_rows():

@@ -80,6 +80,9 @@ class Node:
     cpus: int
     devices: tuple[Device, ...] = ()
     memory_mib: int | None = None  # host RAM the node's tasks may hold (MiB); None: not known, not packed
+    # where memory_mib came from, in words the dry run prints ("cgroup limit", "this machine's RAM", "profile
+    # A10-24GB's typical", "given"); None: not said (a cluster's nodes, as Ray declares them)
+    memory_source: str | None = None
 
     def with_(self, **changes) -> "Node":
         return dataclasses.replace(self, **changes)
@@ -106,8 +109,8 @@ class Hardware:
         return {
             "profile": self.profile,
             "devices": [{"node": d.node, "index": d.index, "memory_mib": d.memory_mib} for d in self.devices],
-            "nodes": [{"node": n.name, "cpus": n.cpus, "gpus": len(n.devices), "memory_mib": n.memory_mib}
-                      for n in self.nodes],
+            "nodes": [{"node": n.name, "cpus": n.cpus, "gpus": len(n.devices), "memory_mib": n.memory_mib,
+                       "memory_source": n.memory_source} for n in self.nodes],
         }
 
 
@@ -149,13 +152,14 @@ def from_profile(name: str, gpus_per_node: int | None = None, nodes: int = 1, cp
                         f"GPUs; at most {MAX_DEVICES} in all")
     p = profile(m.group("name"))
     node_cpus = cpus if cpus is not None else p.cpus_per_gpu * gpus_per_node
-    node_ram = memory_mib if memory_mib is not None else p.ram_gib_per_gpu * 1024 * gpus_per_node
+    typical = p.ram_gib_per_gpu * 1024 * gpus_per_node
     node_names = [LOCAL_NODE] if nodes == 1 else [f"node{i}" for i in range(nodes)]
     built = tuple(
-        Node(n, node_cpus, tuple(Device(n, i, p.memory_mib, p.name) for i in range(gpus_per_node)), node_ram)
+        Node(n, node_cpus, tuple(Device(n, i, p.memory_mib, p.name) for i in range(gpus_per_node)), typical,
+             f"profile {p.name}'s typical")
         for n in node_names
     )
-    return Hardware(profile=p.name, nodes=built)
+    return with_host_ram(Hardware(profile=p.name, nodes=built), memory_mib)
 
 
 # --- NVML ---------------------------------------------------------------------------------------------------------
@@ -286,43 +290,72 @@ def detect(nvml=None) -> Hardware:
     prof = profile_for(readings[0].name)
     label = prof.name if prof and len(names) == 1 else " + ".join(sorted(names))
     devices = tuple(Device(LOCAL_NODE, r.index, r.memory_mib, r.name) for r in readings)
-    return Hardware(profile=label, nodes=(Node(LOCAL_NODE, os.cpu_count() or 1, devices, local_memory_mib()),),
-                    detected=True)
+    return with_host_ram(Hardware(profile=label, nodes=(Node(LOCAL_NODE, os.cpu_count() or 1, devices),),
+                                  detected=True), local=True)
 
 
 CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+LOCAL_RAM, CGROUP_LIMIT, GIVEN = "this machine's RAM", "cgroup limit", "given"
 
 
-def local_memory_mib(limits: tuple[str, ...] = CGROUP_LIMITS) -> int | None:
+def local_memory(limits: tuple[str, ...] | None = None) -> tuple[int | None, str]:
     """This machine's host RAM (psutil), or the container's limit when one is lower (cgroup v2 ``memory.max``, v1
-    ``memory.limit_in_bytes``): a 5 GiB container on a 64 GiB host OOM-kills at 5 GiB, so 5 GiB is what packs."""
+    ``memory.limit_in_bytes``; ``limits``: those files, read at the call so a test can point them elsewhere), with
+    which of the two it is: a 5 GiB container on a 64 GiB host OOM-kills at 5 GiB, so 5 GiB is what packs."""
     try:
         import psutil
 
         total = int(psutil.virtual_memory().total)
     except Exception:  # noqa: BLE001 -- psutil is Ray's dependency; without it, no RAM figure, nothing packed
-        return None
-    for path in limits:
+        return None, LOCAL_RAM
+    source = LOCAL_RAM
+    for path in CGROUP_LIMITS if limits is None else limits:
         try:
             text = open(path).read().strip()
         except OSError:
             continue
-        if text.isdigit():
-            total = min(total, int(text))
-    return total // (1024 * 1024)
+        if text.isdigit() and int(text) < total:
+            total, source = int(text), CGROUP_LIMIT
+    return total // (1024 * 1024), source
+
+
+def local_memory_mib(limits: tuple[str, ...] | None = None) -> int | None:
+    """``local_memory``'s figure alone."""
+    return local_memory(limits)[0]
+
+
+def with_host_ram(hardware: Hardware, given: int | None = None, local: bool = False) -> Hardware:
+    """Each node's host RAM, the rule written once: a figure the person gave (the plan's ``hardware.memory``) wins;
+    a plan that runs on this machine packs against what this machine gives the process (``local_memory``: the
+    cgroup limit, else the physical RAM), shared evenly by the nodes a local Ray stands up on it, since a profile's
+    typical 440 GiB packed on a 5 GiB container had folds OOM-killed; else the nodes keep their own figure (a
+    profile's typical, or what a cluster's nodes declared to Ray)."""
+    if given is not None:
+        mib, source = given, GIVEN
+    elif local:
+        mib, source = local_memory()
+        if mib is not None and len(hardware.nodes) > 1:
+            mib, source = mib // len(hardware.nodes), f"{source}, shared by {len(hardware.nodes)} nodes"
+    else:
+        return hardware
+    if mib is None:
+        return hardware
+    return dataclasses.replace(hardware, nodes=tuple(n.with_(memory_mib=mib, memory_source=source)
+                                                     for n in hardware.nodes))
 
 
 def resolve(spec: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: int | None = None, nvml=None,
-            memory_mib: int | None = None) -> Hardware:
-    """``auto`` detects through NVML; anything else is a profile name. ``memory_mib``: each node's host RAM, in
-    place of what was detected or the profile's."""
+            memory_mib: int | None = None, *, local: bool = False) -> Hardware:
+    """``auto`` detects through NVML; anything else is a profile name. Host RAM per node (``with_host_ram``):
+    ``memory_mib`` when given, else this machine's when the plan runs here (``local``, or ``auto``, which is this
+    machine by definition), else the profile's typical figure."""
     if spec.strip().lower() == "auto":
         hw = detect(nvml)
-        if cpus is not None or memory_mib is not None:
-            hw = Hardware(hw.profile, tuple(n.with_(cpus=n.cpus if cpus is None else cpus,
-                                                    memory_mib=memory_mib or n.memory_mib) for n in hw.nodes), True)
-        return hw
-    return from_profile(spec, gpus_per_node=gpus_per_node, nodes=nodes, cpus=cpus, memory_mib=memory_mib)
+        if cpus is not None:
+            hw = dataclasses.replace(hw, nodes=tuple(n.with_(cpus=cpus) for n in hw.nodes))
+    else:
+        hw = from_profile(spec, gpus_per_node=gpus_per_node, nodes=nodes, cpus=cpus)
+    return with_host_ram(hw, memory_mib, local=local)
 
 
 # --- a job's share of the card that is really there ----------------------------------------------------------------

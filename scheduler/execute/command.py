@@ -127,9 +127,11 @@ def run(spec: CommandJob, comp: Competition, ctx: JobContext) -> JobOutput:
     ctx.report("sample", {"wall_s": round(elapsed, 3), "final": True, "job_end": True})
     if stopped:
         out.notes.append(f"stopped after {elapsed:.0f} s (exit status {code}); reading whatever outputs were written")
-    elif code != 0:
-        raise RuntimeError(f"job '{spec.name}': {' '.join(spec.command)} exited with status {code}; last lines of "
-                           f"{handle.folder / local.LOG}:\n" + "\n".join(local.log_tail(handle.folder)))
+    elif code != 0:  # killed for host RAM: that reason first, the line a failed state keeps (``api.short``)
+        oom = handle.host_ram_reason()
+        raise RuntimeError((f"{oom}\n" if oom else "") + f"job '{spec.name}': {' '.join(spec.command)} exited with "
+                           f"status {code}; last lines of {handle.folder / local.LOG}:\n"
+                           + "\n".join(local.log_tail(handle.folder)))
     folds.end(stopped)
     out.throughput = {"seconds": round(elapsed, 3)}
     return out

@@ -36,6 +36,7 @@ from scheduler.core.proctree import ProcessTree
 from scheduler.execute.api import Executor, FailedJob, Handle
 from scheduler.execute.channel import PREFIX, parse
 from scheduler.execute.launch import ENV, LaunchRecord, dumps
+from scheduler.execute import oomsign
 
 WRAPPER = r"""
 import os, signal, subprocess, sys
@@ -295,6 +296,7 @@ class LocalHandle(Handle):
         self.log_limit = log_limit  # None: every line of its log is an event (a spec's child), else only GPUPACK lines
         self._log = LogEvents(folder / LOG, plain=log_limit is None)
         self._sampler = ProcessTree()  # its processes, measured from outside (core.proctree: the one sampler)
+        self._oom_kills = oomsign.oom_kills()  # the cgroup's OOM kills so far: a SIGKILL past them was for RAM
 
     @property
     def _events(self) -> list[dict]:
@@ -392,7 +394,11 @@ class LocalHandle(Handle):
         if code in (0, NO_FOLD) and (self.folder / RESULT).is_file():
             with open(self.folder / RESULT, "rb") as f:
                 return pickle.load(f)
-        raise FailedJob(failure_reason(self.folder, code), exit_code=code)
+        raise FailedJob(self.host_ram_reason() or failure_reason(self.folder, code), exit_code=code)
+
+    def host_ram_reason(self) -> str | None:
+        """Once it ended: the reason of a process the kernel's OOM killer ended (``oomsign``), else None."""
+        return oomsign.kernel_killed(self.exit_code, self._oom_kills)
 
 
 def last_metrics(path: Path) -> dict | None:

@@ -35,6 +35,7 @@ from scheduler.execute.api import Executor, FailedJob, Handle, short
 from scheduler.execute.channel import Buffer
 from scheduler.execute.launch import LaunchRecord
 from scheduler.execute.resources import memory_resource, node_resource
+from scheduler.policy.runmessages import HOST_RAM_LOST, lost_to_host_ram
 
 LONG_POLL_S = 1.0
 FIRST_POLL_S = 2.0  # how long ``run`` waits for the first poll before it starts the job regardless
@@ -223,12 +224,15 @@ def killed_for_ram(error: BaseException, host_mib: int | None, in_use=_memory_in
     died"."""
     text = str(error)
     packed = f"; it was packed with {host_mib:,} MiB of host RAM" if host_mib else ""
+    said = next((ln.strip() for ln in text.splitlines() if lost_to_host_ram(ln)), None)
+    if said:  # the job's own process saw the kernel's OOM killer end its child (``oomsign``): that reason stands
+        return f"{said}{packed}"
     if isinstance(error, ray.exceptions.OutOfMemoryError) or OOM_SIGNS.search(text):
-        return f"killed for host RAM: Ray's memory monitor ended it, its node out of memory{packed}"
+        return f"{HOST_RAM_LOST}: Ray's memory monitor ended it, its node out of memory{packed}"
     if KILLED.search(text):
         used = in_use()
         if used is not None and used >= NEAR_FULL:
-            return f"killed for host RAM: its process was killed (-9) with the node's RAM {used:.0%} in use{packed}"
+            return f"{HOST_RAM_LOST}: its process was killed (-9) with the node's RAM {used:.0%} in use{packed}"
     return None
 
 

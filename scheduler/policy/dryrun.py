@@ -115,6 +115,7 @@ class DryRun:
                     continue
                 used = sum(a.host_memory_mib for a in mine)
                 rows.append({"wave": wave, "node": node.name, "host_memory_mib": node.memory_mib,
+                             "host_memory_source": node.memory_source,
                              "host_used_mib": used, "cpus": node.cpus, "cpus_used": sum(a.cpus for a in mine),
                              "tasks": [a.job for a in mine],
                              "host_room_mib": None if node.memory_mib is None else node.memory_mib - used})
@@ -290,11 +291,13 @@ def _fitted_job(job, fitted):
     return job.model_copy(update=change) if change else job
 
 
-def resolve_hardware(plan: Plan, override: str | None = None) -> hw.Hardware:
-    """The plan's hardware, or ``override`` (``--hardware``) in its place; counts in the plan still apply."""
+def resolve_hardware(plan: Plan, override: str | None = None, *, local: bool = False) -> hw.Hardware:
+    """The plan's hardware, or ``override`` (``--hardware``) in its place; counts in the plan still apply. ``local``:
+    the plan runs on this machine, so its nodes' host RAM is what this machine gives (``hw.with_host_ram``), not the
+    profile's typical figure."""
     spec = plan.hardware
     return hw.resolve(override or spec.profile, gpus_per_node=spec.gpus_per_node, nodes=spec.nodes, cpus=spec.cpus,
-                      memory_mib=spec.memory)
+                      memory_mib=spec.memory, local=local)
 
 
 def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None) -> list[FitJob]:

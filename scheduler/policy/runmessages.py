@@ -44,10 +44,21 @@ class JobFinished:
     now: float
 
 
+# A failure reason that starts with this names a task killed for host RAM (the kernel's OOM killer, Ray's memory
+# monitor): the executors write it (``execute.oomsign``, ``execute.ray_actor.killed_for_ram``), the run's view counts
+# the folds so lost (``store.runview``) and ``submit`` says so in its last line and exit status.
+HOST_RAM_LOST = "killed for host RAM"
+
+
+def lost_to_host_ram(error: str | None) -> bool:
+    """Whether a failure reason (``JobFailed.error``, a FAILED state's ``error``) is a task killed for host RAM."""
+    return bool(error) and str(error).lstrip().startswith(HOST_RAM_LOST)
+
+
 @dataclass(frozen=True)
 class JobFailed:
     job: str
-    error: str  # its last line, for the record
+    error: str  # its last line, for the record (``HOST_RAM_LOST`` first: killed for host RAM)
     now: float
     cluster: "Cluster | None" = None  # None: nothing was lost (one machine)
     detail: str = ""  # the whole error, for the job's log

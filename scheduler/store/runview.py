@@ -24,7 +24,9 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from scheduler.core.states import JobState, RunStatus
+from scheduler.core.units import format_mib
 from scheduler.policy import timerecord
+from scheduler.policy.runmessages import lost_to_host_ram
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "run.schema.json"
 
@@ -69,6 +71,10 @@ class TaskView(BaseModel):
     progress: dict[str, Any] = Field(default_factory=dict, description="live figures (folds 0-based, as events)")
     updated: float | None = None
     time: TaskTime | None = Field(None, description="status/top: predicted against actual, figure by figure")
+    error: str | None = Field(None, description="status/top: a FAILED task's failure reason (its last attempt's)")
+    lost_to: Literal["host_memory"] | None = Field(
+        None, description="status/top: 'host_memory' when the task failed killed for host RAM (the kernel's OOM "
+                          "killer, Ray's memory monitor)")
 
 
 class TaskOutcome(BaseModel):
@@ -99,6 +105,19 @@ class JobOutcome(BaseModel):
     cut: list[str] = Field(default_factory=list, description="the budget's cuts, each naming its task")
 
 
+class HostMemoryLoss(BaseModel):
+    """Folds a run lost to host memory: its tasks killed for RAM, the folds they did not finish, and the node RAM
+    the packer counted (and where that figure came from), so the person sees the packing was short of RAM."""
+
+    tasks: list[str] = Field(description="the FAILED tasks killed for host RAM")
+    folds_lost: int = Field(description="their folds that did not finish")
+    folds: int = Field(description="the folds the run's tasks were to train")
+    node_ram_mib: int | None = Field(None, description="the host RAM the packer counted on their node")
+    node_ram_source: str | None = Field(None, description="where that figure came from: 'cgroup limit', "
+                                                          "\"this machine's RAM\", a profile's typical, 'given'")
+    text: str = Field(description="the line submit ends with")
+
+
 class Outcome(BaseModel):
     """What an ended run produced: the blend's score, the submission (absolute path) and where it came from."""
 
@@ -111,6 +130,7 @@ class Outcome(BaseModel):
     submission_source: Source | None = None
     submission_source_text: str | None = None
     jobs: list[JobOutcome] = Field(default_factory=list)
+    host_memory_lost: HostMemoryLoss | None = Field(None, description="null: no task was killed for host RAM")
 
 
 class RunView(BaseModel):
@@ -160,7 +180,42 @@ def outcome(record) -> Outcome | None:
                    held_out_score=blend.get("held_out_score"),
                    submission=absolute(path) if path.is_file() else None, submission_source=source,
                    submission_source_text=SOURCES.get(source),
-                   jobs=job_outcomes(record, blend.get("weights") or {}, blend.get("job_rows") or {}))
+                   jobs=job_outcomes(record, blend.get("weights") or {}, blend.get("job_rows") or {}),
+                   host_memory_lost=host_memory_loss(record))
+
+
+def failure_reasons(record) -> dict[str, str]:
+    """Per task that is FAILED now: the reason its last FAILED state event gives (the rows keep no reason)."""
+    failed = {r["name"] for r in record.jobs() if r["state"] == JobState.FAILED.value}
+    return {e["job"]: str(e.get("error") or "") for e in record.events()
+            if e.get("event") == "state" and e.get("new") == JobState.FAILED.value and e.get("job") in failed}
+
+
+def host_memory_loss(record) -> HostMemoryLoss | None:
+    """The run's tasks killed for host RAM and the folds they lost (``runmessages.HOST_RAM_LOST``), with the node
+    RAM its packing counted (``placement.json``); None when none was. Without it such a run read "finished", exit 0,
+    with 2 of 8 folds quietly missing."""
+    rows, reasons = record.jobs(), failure_reasons(record)
+    lost = [r for r in rows if lost_to_host_ram(reasons.get(r["name"]))]
+    if not lost:
+        return None
+
+    def folds(r) -> int:
+        return int((r.get("progress") or {}).get("folds") or 0)
+
+    gone = sum(max(0, folds(r) - int((r.get("progress") or {}).get("folds_done") or 0)) for r in lost)
+    total = sum(folds(r) for r in rows)
+    try:
+        nodes = json.loads((record.dir / "placement.json").read_text())["hardware"]["nodes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        nodes = []
+    node = next((n for n in nodes if n.get("node") == lost[0]["node"]), {})
+    ram, source = node.get("memory_mib"), node.get("memory_source")
+    what = f"{gone} of {total} folds" if total else f"{len(lost)} of {len(rows)} tasks"
+    where = f" (node RAM {format_mib(ram)}{f', {source}' if source else ''})" if ram else ""
+    return HostMemoryLoss(tasks=[r["name"] for r in lost], folds_lost=gone, folds=total, node_ram_mib=ram,
+                          node_ram_source=source,
+                          text=f"{what} lost to host memory{where}: lower batch/workers or set resources.memory")
 
 
 def job_outcomes(record, weights: dict[str, float], job_rows: dict[str, int]) -> list[JobOutcome]:
@@ -206,10 +261,17 @@ def job_state(states: list[str]) -> str:
 
 
 def task_rows(record) -> list[dict]:
-    """The record's task rows, each with the job it belongs to."""
+    """The record's task rows, each with the job it belongs to; a FAILED one with its reason, and ``lost_to``
+    ``host_memory`` when it was killed for host RAM."""
     from scheduler.policy.tasks import job_of
 
-    return [{**r, "job": job_of(r["name"])} for r in record.jobs()]
+    reasons = failure_reasons(record)
+    rows = [{**r, "job": job_of(r["name"])} for r in record.jobs()]
+    for r in rows:
+        if r["name"] in reasons:
+            r["error"] = reasons[r["name"]]
+            r["lost_to"] = "host_memory" if lost_to_host_ram(r["error"]) else None
+    return rows
 
 
 def run_view(record, info: dict, *, with_rows: bool = True, **extra: Any) -> dict:

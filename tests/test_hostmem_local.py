@@ -1,0 +1,121 @@
+"""Host memory is counted against the machine the plan runs on, not the profile's typical figure (issue 43: on a node
+with a 5 GiB cgroup limit the packer counted tasks against the A10-24GB profile's 440 GiB, 2 of 8 folds were killed
+for RAM and the run exited 0). Through the path a user takes: ``submit PLAN --dry-run --json`` and a real ``submit``
+of a plan (in-process), with the cgroup's files pointed at files of the test's."""
+
+import json
+import signal
+import sys
+
+import pytest
+
+from conftest import FAKE_TRAIN, ROOT
+from scheduler.core import hardware as hw
+
+GIB = 2**30
+
+
+@pytest.fixture
+def cgroup(tmp_path, monkeypatch):
+    """A container of 5 GiB: its ``memory.max`` and its ``memory.events`` (the OOM killer's count, 0 so far)."""
+    limit, events = tmp_path / "memory.max", tmp_path / "memory.events"
+    limit.write_text(f"{5 * GIB}\n")
+    events.write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    monkeypatch.setattr(hw, "CGROUP_LIMITS", (str(limit),))
+    monkeypatch.setattr("scheduler.execute.oomsign.CGROUP_EVENTS", (str(events),))
+    return events
+
+
+def _dry_run(run_cli, *extra):
+    code, out, err = run_cli("submit", "plans/option1.yaml", "--hardware", "A10-24GB", "--dry-run", "--json", *extra)
+    assert code == 0, err[-2000:]
+    return json.loads(out)
+
+
+def test_a_local_dry_run_packs_against_the_cgroup_limit_and_a_cluster_keeps_its_nodes_figure(
+        cgroup, run_cli, monkeypatch):
+    local = _dry_run(run_cli)
+    assert local["hardware"]["nodes"] == [{"node": "local", "cpus": 36, "gpus": 1, "memory_mib": 5120,
+                                           "memory_source": "cgroup limit"}]
+    for row in local["nodes"]:  # each wave's tasks within the 5 GiB, and the figure's source said beside it
+        assert row["host_memory_mib"] == 5120 and row["host_memory_source"] == "cgroup limit"
+        assert row["host_used_mib"] <= 5120
+    tasks = {t["task"] for t in local["tasks"]}
+    assert "resnet50" in tasks and not any(t.startswith("resnet50/") for t in tasks)  # no room for lanes
+
+    # on a cluster (--address) the nodes are what they declared to Ray: here the profile's 440 GiB
+    from scheduler.runtime import cluster
+
+    monkeypatch.setattr(cluster, "connect", lambda address: None)
+    monkeypatch.setattr(cluster, "cluster_hardware", lambda: hw.from_profile("A10-24GB"))
+    joined = _dry_run(run_cli, "--address", "127.0.0.1:6379")
+    assert joined["hardware"]["nodes"][0]["memory_mib"] == 440 * 1024
+    assert joined["hardware"]["nodes"][0]["memory_source"] == "profile A10-24GB's typical"
+    lanes = {t["task"] for t in joined["tasks"] if t["job"] == "resnet50"}
+    assert len(lanes) > 1  # with 440 GiB, resnet50's folds run side by side: the 5 GiB decided otherwise
+
+
+def test_the_text_dry_run_names_the_ram_figure_and_a_plans_own_figure_wins(cgroup, run_cli, tmp_path):
+    code, out, err = run_cli("submit", "plans/option1.yaml", "--hardware", "A10-24GB", "--dry-run")
+    assert code == 0, err[-2000:]
+    assert "5.0 GiB RAM (cgroup limit)" in out and "node RAM: cgroup limit" in out
+    plan = tmp_path / "given.yaml"
+    plan.write_text((ROOT / "plans" / "option1.yaml").read_text().replace(
+        "hardware: A100-40GB", "hardware: {profile: A100-40GB, memory: 3GB}"))
+    code, out, err = run_cli("submit", plan, "--dry-run", "--json")
+    assert code == 0, err[-2000:]
+    assert json.loads(out)["hardware"]["nodes"][0] == {"node": "local", "cpus": 30, "gpus": 1, "memory_mib": 3072,
+                                                       "memory_source": "given"}
+
+
+# a command job the kernel's OOM killer ends: the count in memory.events grows by one, then SIGKILL (as the kernel
+# does); its process leaves no other trace
+OOM_KILLED = ("import os, pathlib, signal, sys\n"
+              "p = pathlib.Path(sys.argv[1])\n"
+              "p.write_text(p.read_text().replace('oom_kill 0', 'oom_kill 1').replace('oom 0', 'oom 1'))\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+
+
+def _job(name, command):
+    return {"name": name, "kind": "command", "command": command, "folds": 2, "retries": 0, "cwd": str(ROOT),
+            "resources": {"cpus": 1, "gpu_memory": "4GB", "memory": "1GB"}}
+
+
+def test_a_run_that_loses_folds_to_host_memory_says_so_in_its_last_line_status_and_exit(
+        cgroup, run_cli, tmp_path, digits_dir, monkeypatch):
+    monkeypatch.setenv("GPUPACK_CACHE_DIR", str(tmp_path / "cache"))
+    plan, run_dir = tmp_path / "plan.yaml", tmp_path / "run"
+    plan.write_text(json.dumps({"name": "oom", "hardware": {"profile": "A10-24GB", "cpus": 4}, "budget": "10m",
+                                "jobs": [_job("fine", [sys.executable, FAKE_TRAIN]),
+                                         _job("hog", [sys.executable, "-c", OOM_KILLED, str(cgroup)])]}))
+    code, out, err = run_cli("submit", plan, "--data", digits_dir, "--run-dir", run_dir, "--in-process",
+                             "--no-dashboard", "--json")
+    last = err.strip().splitlines()[-1]
+    assert last == ("2 of 4 folds lost to host memory (node RAM 5.0 GiB, cgroup limit): lower batch/workers or set "
+                    "resources.memory"), err[-3000:]
+    assert code == 3  # README's table: finished, but folds lost to host memory
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "finished" and summary["outcome"]["host_memory_lost"]["folds_lost"] == 2
+
+    code, out, err = run_cli("status", run_dir, "--json")
+    assert code == 0, err
+    view = json.loads(out)
+    lost = view["outcome"]["host_memory_lost"]
+    assert (lost["tasks"], lost["folds_lost"], lost["folds"]) == (["hog"], 2, 4)
+    assert (lost["node_ram_mib"], lost["node_ram_source"]) == (5120, "cgroup limit")
+    rows = {r["name"]: r for r in view["tasks"]}
+    assert rows["hog"]["state"] == "FAILED" and rows["hog"]["lost_to"] == "host_memory"
+    assert rows["hog"]["error"].startswith("killed for host RAM: the kernel's OOM killer")
+    assert rows["fine"]["state"] == "SUCCEEDED" and rows["fine"].get("lost_to") is None
+
+
+def test_a_sigkill_the_oom_killer_did_not_count_is_not_host_memory(cgroup, tmp_path):
+    """The sign is the count, not the signal alone: a process killed by a person (kill -9) is no RAM loss."""
+    from scheduler.execute import oomsign
+
+    assert oomsign.kernel_killed(-signal.SIGKILL, oomsign.oom_kills()) is None
+    before = oomsign.oom_kills()
+    cgroup.write_text(cgroup.read_text().replace("oom_kill 0", "oom_kill 1"))
+    assert oomsign.kernel_killed(-9, before).startswith("killed for host RAM")
+    assert oomsign.kernel_killed(137, before).startswith("killed for host RAM")
+    assert oomsign.kernel_killed(1, before) is None and oomsign.kernel_killed(-9, None) is None
