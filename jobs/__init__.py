@@ -11,23 +11,23 @@ from __future__ import annotations
 import importlib
 import time
 
+from jobs import kinds
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
+from scheduler.core import kinds as registry
 
-_MODULES = {"timm": "jobs.timm_job", "lightgbm": "jobs.lightgbm_job"}
+kinds.register_all()  # every process that imports a job kind's code knows them all (scheduler/__init__ does too)
 
 __all__ = ["FoldOutput", "JobContext", "JobOutput", "Stopped", "run_job"]
 
 
 def run_job(spec, comp, ctx: JobContext) -> JobOutput:
-    if spec.kind == "command":
-        raise ValueError(f"job '{spec.name}': a command's script is a process; it runs through the executor "
-                         f"(scheduler.execute.command.run), not in the job's process")
-    try:
-        module = _MODULES[spec.kind]
-    except KeyError:
-        allowed = ", ".join([*_MODULES, "command"])
-        raise ValueError(f"job '{spec.name}': unknown kind {spec.kind!r}; allowed: {allowed}") from None
+    """Run a job of a kind trained in this process (its descriptor's ``run``: ``module:function``)."""
+    kind = registry.of(spec)
+    if kind.run is None:
+        raise ValueError(f"job '{spec.name}': a {kind.name} job is a process of its own; it runs through the "
+                         f"executor (scheduler.execute.command.run), not in the job's process")
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     if ctx.started_at is None:  # the kind's imports (torch and timm: seconds) are the job's set-up
         ctx.started_at = time.perf_counter()
-    return importlib.import_module(module).run(spec, comp, ctx)
+    module, function = kind.run.split(":")
+    return getattr(importlib.import_module(module), function)(spec, comp, ctx)

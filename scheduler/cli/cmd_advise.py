@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from scheduler.core import kinds
 from scheduler.core.errors import UserError
 
 
@@ -93,8 +94,8 @@ def show(advised, console: Console) -> None:
     for col in ("job", "model", "px", "batch", "folds×epochs", "memory", "img/s alone", "time alone", "time in wave"):
         t.add_column(col, justify="left" if col in ("job", "model") else "right")
     for j in a.jobs:
-        if j["kind"] == "lightgbm":
-            t.add_row(j["name"], "LightGBM", "—", "—", f"{j['folds']}", f"{j['cpus']} cores", "—", "—",
+        if kinds.get(j["kind"]).gpu == "none":  # a table kind on cores: no model, batch or images
+            t.add_row(j["name"], j["kind"], "—", "—", f"{j['folds']}", f"{j['cpus']} cores", "—", "—",
                       format_duration(j["seconds"]))
             continue
         t.add_row(j["name"], j["model"], str(j["image_size"]), str(j["batch_size"]), f"{j['folds']}×{j['epochs']}",

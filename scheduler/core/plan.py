@@ -10,18 +10,18 @@ from __future__ import annotations
 import difflib
 import functools
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
+from scheduler.core import kinds
 from scheduler.core.errors import UserError
 from scheduler.core.hardware import from_profile
 from scheduler.core.units import parse_duration_s, parse_size_mib
 
 METRICS = ("accuracy", "log_loss", "auc", "f1_macro", "qwk", "rmse", "mae")
 ENSEMBLE_METHODS = ("mean", "weighted", "rank", "hill_climb", "stack")
-KINDS = ("timm", "lightgbm", "command")
 MAX_JOBS = 256
 MAX_PLAN_BYTES = 1024 * 1024  # a plan is a page of YAML; this is a thousand of them
 MAX_DEPTH = 32  # nesting of mappings and lists, aliases expanded (a plan's own is under 8)
@@ -65,7 +65,9 @@ class Resources(_Strict):
         return self
 
 
-class _JobBase(_Strict):
+class JobBase(_Strict):
+    """What every kind's job has; a kind's own model (``core.kinds.Kind.spec``) adds its ``kind:`` tag and fields."""
+
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
     resources: Resources = Resources()
     folds: int = Field(default=5, ge=1, le=50)
@@ -81,7 +83,7 @@ class _JobBase(_Strict):
         return False
 
 
-class TimmJob(_JobBase):
+class TimmJob(JobBase):
     kind: Literal["timm"]
 
     @model_validator(mode="after")
@@ -147,7 +149,7 @@ class TimmJob(_JobBase):
         return self.resources.gpu_memory is None
 
 
-class LightGBMJob(_JobBase):
+class LightGBMJob(JobBase):
     kind: Literal["lightgbm"]
     num_boost_round: int = Field(default=2000, ge=1)
     early_stopping_rounds: int = Field(default=100, ge=1)
@@ -159,7 +161,7 @@ class LightGBMJob(_JobBase):
         return self
 
 
-class CommandJob(_JobBase):
+class CommandJob(JobBase):
     kind: Literal["command"]
     command: list[str] = Field(min_length=1)
     model: str | None = None  # a timm model, so gpupack can estimate the memory a command's training needs
@@ -184,8 +186,11 @@ class CommandJob(_JobBase):
         return v
 
 
-JobSpec = Annotated[Union[TimmJob, LightGBMJob, CommandJob], Field(discriminator="kind")]
-_JOB_MODELS = {"timm": TimmJob, "lightgbm": LightGBMJob, "command": CommandJob}
+JobSpec = JobBase  # a job of any kind: its kind's own model (``core.kinds``), validated by the registry
+
+
+def _model(kind: str) -> type[BaseModel]:
+    return kinds.get(kind).spec
 
 
 class HardwareSpec(_Strict):
@@ -224,13 +229,22 @@ class Plan(_Strict):
     metric: Literal["accuracy", "log_loss", "auc", "f1_macro", "qwk", "rmse", "mae"] = "accuracy"
     data: str | None = None
     seed: int = Field(default=42, ge=0, lt=2**31)  # numpy, scikit-learn and LightGBM take 32-bit seeds
-    jobs: list[JobSpec] = Field(min_length=1, max_length=MAX_JOBS)
+    jobs: list[SerializeAsAny[JobBase]] = Field(min_length=1, max_length=MAX_JOBS)
     ensemble: EnsembleSpec = EnsembleSpec()
 
     @field_validator("hardware", mode="before")
     @classmethod
     def _hardware(cls, v: Any) -> Any:
         return {"profile": v} if isinstance(v, str) else v
+
+    @field_validator("jobs", mode="before")
+    @classmethod
+    def _jobs(cls, v: Any) -> Any:
+        """Each job by its kind's own model (the registry's); ``from_dict`` validates them one by one first, so
+        that an error names its job."""
+        if not isinstance(v, list):
+            return v
+        return [_model(j.get("kind")).model_validate(j) if isinstance(j, dict) else j for j in v]
 
     @field_validator("budget", mode="before")
     @classmethod
@@ -410,8 +424,14 @@ def from_dict(raw: Any, source: str = "<plan>") -> Plan:
         raise UserError(f"{source}: jobs: must be a non-empty list of jobs")
     for i, job in enumerate(jobs):
         _check_job(job, i, source)
+    built = []
+    for i, job in enumerate(jobs):  # each by its kind's model, so that an error names its job
+        try:
+            built.append(_model(job["kind"]).model_validate(job))
+        except ValidationError as e:
+            raise UserError(_explain(e, raw, source, ("jobs", i))) from None
     try:
-        return Plan.model_validate(raw)
+        return Plan.model_validate({**raw, "jobs": built})
     except ValidationError as e:
         raise UserError(_explain(e, raw, source)) from None
 
@@ -426,11 +446,12 @@ def _check_job(job: Any, i: int, source: str) -> None:
     if not isinstance(job, dict):
         raise UserError(f"{source}: {label}: a job must be a mapping with at least name and kind")
     kind = job.get("kind")
-    if kind not in _JOB_MODELS:
-        near = difflib.get_close_matches(str(kind), KINDS, n=1)
+    known = kinds.names()
+    if kind not in known:
+        near = difflib.get_close_matches(str(kind), known, n=1)
         hint = f" (did you mean {near[0]}?)" if near else ""
-        raise UserError(f"{source}: {label}.kind: unknown kind {kind!r}{hint}; allowed: {', '.join(KINDS)}")
-    model = _JOB_MODELS[kind]
+        raise UserError(f"{source}: {label}.kind: unknown kind {kind!r}{hint}; allowed: {', '.join(known)}")
+    model = _model(kind)
     _check_keys(job, model, source, label)
     if isinstance(job.get("resources"), dict):
         _check_keys(job["resources"], Resources, source, f"{label}.resources")
@@ -447,10 +468,11 @@ def _check_keys(raw: dict, model: type[BaseModel], source: str, where: str) -> N
         raise UserError(f"{source}: {prefix}{key}: unknown key{hint}; allowed: {', '.join(allowed)}")
 
 
-def _explain(e: ValidationError, raw: dict, source: str) -> str:
-    """The first error of a pydantic failure as 'file: jobs[1] (b4).batch_size: what is wrong'."""
+def _explain(e: ValidationError, raw: dict, source: str, prefix: tuple = ()) -> str:
+    """The first error of a pydantic failure as 'file: jobs[1] (b4).batch_size: what is wrong' (``prefix``: where in
+    ``raw`` the failed model sits, e.g. ``("jobs", 1)`` for a job validated alone)."""
     err = e.errors()[0]
-    loc = list(err["loc"])
+    loc = [*prefix, *err["loc"]]
     parts: list[str] = []
     node: Any = raw
     i = 0
@@ -462,8 +484,6 @@ def _explain(e: ValidationError, raw: dict, source: str) -> str:
             parts.append(_job_label(idx, job))
             node = job
             i += 2
-            if i < len(loc) and loc[i] in KINDS:  # the discriminator's tag
-                i += 1
             continue
         if isinstance(key, int):
             parts[-1] = f"{parts[-1]}[{key}]" if parts else f"[{key}]"
@@ -499,8 +519,8 @@ def job_from_dict(raw: Any, source: str = "job") -> JobSpec:
     try:
         _check_job(raw, 0, source)
         try:
-            return _JOB_MODELS[raw["kind"]].model_validate(raw)
+            return _model(raw["kind"]).model_validate(raw)
         except ValidationError as e:
-            raise UserError(_explain(e, {"jobs": [raw]}, source)) from None
+            raise UserError(_explain(e, {"jobs": [raw]}, source, ("jobs", 0))) from None
     except UserError as e:
         raise UserError(str(e).replace(f"{source}: {_job_label(0, raw)}", source, 1)) from None

@@ -20,12 +20,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from scheduler.core import kinds
 from scheduler.core.memcap import Cap, memory_cap
 from scheduler.execute.channel import LoggerTap
 from scheduler.execute.launch import LaunchRecord
-
-
-TORCH_KINDS = frozenset({"timm"})  # the kinds that train with torch in the job's own process
 
 
 def card_in_process(torch_job: bool, plan_card_mib: int | None) -> tuple[int | None, str | None]:
@@ -87,7 +85,7 @@ def nvml_sees_gpu() -> bool:
 
 def sees_cuda(kind: str, threads: int) -> bool:
     """Whether the job will train on CUDA; a LightGBM or command job never loads torch to find out."""
-    if kind == "timm":
+    if kinds.get(kind).torch:
         import torch
 
         torch.set_num_threads(threads)
@@ -120,7 +118,7 @@ def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: 
     data_dir = Path(record.data_dir)
     if record.builtin and not (data_dir / "train.csv").is_file():
         shelf.write(record.builtin, data_dir)  # a node of a cluster without the built-in one yet
-    torch_job = record.kind in TORCH_KINDS
+    torch_job = kinds.get(record.kind).torch  # it trains with torch in this process
     cap = None if record.devices else process_cap(record.gpu_memory_mib, record.card_mib, cuda, torch_job)
     if cap is not None and cuda and torch_job:
         hold_to(cap)
@@ -135,7 +133,7 @@ def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: 
                            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}"})
     with LoggerTap(report):
         comp = load_competition(data_dir, record.metric)
-        if record.kind == "command":  # a script: a process of the one process backend, run from here
+        if kinds.get(record.kind).script:  # a script: a process of the one process backend, run from here
             from scheduler.execute import command
 
             ctx.started_at = ctx.started_at or time.perf_counter()

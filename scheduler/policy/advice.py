@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from scheduler.core import kinds
 from scheduler.core.walltime import LABELS, largest_loss
 from scheduler.policy.autotune import advice as memory_advice
 
@@ -54,7 +55,7 @@ def advise(kind: str, seen: Observed) -> list[str]:
     train_samples_per_s, wall_samples_per_s = seen.train_samples_per_s, seen.wall_samples_per_s
     mem = memory_advice(used_mib, share_mib, params)
     if mem:
-        out.append(mem + (" (gpupack grows this job's batch itself)" if kind == "timm" else ""))
+        out.append(mem + (" (gpupack grows this job's batch itself)" if kinds.get(kind).batch else ""))
     if data_wait_share is not None and data_wait_share >= INPUT_BOUND_SHARE:
         out.append(f"input-bound: {data_wait_share:.0%} of the time waits for the next batch; give the job more "
                    "cores (DataLoader workers) or a larger prefetch")

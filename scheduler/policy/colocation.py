@@ -27,6 +27,7 @@ import statistics
 from pathlib import Path
 from typing import Callable
 
+from scheduler.core import kinds
 from scheduler.core.hardware import card_name
 from scheduler.policy import packgain, timemodel
 from scheduler.policy.timemodel import Part, Speed
@@ -161,7 +162,7 @@ def modelled_epoch_s(plan, assignments, *, card: str, rows: int, test_rows: int,
     speeds: dict[str, Speed] = {}
     for a in assignments:
         job = plan.job(job_of(a.job))
-        if job.kind == "timm" and isinstance(job.batch_size, int):
+        if kinds.of(job).time_model == "images" and isinstance(job.batch_size, int):
             sp = speed(job.model, job.image_size, job.batch_size, card)
             if sp is not None:
                 speeds[a.job] = sp

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from scheduler.core import kinds
 from scheduler.core import hardware as hw
 from scheduler.core.errors import UserError
 from scheduler.core.folds import fold_train_rows
@@ -72,7 +73,7 @@ class DryRun:
                 row["lanes_why"] = self.lanes_why[job.name]
             if getattr(job, "batch_size", None) is not None:
                 row["batch_size"] = job.batch_size
-            if getattr(job, "lr", None) is not None and job.kind == "timm":
+            if getattr(job, "lr", None) is not None and kinds.of(job).batch:  # a rate the door chose or kept
                 row["lr"] = job.lr
                 row["head_lr_factor"] = job.head_lr_factor or 1.0
             if job.name in self.lr_why:
@@ -239,7 +240,7 @@ def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, in
     jobs = []
     for job in plan.jobs:
         batch = fitted.batches.get(job.name)
-        splittable = (job.kind == "timm" and getattr(job, "fold_parallel", True) and fitted.memory_mib[job.name] > 0)
+        splittable = (kinds.of(job).lanes and getattr(job, "fold_parallel", True) and fitted.memory_mib[job.name] > 0)
         jobs.append(tk.LaneJob(job.name, job.folds, fitted.memory_mib[job.name], job.resources.cpus,
                                splittable=splittable,
                                model=getattr(job, "model", None), batch=batch if isinstance(batch, int) else None,
@@ -300,25 +301,30 @@ def resolve_hardware(plan: Plan, override: str | None = None, *, local: bool = F
                       memory_mib=spec.memory, local=local)
 
 
-def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None) -> list[FitJob]:
+def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None, features: int | None = None) -> list[FitJob]:
+    """What the fitter is given of each job: its claim, its batch to fit (a kind with one), its rows. A kind whose
+    share follows its table (``Kind.gpu_mib``) claims what the data asks for where the plan gives no figure."""
     out = []
     for job in plan.jobs:
         declared = job.resources.gpu_memory
         model = getattr(job, "model", None)
         batch = getattr(job, "batch_size", None)
+        by_data = kinds.of(job).gpu_mib
+        if declared is None and job.needs_estimate and by_data is not None:
+            declared = by_data(job, rows=rows, features=features)
         if not estimated or model is None:
-            if job.needs_estimate:
+            if job.needs_estimate and declared is None:
                 raise UserError(f"job '{job.name}': resources.gpu_memory is not given and estimates are off; "
                                 "write it (e.g. gpu_memory: 18GB)")
             out.append(FitJob(job.name, job.resources.cpus, declared, None))
             continue
         auto = batch == "auto"
-        if job.kind == "command" and batch is None:
+        if batch is None:  # a script named a model and no batch: its memory estimated at a middling one
             batch = 64
         out.append(FitJob(job.name, job.resources.cpus, declared, None if auto else batch, auto_batch=auto,
                           fixed=getattr(job, "fixed_batch", False), lr=getattr(job, "lr", None),
                           optimizer=getattr(job, "optimizer", "adamw"),
-                          train_rows=fold_train_rows(rows, job.folds) if job.kind == "timm" else None,
+                          train_rows=fold_train_rows(rows, job.folds) if kinds.of(job).batch else None,
                           epochs=getattr(job, "epochs", None), grad_accum=getattr(job, "grad_accum", 1)))
     return out
 
@@ -331,7 +337,7 @@ def _images_on_card(plan: Plan, hardware: hw.Hardware, train_rows: int | None) -
     smallest = min((d.memory_mib for d in hardware.devices), default=None)
     out: dict[str, int | None] = {}
     for job in plan.jobs:
-        if job.kind != "timm":
+        if kinds.of(job).reads != "images":
             continue
         keep = inputs.on_device(train_rows, job.image_size, smallest, plan.band[1], job.images_on_device)
         out[job.name] = inputs.decoded_mib(train_rows, job.image_size) if keep and train_rows else None
@@ -409,7 +415,7 @@ def _host_memory(plan: Plan, fitted, estimated: bool, train_rows: int | None, te
     for job in plan.jobs:
         weights[job.name] = None
         batch = fitted.batches.get(job.name)
-        if estimated and job.kind == "timm" and isinstance(batch, int):
+        if estimated and kinds.of(job).gpu == "estimated" and isinstance(batch, int):
             try:  # the measurement is cached: the fitter asked for it already
                 weights[job.name] = estimate(job.model, job.image_size, batch, amp=job.amp,
                                              optimizer=job.optimizer).weights_mib
@@ -473,7 +479,7 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     card = hardware.profile if hw.PROFILES.get(hardware.profile) else None
     images = _images_on_card(shared, hardware, train_rows) if estimated else {}
     est = _estimator(plan, card, measured, seen, images) if estimated else None
-    fitted = fit(_fit_jobs(shared, estimated, train_rows), nodes, plan.band, est)
+    fitted = fit(_fit_jobs(shared, estimated, train_rows, features), nodes, plan.band, est)
     host = _host_memory(plan, fitted, estimated, train_rows, test_rows, features)
     data = plantime.Data(train_rows, test_rows, features)
     chosen = _lanes(shared, fitted, nodes, hardware, lanes, speed, host=host, timing=timing, data=data)
@@ -502,7 +508,7 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
             change["epochs"] = fitted.epochs[job.name]
         if job.name in images and job.images_on_device is None and train_rows:  # the job applies the planner's decision
             change["images_on_device"] = images[job.name] is not None
-        if job.kind == "timm":
+        if kinds.of(job).batch:  # the learning rate the door chooses goes with the batch it fits
             change.update(_rate(job, change, train_rows, timing, lr_why))
         updates.append(job.model_copy(update=change) if change else job)
     adjusted = plan.model_copy(update={"jobs": updates})
@@ -553,7 +559,7 @@ def _timeline(dry: DryRun, timing: plantime.Timing, data: plantime.Data) -> list
     slow = device_slowdown(dry.plan, dry.tasks, dry.hardware.profile, dry.speed)
     dry.timeline = plantime.project(dry.times, dry.placement, dry.hardware, dry.plan.band[1], timing,
                                     device_slowdown=slow, now=timing.start_s)
-    cuttable = {t: dry.spec(t).kind == "timm" for t in dry.times}
+    cuttable = {t: kinds.of(dry.spec(t)).cuttable for t in dry.times}
     dry.smallest_wall_s = plantime.project(plantime.smallest(dry.times, cuttable.get), dry.placement, dry.hardware,
                                            dry.plan.band[1], timing, device_slowdown=slow,
                                            now=timing.start_s).wall_s

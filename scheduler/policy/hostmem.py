@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+from scheduler.core import kinds
 from scheduler.policy import inputs
 
 MIB = 1024 * 1024
@@ -63,10 +64,8 @@ def task_mib(job, *, cpus: int, weights_mib: float | None = None, batch: int | N
     ``resources.memory`` when given, else the estimate for its kind."""
     if job.resources.memory is not None:
         return int(job.resources.memory)
-    if job.kind == "timm":
-        return timm_mib(weights_mib=weights_mib, train_rows=train_rows, test_rows=test_rows,
-                        image_size=job.image_size, cpus=cpus, batch=batch,
-                        images_on_device=bool(getattr(job, "images_on_device", False)))
-    if job.kind == "lightgbm":
-        return lightgbm_mib(train_rows, features)
-    return COMMAND_DEFAULT_MIB
+    estimate = kinds.of(job).host_mib  # the kind's own (jobs/): a timm model's images and weights, a table's copies
+    if estimate is None:
+        return COMMAND_DEFAULT_MIB
+    return estimate(job, cpus=cpus, weights_mib=weights_mib, batch=batch, train_rows=train_rows, test_rows=test_rows,
+                    features=features)

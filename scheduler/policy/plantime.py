@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from scheduler.core import kinds
 from scheduler.core import rehearsal
 from scheduler.policy import tasktime as tt
 from scheduler.policy.tasks import Task
@@ -71,7 +72,7 @@ def plan_times(plan, tasks: dict[str, Task], assignments, *, card: str, timing: 
         batch = batch_of(t.job) if batch_of else getattr(job, "batch_size", None)
         work = tt.work_of(job, a.job, folds, rows=data.rows, test_rows=data.test_rows, batch=batch, cpus=cpus,
                           features=data.features, ray_process=not timing.in_process,
-                          command_s=timing.command_s(t.job) if timing.command_s and job.kind == "command" else None)
+                          command_s=timing.command_s(t.job) if timing.command_s and kinds.of(job).wall_learned else None)
         out[a.job] = tt.predict(work, card=None if timing.rehearsal else card, cores=timing.cores
                                 if timing.rehearsal else max(cpus, 1), learned=timing.learned)
     return out

@@ -12,6 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
+from scheduler.core import kinds
 from scheduler.core.scoring import METRICS
 from scheduler.core.states import JobState, legal
 
@@ -386,18 +387,19 @@ class RunState:
         scores = t.get("scores")
         higher = METRICS[self.plan.metric].greater_is_better if self.plan.metric in METRICS else True
         strength = None if not scores else statistics.mean(scores) * (1 if higher else -1)
+        kind = kinds.of(spec)
         return budget.JobProgress(
             name=name, folds=min(folds, j.limits.get("folds", folds)),
             epochs=min(planned_epochs, j.limits.get("epochs", planned_epochs)),
             folds_done=max(t.get("folds_done", 0), t.get("folds_kept", 0)),
             epoch_in_fold=0 if finished else t.get("epoch_in_fold", 0),
             seconds_per_epoch=per_epoch, provisional=provisional, finished=finished,
-            modelled_seconds_per_epoch=self.modelled.get(name) if spec.kind == "timm" else None,
+            modelled_seconds_per_epoch=self.modelled.get(name) if kind.time_model == "images" else None,
             epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
             planned_epochs=j.limits.get("planned_epochs", planned_epochs), validation_s=val,
             patience=getattr(spec, "patience", None) if t.get("val_s") else None,
             fold_overhead_s=statistics.mean(t["fold_gap_s"]) if t.get("fold_gap_s") else 0.0,
-            startup_s=t.get("startup_s", 0.0), strength=strength, cuttable=spec.kind == "timm",
+            startup_s=t.get("startup_s", 0.0), strength=strength, cuttable=kind.cuttable,
             fresh=len(t.get("epoch_s", ())) > t.get("cut_at_epoch", -1), waiting=self._waiting(j),
             started_at=j.started)
 

@@ -10,6 +10,7 @@ already settled this changes nothing.
 
 from __future__ import annotations
 
+from scheduler.core import kinds
 from scheduler.policy.autotune import lr_factor, optimizer_steps, statistical_cap
 from scheduler.policy.fit import statistics_batch, statistics_epochs
 
@@ -19,7 +20,7 @@ AUTO_FALLBACK = 64  # ``auto`` with no share to fit (no estimate possible): a mi
 def settle(spec, share_mib: int | None, fold_rows: int | None) -> tuple[object, list[str]]:
     """``spec`` with a numeric batch that respects the statistics rule, and the notes that say what changed."""
     batch = getattr(spec, "batch_size", None)
-    if spec.kind != "timm" or batch is None:
+    if not kinds.of(spec).batch or batch is None:
         return spec, []
     notes: list[str] = []
     if not isinstance(batch, int):
@@ -60,7 +61,7 @@ def batch_ceiling(spec, train_rows: int | None, fold_rows: int | None) -> int | 
     (``autotune.statistical_cap``), within the training rows, and never below the batch it starts at. Decided here,
     on the planner's side, and carried by the launch record: the job applies it and re-decides nothing."""
     batch = getattr(spec, "batch_size", None)
-    if spec.kind != "timm" or not isinstance(batch, int):
+    if not kinds.of(spec).batch or not isinstance(batch, int):
         return None
     if spec.fixed_batch or not train_rows or not fold_rows:
         return batch

@@ -35,6 +35,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
+from scheduler.core import kinds
 from scheduler.core import rehearsal
 from scheduler.core.folds import fold_train_rows
 from scheduler.policy import timemodel
@@ -43,7 +44,6 @@ from scheduler.policy.autotune import PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_S
 # --- start-up, alone (each learned per machine once a run has measured it) ---------------------------------------
 PROCESS_S = 1.5  # a Ray actor's worker process, up to the job's first line (NOTES.md: actor create + call 0.3–0.6 s,
 #                 a fresh worker's interpreter and Ray's imports ~1 s here)
-IMPORTS_S = {"timm": 6.0, "lightgbm": 1.5, "command": 0.3, "xgboost": 1.5}  # torch + timm ≈ 5–7 s on this CPU
 CUDA_CONTEXT_S = 2.0  # the card's context and cuDNN/cuBLAS handles (first CUDA call), on a card only
 MODEL_BUILD_S_PER_MPARAM = 0.02  # building a timm model, initialising its weights: ~0.4 s for ResNet-50's 25.6 M
 FIRST_STEP_STEPS = 3.0  # the first step costs about this many steady ones (kernel choice, optimizer state, allocator)
@@ -145,7 +145,7 @@ class TaskWork:
     """What the time model needs of one task, as the planner knows it at the door."""
 
     task: str
-    kind: str  # "timm", "lightgbm", "command" …
+    kind: str  # its kind's name (``core.kinds``: the time model it takes, its imports)
     folds: int  # this task's folds
     rows: int | None  # the competition's training rows (None: not known)
     test_rows: int | None
@@ -174,9 +174,10 @@ def predict(w: TaskWork, *, card: str | None, cores: int, learned: Learned | Non
     """The task's time alone. ``card``: the hardware profile it trains on, or None for the CPU rehearsal; ``cores``:
     the cores of the node it runs on (the machine's own in the rehearsal)."""
     threads = cpu_threads(w.cpus, cores)
-    if w.kind == "timm" and w.model:
+    model = kinds.get(w.kind).time_model
+    if model == "images" and w.model:
         t = _timm(w, card, threads)
-    elif w.kind in ("lightgbm", "xgboost"):
+    elif model == "trees":
         t = _trees(w, threads)
     else:
         t = _command(w)
@@ -190,7 +191,7 @@ def _process(w: TaskWork) -> float:
 def _imports(w: TaskWork) -> float:
     """A task's imports: in its own process each time; in process once, by the driver before any task (its dry run
     imports torch and timm to estimate memory)."""
-    return IMPORTS_S.get(w.kind, 1.5) if w.ray_process else 0.0
+    return kinds.get(w.kind).imports_s if w.ray_process else 0.0
 
 
 def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:

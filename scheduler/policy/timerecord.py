@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from scheduler.core import kinds
 from scheduler.core.units import format_duration
 from scheduler.policy.tasktime import LEARNED_FIELDS, TaskTime
 from scheduler.policy.timeline import Span
@@ -178,7 +179,7 @@ def to_learn(kind: str, pred: dict, act: dict, ratios: dict[str, float]) -> dict
     """``store/timings.record``'s figures ({learned field: (predicted, actual)}): each predicted figure before the
     ratio it was learned with (``ratios``), so that the ratio stored is always actual ÷ the packaged figure and the
     median of several runs converges instead of correcting its own correction. A command job: its wall."""
-    if kind == "command":
+    if kinds.get(kind).wall_learned:
         p, a = pred.get("wall_s"), act.get("wall_s")
         return {"wall_s": (p, a)} if p and a else {}
     out = {}

@@ -12,6 +12,7 @@ its start, not what the resume runs) records nothing: there is no prediction to 
 
 from __future__ import annotations
 
+from scheduler.core import kinds
 from scheduler.core.states import JobState
 from scheduler.policy import timerecord as tr
 from scheduler.policy.dryrun import DryRun
@@ -89,10 +90,11 @@ class TimeKeeper:
         """The task's figures into ``store/timings`` (a command's wall only when it succeeded: a cut one's is not its
         wall); the fields kept, and those the store refused (a ratio past its bounds reads as a fault)."""
         kind = self.dry.times[name].kind
-        if kind == "command" and state != JobState.SUCCEEDED:
+        by_wall = kinds.get(kind).wall_learned  # a script's wall, learned by its job's name
+        if by_wall and state != JobState.SUCCEEDED:
             return [], []
         figures = tr.to_learn(kind, pred, act, self.ratios[name])
-        model = self.dry.tasks[name].job if kind == "command" else getattr(self.dry.spec(name), "model", None)
+        model = self.dry.tasks[name].job if by_wall else getattr(self.dry.spec(name), "model", None)
         try:
             kept = timings.record(kind, model, self.card, figures, run=self.record.dir.name, task=name)
         except Exception as e:  # noqa: BLE001 -- a cache that cannot be written costs the next prediction, not the run

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from scheduler.core import kinds
 from scheduler.service.validate import MAX_PATH, ServiceError, check_json, estimate_model, show, text
 
 
@@ -60,8 +61,8 @@ def job_spec(job: Any, data: Any, metric: Any, seed: Any = None, card: str | Non
 
 def _need(spec, card: str | None) -> tuple[int | None, str]:
     """The GPU memory a job needs (MiB) and where the figure comes from."""
-    if spec.kind == "lightgbm":
-        return 0, "a LightGBM job takes no GPU memory"
+    if kinds.of(spec).gpu == "none":
+        return 0, f"a {spec.kind} job takes no GPU memory"
     if spec.resources.gpus:
         raise ServiceError("job.resources.gpus: a slot is a share of one device; whole devices are for plan runs")
     if spec.resources.gpu_memory is not None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from scheduler.core import kinds
 from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
 from scheduler.policy import advise as adv
@@ -126,7 +127,7 @@ def advise(*, hardware: str, budget: str, data: str | None = None, metric: str |
     sources: dict = {}
     advice = adv.advise(f, req, adv.Tools(memory=memory(hardware, sources), speed=speed))
     for j in advice.jobs:
-        if j["kind"] == "timm":
+        if kinds.get(j["kind"]).gpu == "estimated":  # its share came from the estimator: say which figure
             j["gpu_memory_source"] = sources.get((j["model"], j["image_size"], j["batch_size"]), "computed")
     text = to_yaml(advice, f)
     plan = planmod.from_dict(yaml.safe_load(text), source="the advised plan")

@@ -20,6 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scheduler.core import kinds
 from scheduler.core.folds import fold_name
 from scheduler.policy import budget, timerecord
 from scheduler.policy.tasks import job_of
@@ -151,7 +152,8 @@ def _read_json(path: Path) -> dict:
 
 
 def _unit(kind: str) -> str:
-    return {"lightgbm": "rows × rounds/s", "timm": "images/s"}.get(kind, "samples/s")
+    found = kinds.find(kind)
+    return found.progress if found is not None else "samples/s"
 
 
 def _rate(value, unit: str = "") -> str:
@@ -355,7 +357,8 @@ def _scores_section(run: _Run) -> str:
         for k in range(width):
             f = folds.get(k)
             if f and f.get("score") is not None:
-                steps = "rounds" if run.kinds.get(job) == "lightgbm" else "ep"  # LightGBM's best boosting round
+                found = kinds.find(run.kinds.get(job))  # what its best step is counted in: epochs, boosting rounds
+                steps = found.best_step if found is not None else "ep"
                 extra = f" <span class=\"dim\">{f['epochs']} {steps}</span>" if f.get("epochs") is not None else ""
                 cells.append(f"<td class=\"num\">{f['score']:.4f}{extra}</td>")
             else:

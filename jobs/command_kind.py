@@ -1,0 +1,42 @@
+"""The ``command`` kind: any training script, run as a process the executor supervises (``scheduler.execute.command``;
+its environment and files: ``jobs.command_job``). gpupack cannot see inside it: its card share is what the plan
+declares (or an estimate from a named timm model), its time is the last measured wall of a job of that name, and the
+budget cannot shorten it (the training deadline stops it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scheduler.core.errors import UserError
+from scheduler.core.kinds import Kind, register
+from scheduler.core.plan import CommandJob
+
+
+def check(job, comp, where: str) -> None:
+    """A command whose folder or program does not exist fails every task at run time: say so at the door, naming
+    every bad field in the one refusal (its cwd and its program), not the first alone. The program is argv[0]: a
+    path (relative to the job's cwd, as the process resolves it) or a name on PATH."""
+    import os
+    import shutil
+
+    faults: list[str] = []
+    cwd = Path(job.cwd).expanduser() if job.cwd else Path.cwd()
+    if not cwd.is_dir():
+        faults.append(f"cwd {cwd} is not a folder" if cwd.exists() else f"cwd {cwd} is not a folder (it does not "
+                                                                         f"exist)")
+    program = job.command[0]
+    if os.sep in program or (os.altsep and os.altsep in program):
+        path = Path(program).expanduser()
+        path = path if path.is_absolute() else cwd / path
+        if not path.is_file() or not os.access(path, os.X_OK):
+            what = "is not an executable file" if path.exists() else "does not exist"
+            faults.append(f"command[0] {program!r} {what} ({path})")
+    elif shutil.which(program, path=(job.env or {}).get("PATH")) is None:
+        faults.append(f"command[0] {program!r} is not a program on PATH")
+    if faults:
+        raise UserError(f"{where}: " + "; ".join(faults))
+
+
+KIND = register(Kind(
+    name="command", spec=CommandJob, gpu="declared", reads="anything", runs_in="script", time_model="wall",
+    imports_s=0.3, wall_learned=True, check=check, docs="any training script, run as a process"))
