@@ -36,9 +36,9 @@ def test_lightgbm_on_digits(comp, tmp_path):
 
 
 def test_lightgbm_reports_its_throughput_as_image_jobs_do(comp, tmp_path, monkeypatch):
-    from jobs import lightgbm_job
+    from jobs import boosting
 
-    monkeypatch.setattr(lightgbm_job, "SAMPLE_EVERY_S", 0.0)  # a sample after every round
+    monkeypatch.setattr(boosting, "SAMPLE_EVERY_S", 0.0)  # a sample after every round
     events = []
     out = run_job(_spec(params={"num_leaves": 7}, num_boost_round=30), comp,
                   JobContext("lgbm", tmp_path, cpus=1, report=lambda kind, data: events.append((kind, data))))
@@ -54,9 +54,9 @@ def test_lightgbm_reports_its_throughput_as_image_jobs_do(comp, tmp_path, monkey
 def test_a_job_that_ends_between_two_samples_still_has_its_figures(comp, tmp_path, monkeypatch):
     """No periodic sample is ever due (option1's LightGBM finished before its first one): the final samples after
     each fold and at the job's end carry the rates and where the wall time went."""
-    from jobs import lightgbm_job
+    from jobs import boosting
 
-    monkeypatch.setattr(lightgbm_job, "SAMPLE_EVERY_S", 1e9)
+    monkeypatch.setattr(boosting, "SAMPLE_EVERY_S", 1e9)
     events = []
     run_job(_spec(params={"num_leaves": 7}, num_boost_round=20), comp,
             JobContext("lgbm", tmp_path, cpus=1, report=lambda kind, data: events.append((kind, data))))
