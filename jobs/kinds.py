@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("jobs.timm_kind", "jobs.lightgbm_kind", "jobs.command_kind")
+MODULES = ("jobs.timm_kind", "jobs.lightgbm_kind", "jobs.command_kind", "jobs.xgboost_job")
 
 
 def register_all() -> None:

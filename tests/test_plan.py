@@ -66,7 +66,7 @@ BAD = {
     "unknown_top_key": (GOOD.replace("budget: 30m", "budgett: 30m"), ["budgett", "unknown key", "did you mean budget", "allowed:"]),
     "unknown_job_key": (GOOD.replace("image_size: 224", "img_size: 224"), ["jobs[1] (b4)", "img_size", "allowed:"]),
     "unknown_resource_key": (GOOD.replace("cpus: 12}", "cores: 12}"), ["jobs[0] (lgbm).resources", "cores", "allowed:"]),
-    "unknown_kind": (GOOD.replace("kind: lightgbm", "kind: xgboost"), ["jobs[0] (lgbm).kind", "xgboost", "allowed: timm, lightgbm, command"]),
+    "unknown_kind": (GOOD.replace("kind: lightgbm", "kind: catboost"), ["jobs[0] (lgbm).kind", "catboost", "allowed: timm, lightgbm, command, xgboost"]),
     "unknown_profile": (GOOD.replace("hardware: A100-40GB", "hardware: A100-40G"), ["hardware", "A100-40G", "did you mean A100-40GB"]),
     "unknown_model": (GOOD.replace("efficientnet_b4", "efficientnet_b44"), ["jobs[1] (b4).model", "efficientnet_b44", "did you mean"]),
     "bad_unit": (GOOD.replace("gpu_memory: 18GB", "gpu_memory: 18 parsecs"), ["jobs[1] (b4).resources.gpu_memory", "unit"]),

@@ -88,7 +88,7 @@ def test_specs_are_checked_and_held_to_the_slot(served):
     for kwargs, words in (({"argv": ["true"], "job": LGBM, "data": "iris"}, "not both"),
                           ({}, "give argv"),
                           ({"job": {"kind": "lightgbm", "num_bost_round": 3}, "data": "iris"}, "num_boost_round"),
-                          ({"job": {"kind": "xgboost"}, "data": "iris"}, "unknown kind"),
+                          ({"job": {"kind": "catboost"}, "data": "iris"}, "unknown kind"),
                           ({"job": LGBM}, "data:"),
                           ({"job": LGBM, "data": "no-such-competition"}, "neither a folder"),
                           ({"job": LGBM, "data": "iris", "metric": "speed"}, "metric"),

@@ -1,0 +1,114 @@
+"""XGBoost, the kind added through the descriptor alone (``jobs/xgboost_job.py``): folds, early stopping, the same
+form of predictions as LightGBM's, beside LightGBM in a plan end to end, its share of a card from the data."""
+
+import json
+
+import numpy as np
+import pytest
+
+from jobs import JobContext, run_job
+from jobs.data import load_competition, write_digits
+from jobs.xgboost_job import XGBoostJob, gpu_mib
+from scheduler.core import kinds
+from scheduler.core.errors import UserError
+from scheduler.core.plan import from_dict
+from scheduler.core.scoring import accuracy
+
+
+@pytest.fixture(scope="module")
+def comp(tmp_path_factory):
+    return load_competition(write_digits(tmp_path_factory.mktemp("digits")))
+
+
+def _spec(**kw):
+    return XGBoostJob(**{"name": "xgb", "kind": "xgboost", "folds": 2, "num_boost_round": 200,
+                         "early_stopping_rounds": 15, "params": {"max_depth": 4}, **kw})
+
+
+def test_xgboost_on_digits_in_lightgbms_form(comp, tmp_path):
+    events = []
+    out = run_job(_spec(), comp, JobContext("xgb", tmp_path, cpus=1,
+                                            report=lambda kind, data: events.append((kind, data))))
+    assert [f.fold for f in out.folds] == [0, 1] and out.cv_score() > 0.9
+    ids, pred = out.oof()
+    assert sorted(ids) == sorted(comp.train.id) and pred.shape == (1437, 10) and np.allclose(pred.sum(axis=1), 1)
+    assert out.test_mean().shape == (360, 10) and list(out.test_ids) == list(comp.test.id)
+    truth = comp.class_index(comp.solution.set_index("id").loc[out.test_ids, "label"])
+    assert accuracy(truth, out.test_mean()) > 0.9
+    assert all(1 <= f.epochs <= 200 for f in out.folds)  # the best round, early stopping's
+    t = out.throughput
+    assert t["train_samples_per_s"] > 0 and t["rounds_per_s"] > 0 and t["unit"] == "rows × boosting rounds per second"
+    assert [d["fold"] for k, d in events if k == "fold"] == [0, 1]
+
+
+def test_a_stop_asked_during_a_fold_ends_it_between_rounds(comp, tmp_path):
+    rounds = []
+
+    def report(kind, data):
+        rounds.append(kind)
+
+    asked = {"stop": False}
+    ctx = JobContext("xgb", tmp_path, cpus=1, report=report, should_stop=lambda: asked["stop"])
+    asked["stop"] = True  # asked before the first round: the fold ends at once, nothing finished
+    out = run_job(_spec(), comp, ctx)
+    assert out.folds == [] and any("stopped" in n for n in out.notes)
+
+
+def test_its_plan_entry_is_checked_as_every_kind_is():
+    assert kinds.get("xgboost").spec is XGBoostJob and "xgboost" in kinds.names()
+    with pytest.raises(UserError, match=r"jobs\[0\] \(x\).device"):
+        from_dict({"name": "p", "jobs": [{"name": "x", "kind": "xgboost", "device": "tpu"}]})
+    with pytest.raises(UserError, match="takes no GPU memory"):
+        from_dict({"name": "p", "jobs": [{"name": "x", "kind": "xgboost", "resources": {"gpu_memory": "2GB"}}]})
+    with pytest.raises(UserError, match="unknown key"):
+        from_dict({"name": "p", "jobs": [{"name": "x", "kind": "xgboost", "num_leaves": 3}]})
+
+
+def test_lightgbm_and_xgboost_run_side_by_side_and_are_blended(run_cli, tmp_path):
+    run = tmp_path / "run"
+    code, out, err = run_cli("submit", "plans/tabular.yaml", "--in-process", "--run-dir", run, "--json",
+                             "--no-dashboard")
+    assert code == 0, err[-2000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    jobs = {j["name"]: j for j in summary["jobs"]}
+    assert {n: j["state"] for n, j in jobs.items()} == {"lgbm": "SUCCEEDED", "xgb": "SUCCEEDED"}
+    assert jobs["xgb"]["cv_score"] > 0.9 and jobs["xgb"]["folds"] == 5
+    assert (run / "submission.csv").is_file()
+    # both enter the blend: hill climbing weighs them on the out-of-fold rows (a blend worse than the best job alone
+    # keeps that job alone, and says so)
+    assert all(j.get("weight") is not None for j in jobs.values())
+    assert sum(j["weight"] for j in jobs.values()) == pytest.approx(1.0)
+
+
+def test_on_a_card_its_share_comes_from_the_data(run_cli, tmp_path):
+    plan = tmp_path / "cuda.yaml"
+    plan.write_text("name: c\nhardware: A10-24GB\nbudget: 10m\njobs:\n"
+                    "  - {name: xgb, kind: xgboost, folds: 2, device: cuda, resources: {cpus: 1}}\n")
+    code, out, err = run_cli("submit", plan, "--dry-run", "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    [record] = shown["records"]
+    rows, features = shown["data"]["train_rows"], shown["data"]["features"]
+    assert record["gpu_memory_mib"] == gpu_mib(XGBoostJob(name="x", kind="xgboost", device="cuda"), rows=rows,
+                                               features=features) > 0
+
+
+@pytest.mark.gpu
+def test_on_a_real_card_it_trains_there_within_its_share(comp, tmp_path):
+    """On a machine with CUDA: ``device: cuda`` trains on the card, and NVML's peak of this process stays within
+    the share the data asked for."""
+    pytest.importorskip("xgboost")
+    import pynvml
+
+    ctx = JobContext.local("xgb", tmp_path, cpus=2)
+    if ctx.device != "cuda":
+        pytest.skip("no CUDA here")
+    out = run_job(_spec(device="cuda"), comp, ctx)
+    assert out.cv_score() > 0.9
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    import os
+    mine = [p for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()]
+    assert mine, "the job did not train on the card"
+    assert mine[0].usedGpuMemory / 2**20 <= gpu_mib(_spec(device="cuda"), rows=len(comp.train),
+                                                      features=len(comp.feature_cols))
