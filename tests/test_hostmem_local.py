@@ -81,18 +81,35 @@ def _job(name, command):
             "resources": {"cpus": 1, "gpu_memory": "4GB", "memory": "1GB"}}
 
 
-def test_a_run_that_loses_folds_to_host_memory_says_so_in_its_last_line_status_and_exit(
-        cgroup, run_cli, tmp_path, digits_dir, monkeypatch):
+LOST = ("2 of 4 folds lost to host memory (node RAM 5.0 GiB, cgroup limit): lower batch/workers or set "
+        "resources.memory")
+
+
+def _run(run_cli, tmp_path, digits_dir, monkeypatch, jobs, *extra):
+    """A real ``submit`` (in-process) of a plan of ``jobs`` on A10-24GB (440 GiB typical) inside the 5 GiB cgroup;
+    returns (exit status, stdout, stderr, run folder)."""
     monkeypatch.setenv("GPUPACK_CACHE_DIR", str(tmp_path / "cache"))
     plan, run_dir = tmp_path / "plan.yaml", tmp_path / "run"
     plan.write_text(json.dumps({"name": "oom", "hardware": {"profile": "A10-24GB", "cpus": 4}, "budget": "10m",
-                                "jobs": [_job("fine", [sys.executable, FAKE_TRAIN]),
-                                         _job("hog", [sys.executable, "-c", OOM_KILLED, str(cgroup)])]}))
+                                "jobs": jobs}))
     code, out, err = run_cli("submit", plan, "--data", digits_dir, "--run-dir", run_dir, "--in-process",
-                             "--no-dashboard", "--json")
+                             "--no-dashboard", *extra)
+    return code, out, err, run_dir
+
+
+def _lost_run(cgroup, run_cli, tmp_path, digits_dir, monkeypatch, *extra):
+    """The run of issue 43 in small: ``fine`` trains its 2 folds, ``hog``'s 2 are killed by the OOM killer."""
+    return _run(run_cli, tmp_path, digits_dir, monkeypatch,
+                [_job("fine", [sys.executable, FAKE_TRAIN]),
+                 _job("hog", [sys.executable, "-c", OOM_KILLED, str(cgroup)])], *extra)
+
+
+def test_a_run_that_loses_folds_to_host_memory_says_so_in_its_last_line_status_and_exit(
+        cgroup, run_cli, tmp_path, digits_dir, monkeypatch):
+    code, out, err, run_dir = _lost_run(cgroup, run_cli, tmp_path, digits_dir, monkeypatch, "--json")
     last = err.strip().splitlines()[-1]
-    assert last == ("2 of 4 folds lost to host memory (node RAM 5.0 GiB, cgroup limit): lower batch/workers or set "
-                    "resources.memory"), err[-3000:]
+    assert last == LOST, err[-3000:]
+    assert err.count(LOST) == 1 and "every job ran to the end" not in err  # said once, and no "every job" claim
     assert code == 3  # README's table: finished, but folds lost to host memory
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["status"] == "finished" and summary["outcome"]["host_memory_lost"]["folds_lost"] == 2
@@ -119,3 +136,66 @@ def test_a_sigkill_the_oom_killer_did_not_count_is_not_host_memory(cgroup, tmp_p
     assert oomsign.kernel_killed(-9, before).startswith("killed for host RAM")
     assert oomsign.kernel_killed(137, before).startswith("killed for host RAM")
     assert oomsign.kernel_killed(1, before) is None and oomsign.kernel_killed(-9, None) is None
+
+
+def test_status_text_and_the_live_views_end_line_name_the_folds_lost_to_host_memory(
+        cgroup, run_cli, tmp_path, digits_dir, monkeypatch):
+    """The person reading the live view (no --json) or ``status RUN`` later sees the loss, not "every job ran"."""
+    code, out, err, run_dir = _lost_run(cgroup, run_cli, tmp_path, digits_dir, monkeypatch)
+    assert code == 3, err[-3000:]
+    lines = out.strip().splitlines()
+    assert lines[-2:] == ["finished: all but the tasks killed for host RAM ran to the end they were given", LOST]
+    assert out.count(LOST) == 1 and "every job ran to the end" not in out
+
+    code, out, err = run_cli("status", run_dir)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert lines[-1] == LOST and out.count(LOST) == 1  # after the outcome's lines (score, submission)
+    assert out.index("submission: ") < out.index(LOST)
+
+
+def test_a_resumed_local_run_packs_against_the_cgroup_limit(cgroup, run_cli, tmp_path, digits_dir, monkeypatch):
+    """``submit --resume`` of a run made here prepares its plan again: against the 5 GiB, as the run first was."""
+    from scheduler.runtime import resume
+
+    code, out, err, run_dir = _run(run_cli, tmp_path, digits_dir, monkeypatch,
+                                   [_job("fine", [sys.executable, FAKE_TRAIN])], "--json")
+    assert code == 0, err[-3000:]
+    placed = json.loads((run_dir / "placement.json").read_text())["hardware"]["nodes"]
+    assert [(n["memory_mib"], n["memory_source"]) for n in placed] == [(5120, "cgroup limit")]
+    prepared = []
+    resume_plan = resume.resume_plan
+    monkeypatch.setattr(resume, "resume_plan", lambda *a: prepared.append(resume_plan(*a)) or prepared[-1])
+    code, out, err = run_cli("submit", "--resume", run_dir, "--in-process", "--no-dashboard", "--json")
+    assert code == 0, err[-3000:]
+    dry = prepared[0][0]
+    assert [(n.memory_mib, n.memory_source) for n in dry.hardware.nodes] == [(5120, "cgroup limit")]
+    assert {row["host_memory_mib"] for row in dry.node_rows()} == {5120}  # what each wave was packed within
+
+
+def test_serve_here_counts_this_machines_ram_and_against_a_cluster_the_profiles(cgroup, run_cli, tmp_path,
+                                                                                monkeypatch):
+    """``serve`` without ``--address`` starts its Ray here (told the nodes' RAM): the 5 GiB, not 440 GiB."""
+    import scheduler.service.http as http
+
+    monkeypatch.setattr(http, "serve", lambda service, host, port: None)  # printed before it serves
+    code, out, err = run_cli("serve", "--no-ray", "--hardware", "A10-24GB", "--state", tmp_path / "st", "--json")
+    assert code == 0, err
+    assert [(n["memory_mib"], n["memory_source"]) for n in json.loads(out)["hardware"]["nodes"]] == [
+        (5120, "cgroup limit")]
+    code, out, err = run_cli("serve", "--no-ray", "--hardware", "A10-24GB", "--state", tmp_path / "st2",
+                             "--address", "127.0.0.1:6379", "--json")
+    assert code == 0, err
+    assert [(n["memory_mib"], n["memory_source"]) for n in json.loads(out)["hardware"]["nodes"]] == [
+        (440 * 1024, "profile A10-24GB's typical")]
+
+
+def test_the_exit_status_of_folds_lost_to_host_memory_is_the_states_table():
+    """3 only where the end alone would say 0: a cancelled or failed run keeps its own status."""
+    from scheduler.core.states import HOST_MEMORY_EXIT, RunStatus, exit_status
+
+    assert HOST_MEMORY_EXIT == 3
+    assert [exit_status(e, host_memory_lost=True) for e in RunStatus] == [
+        3 if e.exit_code == 0 else e.exit_code for e in RunStatus]
+    assert exit_status(RunStatus.DEADLINE, host_memory_lost=True) == 3
+    assert exit_status(RunStatus.CANCELLED, host_memory_lost=True) == 130 and exit_status(RunStatus.FINISHED) == 0

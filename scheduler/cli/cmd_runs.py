@@ -201,7 +201,9 @@ def show_times(view: dict, console: Console) -> None:
 
 
 def show_outcome(outcome: dict | None, console: Console) -> None:
-    """An ended run's outcome in three lines: the ensemble's score, the submission and where it came from."""
+    """An ended run's outcome in three lines: the ensemble's score, the submission and where it came from; then, when
+    tasks were killed for host RAM, the line ``submit`` ended on (folds lost, the node RAM counted), so that a run
+    read later says why its score is short of folds and not only ``--json``'s ``outcome.host_memory_lost`` does."""
     if not outcome:
         return
     cv = outcome.get("ensemble_cv")
@@ -212,6 +214,9 @@ def show_outcome(outcome: dict | None, console: Console) -> None:
                               for j in outcome.get("jobs", [])))
     console.print(f"submission: {outcome.get('submission') or '—'} (source {outcome.get('submission_source')}: "
                   f"{outcome.get('submission_source_text')})")
+    lost = outcome.get("host_memory_lost")
+    if lost:
+        console.print(f"[bold red]{lost['text']}[/]")
 
 
 def cmd_ensemble(args: argparse.Namespace, console: Console) -> int:

@@ -283,7 +283,9 @@ def cmd_serve(args, console) -> int:
     from scheduler.service.servicelog import start_service_log
 
     log_path = start_service_log(state)
-    hw = hardware.resolve(args.hardware, gpus_per_node=args.gpus_per_node, cpus=args.cpus)
+    # served from this machine (no --address: its own Ray, or none), its nodes' host RAM is this machine's (the cgroup
+    # limit, else physical), which the local Ray is told, not the profile's typical 440 GiB; a cluster's is its own
+    hw = hardware.resolve(args.hardware, gpus_per_node=args.gpus_per_node, cpus=args.cpus, local=not args.address)
     backend = FixedBackend() if args.no_ray else RayBackend(hw, high, args.address)
     if args.jobs == "ray" and args.no_ray:
         raise UserError("--jobs ray needs Ray: drop --no-ray")

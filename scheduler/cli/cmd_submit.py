@@ -72,33 +72,7 @@ def _resume(args: argparse.Namespace, console: Console) -> int:
     from jobs import weights
 
     weights.door(dry.plan, str(Path(args.resume) / "plan.yaml"))
-    code = run_with_progress(dry, args, data.dir, console, builtin=data.builtin)
-    return code if args.detach else said_host_memory(code, Path(args.resume), args, console)
-
-
-# README's exit-status table: a run that ended ``finished`` or ``deadline`` but lost folds to host memory
-HOST_MEMORY_EXIT = 3
-
-
-def said_host_memory(code: int, run_dir: Path, args: argparse.Namespace, console: Console) -> int:
-    """A run that lost folds to host memory (``runview.host_memory_loss``) ends on a line that says so, with the
-    node RAM its packing counted, and exits ``HOST_MEMORY_EXIT`` where it would have exited 0: a run that lost 2
-    of 8 folds to a 5 GiB cgroup once ended "finished", exit 0, and nothing said why its score was lower."""
-    from scheduler.store.record import RunRecord
-    from scheduler.store.runview import host_memory_loss
-
-    if not (run_dir / "state.sqlite").is_file():
-        return code
-    record = RunRecord.open_existing(run_dir)
-    try:
-        loss = host_memory_loss(record)
-    finally:
-        record.close()
-    if loss is None:
-        return code
-    shown = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 120) if args.json else console
-    shown.print(f"[bold red]{loss.text}[/]")  # after the end's word: the run's last line (stderr under --json)
-    return HOST_MEMORY_EXIT if code == 0 else code
+    return run_with_progress(dry, args, data.dir, console, builtin=data.builtin)  # its end said there, exit 3 too
 
 
 def _advised_or_stdin(args: argparse.Namespace, console: Console) -> None:
@@ -197,10 +171,6 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
                               f"{f'in the hub cache ({where})' if where else 'fetched from the hub when it starts'}")
         return 0
     from scheduler.cli.live import run_with_progress
-    from scheduler.runtime.submit import default_run_dir
 
-    if args.detach:
-        return run_with_progress(dry, args, data.dir, console, builtin=data.builtin)
-    args.run_dir = str(default_run_dir(dry.plan.name, args.run_dir))  # made here: read again once the run ends
-    code = run_with_progress(dry, args, data.dir, console, builtin=data.builtin)
-    return said_host_memory(code, Path(args.run_dir), args, console)
+    # its end line and exit status (states.exit_status: 3 where folds were lost to host memory) are said there
+    return run_with_progress(dry, args, data.dir, console, builtin=data.builtin)

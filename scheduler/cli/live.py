@@ -20,7 +20,7 @@ from scheduler.policy.dryrun import DryRun
 from scheduler.runtime.driver import Driver, RunOptions
 from scheduler.runtime.submit import default_run_dir, submit
 from scheduler.core.folds import fold_name
-from scheduler.core.states import RunStatus
+from scheduler.core.states import RunStatus, exit_status
 from scheduler.store.runview import RunView
 from scheduler.core.units import format_duration
 from scheduler.cli.views import run_table, show_dry_run, show_summary
@@ -178,18 +178,26 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
         signal.signal(signal.SIGTERM, previous)
         if live is not None:
             live.stop()
+    return _said_end(summary, args, shown, console)
+
+
+def _said_end(summary: dict, args, shown: Console, console: Console) -> int:
+    """The run's end said once, where each verb reads it: the summary (``--json``: stdout's last line), the end line
+    (with the folds lost to host memory, from the outcome ``status`` gives) and the exit status of README's table."""
     end = RunStatus(summary["status"])
-    status = end.exit_code  # the README's table: 0 finished/deadline, 1 failed, 130 cancelled
+    lost = (summary.get("outcome") or {}).get("host_memory_lost")
+    status = exit_status(end, host_memory_lost=lost is not None)  # 0 finished/deadline, 3 folds lost to RAM, ...
     summary = {"run_id": Path(summary["run_dir"]).resolve().name, **summary}
     RunView.model_validate(summary)  # the run as every verb describes it (store/runview.py)
     if getattr(args, "advised_plan", None):
         summary["advised_plan"] = args.advised_plan
+    said = end_line(end, summary["run_dir"], lost["text"] if lost else None)
     if args.json:
-        shown.print(end_line(end, summary["run_dir"]))
+        shown.print(said)
         print(json.dumps(summary))
     else:
         show_summary(summary, console)
-        console.print(end_line(end, summary["run_dir"]))
+        console.print(said)
     sys.stdout.flush()
     return status
 
@@ -208,8 +216,15 @@ def _on_ready(args, plan_name: str):
     return on_ready
 
 
-def end_line(end: RunStatus, run_dir: str) -> str:
-    """The live view's last line: the run's end, in the word ``status``, ``runs`` and the report use."""
+def end_line(end: RunStatus, run_dir: str, host_memory_lost: str | None = None) -> str:
+    """The live view's last line: the run's end, in the word ``status``, ``runs`` and the report use. A run that lost
+    folds to host memory (``host_memory_lost``: ``outcome.host_memory_lost.text``) ends on that line instead, under
+    its word, so "finished: every job ran to the end it was given" is never said of a run whose tasks were killed for
+    RAM."""
+    if host_memory_lost:
+        word = {RunStatus.FINISHED: "[yellow]finished[/]: all but the tasks killed for host RAM ran to the end they "
+                                    "were given"}.get(end) or end_line(end, run_dir)
+        return f"{word}\n[bold red]{host_memory_lost}[/]"
     what = {
         RunStatus.FINISHED: "[green]finished[/]: every job ran to the end it was given",
         RunStatus.DEADLINE: "[yellow]deadline[/]: the training window ended it; the submission above is what "

@@ -71,7 +71,8 @@ class RunStatus(str, enum.Enum):
     @property
     def exit_code(self) -> int:
         """``submit``'s exit status for this end: 0 a submission from what ran, 1 nothing produced or gpupack's
-        fault, 130 stopped by the person (as Ctrl-C always was), 2 the person's mistake."""
+        fault, 130 stopped by the person (as Ctrl-C always was), 2 the person's mistake; ``exit_status`` adds 3, folds
+        lost to host memory."""
         return _EXIT[self]
 
     @classmethod
@@ -88,6 +89,17 @@ class RunStatus(str, enum.Enum):
 ENDS = (RunStatus.FINISHED, RunStatus.DEADLINE, RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.CRASHED)
 _EXIT = {RunStatus.RUNNING: 0, RunStatus.FINISHED: 0, RunStatus.DEADLINE: 0, RunStatus.FAILED: 1,
          RunStatus.CRASHED: 1, RunStatus.CANCELLED: 130, RunStatus.ERROR: 2}
+# README's exit-status table, its one row that is no end of its own: a run that ended ``finished`` or ``deadline``
+# but lost folds to host memory (its tasks killed for RAM)
+HOST_MEMORY_EXIT = 3
+
+
+def exit_status(end: RunStatus, *, host_memory_lost: bool = False) -> int:
+    """``submit``'s exit status for a run's end, the table written once: ``end.exit_code``, but 3 where that is 0
+    and folds were lost to host memory, since a run that lost 2 of 8 folds to a 5 GiB cgroup once exited 0 and a
+    script took its lower score for a good one; an end that is already not 0 keeps its own status."""
+    code = end.exit_code
+    return HOST_MEMORY_EXIT if host_memory_lost and code == 0 else code
 
 
 def run_end(*, crashed: bool, cancelled: bool, deadline: bool, failed: bool, produced: bool) -> RunStatus:

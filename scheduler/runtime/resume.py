@@ -363,7 +363,7 @@ def resume_plan(run_dir: Path, budget_s: float | None):
         runtime.connect(info["address_arg"])
         hardware = runtime.cluster_hardware()
     else:
-        hardware = dryrun.resolve_hardware(plan, info.get("hardware_arg"))
+        hardware = dryrun.resolve_hardware(plan, info.get("hardware_arg"), local=True)  # this machine's RAM
     from scheduler.store import datasource
 
     choice = datasource.DataChoice(None if info.get("builtin") else Path(info["data_dir"]), info.get("builtin"))
