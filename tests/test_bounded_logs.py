@@ -122,20 +122,19 @@ def test_a_slot_job_printing_without_pause_keeps_its_bound(tmp_path, monkeypatch
 
 
 def test_a_slot_jobs_log_read_on_its_node_follows_the_rotation(tmp_path, monkeypatch):
-    """``JobActor.read`` (a Ray slot job's log, brought home a chunk at a time): the job's log moved to ``log.1``
+    """``SlotJobActor.read`` (a Ray slot job's log, brought home a chunk at a time): the job's log moved to ``log.1``
     on its node while it printed 12 MB (bound 1 MiB); the reads go on in the new log, and its last line comes home."""
     from scheduler.execute.launch import LaunchRecord
     from scheduler.execute.local import LocalExecutor
-    from scheduler.execute.ray_actor import JobActor
+    from scheduler.execute.ray_slot import SlotJobActor
 
     monkeypatch.setenv(boundedlog.ENV_MAX_BYTES, str(LIMIT))
     code = "import sys\nfor i in range(12 << 10):\n    sys.stdout.write('z' * 1023 + '\\n')\nprint('THE-END')\n"
     record = LaunchRecord(task="t", job="t", spec=None, argv=(sys.executable, "-c", code), cwd=str(tmp_path), env={},
                           data_dir="", workdir=str(tmp_path), folder=str(tmp_path), output_dir=str(tmp_path / "o"),
                           metric="", seed=0)
-    actor = JobActor.__new__(JobActor)
-    actor._process, actor._follower = LocalExecutor().submit(record), None
-    actor._show = lambda **kw: None
+    actor = SlotJobActor("t")
+    actor._process = LocalExecutor().submit(record)  # as ``start`` leaves it, without Ray
     home, offset = tmp_path / "home.log", 0
     while True:
         got = actor.read(offset, chunk=1 << 16)
@@ -153,13 +152,12 @@ def test_a_slot_jobs_last_lines_come_home_when_it_ended_one_rotation_ahead_of_th
     import os
     from types import SimpleNamespace
 
-    from scheduler.execute.ray_actor import JobActor
+    from scheduler.execute.ray_slot import SlotJobActor
 
     log = tmp_path / "log"
     log.write_bytes(b"a" * 1000 + b"\n")
-    actor = JobActor.__new__(JobActor)
+    actor = SlotJobActor("t")
     actor._process = SimpleNamespace(exit_code=None, folder=tmp_path, figures=lambda: {"throughput": None})
-    actor._follower, actor._show = None, lambda **kw: None
     first = actor.read(0, chunk=600)
     assert len(first["log"]) == 600 and not first["done"]
     os.replace(log, boundedlog.rotated(log))  # the log moves once; the job prints its last line and ends

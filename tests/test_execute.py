@@ -219,11 +219,13 @@ def _actor_class(actor) -> str:
     return actor._ray_actor_creation_function_descriptor.class_name
 
 
-def test_a_slot_argv_job_and_a_plan_task_go_through_the_same_executor_and_ray_actor_class(
+def test_a_slot_argv_job_and_a_plan_task_go_through_the_same_executor_interface_in_their_own_actor_classes(
         ray_cluster, tmp_path, digits, script):
     """On Ray: a plan's task (the Ray executor) and a slot's raw command (the service's executor, in the slot's
-    placement-group bundle) are both launch records handed to an ``Executor``'s ``submit``, and both run in
-    ``execute.ray_actor.JobActor``; the command's log, exit status, node and outputs come back through Ray."""
+    placement-group bundle) are both launch records handed to an ``Executor``'s ``submit``; the task runs in
+    ``execute.ray_actor.JobActor`` (the record in the actor's process), the command in
+    ``execute.ray_slot.SlotJobActor`` (a process group through the local backend); the command's log, exit status,
+    node and outputs come back through Ray."""
     from scheduler.execute.api import Executor, Handle
     from scheduler.execute.ray_actor import RayExecutor
     from scheduler.service.service import RayBackend, Service
@@ -249,7 +251,7 @@ def test_a_slot_argv_job_and_a_plan_task_go_through_the_same_executor_and_ray_ac
         assert handle.record.argv == tuple(argv) and handle.record.spec is None
         assert _wait(lambda: handle.started)
         actor = ray_cluster.get_actor(actor_name(slot["slot_id"], job["job_id"]), namespace="gpupack")
-        assert _actor_class(actor) == _actor_class(task.actor) == "JobActor"
+        assert (_actor_class(actor), _actor_class(task.actor)) == ("SlotJobActor", "JobActor")
         go.touch()
         assert _wait(lambda: svc.tick() or svc.job_status(job["job_id"])["state"] != "RUNNING")
         st = svc.job_status(job["job_id"])

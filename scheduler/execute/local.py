@@ -1,9 +1,10 @@
 """The local process-group backend: a record runs as ``python -m scheduler.execute.child`` on this machine, started
 through a tiny wrapper that records its exit status in a file (so that a restarted supervisor can tell how a process
-it did not see end has ended), in its own process group (its children end with it, even when the wrapper was
-killed). The one supervisor of processes: the slot service's jobs start here, on its machine or on a slot's node
-inside the Ray job actor, its raw commands (a record's ``argv``) as they are, its specs as the plan's records; a
-restarted service finds them again (:meth:`LocalExecutor.adopt`: by pid and start time, else by process group).
+it did not see end has ended), in its own process group (its children end with it, even when the wrapper was killed).
+The one supervisor of processes: the slot service's jobs start here, on its machine or on a slot's node inside its
+Ray actor (:class:`scheduler.execute.ray_slot.SlotJobActor`), its raw commands (a record's ``argv``) as they are, its
+specs as the plan's records; a restarted service finds them again (:meth:`LocalExecutor.adopt`: by pid and start
+time, else by process group).
 
 The child writes its events to standard output as ``GPUPACK {…}`` lines (:mod:`scheduler.execute.channel`), which
 the handle reads back from the log as it grows. Its output (stdout and stderr) is a pipe the wrapper pumps into the
@@ -299,8 +300,9 @@ class LocalHandle(Handle):
         self._oom_kills = oomsign.oom_kills()  # the cgroup's OOM kills so far: a SIGKILL past them was for RAM
 
     @property
-    def _events(self) -> list[dict]:
-        return self._log._events
+    def events_read(self) -> int:
+        """How many events its log has given so far (without reading it further)."""
+        return len(self._log)
 
     @property
     def started(self) -> bool:
@@ -309,7 +311,8 @@ class LocalHandle(Handle):
     def events(self, since: int = 0) -> list[dict]:
         return self._log(since)
 
-    def _signal(self, sig: int) -> None:
+    def send_signal(self, sig: int) -> None:
+        """``sig`` to its process group (one found again only while the group still holds this job's processes)."""
         if isinstance(self.proc, Orphans):  # only while the group still holds this job's processes
             signal_group(self.pgid, self.record.task, sig)
             return
@@ -319,7 +322,7 @@ class LocalHandle(Handle):
             pass
 
     def cancel(self) -> None:
-        self._signal(signal.SIGTERM)
+        self.send_signal(signal.SIGTERM)
 
     def set_limits(self, limits: dict) -> None:
         path = self.folder / LIMITS
@@ -332,7 +335,7 @@ class LocalHandle(Handle):
         os.replace(tmp, path)
 
     def kill(self) -> None:
-        self._signal(signal.SIGKILL)
+        self.send_signal(signal.SIGKILL)
 
     def done(self) -> bool:
         return self.proc.poll() is not None
@@ -489,7 +492,7 @@ class LocalExecutor(Executor):
 
     def wait(self, handles, timeout: float) -> None:
         end = time.time() + timeout
-        seen = {id(h): len(h._events) for h in handles}
+        seen = {id(h): h.events_read for h in handles}
         while time.time() < end:
             if any(h.done() or len(h.events(seen[id(h)])) for h in handles):
                 return

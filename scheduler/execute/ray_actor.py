@@ -12,10 +12,8 @@ else after ``wait_s``; the executor waits on polls and results together, so a dr
 soon as it happens, not at its next tick. Nothing heavy is imported before the first poll can answer: the actor's
 module is this one, which imports Ray and the record only.
 
-The same actor runs a slot service's job (:mod:`scheduler.execute.ray_slot`), scheduled into the slot's
-placement-group bundle: there ``start`` hands the record to the local process-group backend on the actor's node
-(a raw command must be a process; a job that outlives the service must not die with a driver), and ``read``,
-``signal`` and ``outputs`` answer for it: its log from an offset, its figures, its exit status, the files it left.
+A slot service's job runs in another actor class, :class:`scheduler.execute.ray_slot.SlotJobActor` (a process group
+on its node, through the local backend); the two share only :class:`ShownLine`, the one line an actor shows.
 """
 
 from __future__ import annotations
@@ -42,10 +40,31 @@ FIRST_POLL_S = 2.0  # how long ``run`` waits for the first poll before it starts
 RAY_ERRORS = (ray.exceptions.RayTaskError, ray.exceptions.RayActorError, ray.exceptions.ActorDiedError)
 
 
+class ShownLine:
+    """An actor's one line of its plan, task, fold, state and throughput (``core.actorline``), changed from the
+    actor's threads under a lock and printed to the actor's log when it has news; the actor's ``repr`` is this line
+    (the dashboard's Actors page shows it)."""
+
+    def __init__(self, label: str, task: str, folds: int | None = None):
+        self._line = ActorLine(label, task, folds)
+        self._lock = threading.Lock()
+
+    def __str__(self) -> str:
+        return str(self._line)
+
+    def show(self, kind: str | None = None, fields: dict | None = None, **change) -> None:
+        """A report (or a change of state) into the line; the line into the actor's log when it has news."""
+        with self._lock:
+            news = self._line.note(kind, fields or {}) if kind else self._line.set(**change)
+            text = str(self._line)
+        if news:
+            print(text, flush=True)
+
+
 class JobActor:
-    """Runs one record in its own process and buffers what it reports, for the handle to poll. Its ``repr`` is one
-    line of its plan, task, fold, state and throughput (``core.actorline``): the dashboard's Actors page shows it,
-    and the actor prints it to its log when it changes."""
+    """A plan's task: runs one record in its own process (:func:`scheduler.execute.apply.run`) and buffers what it
+    reports, for the handle to poll; takes the budget's cuts (``set_limits``) and a cancel while it runs. Its ``repr``
+    is its :class:`ShownLine`."""
 
     def __init__(self, task: str, visible_devices: str | None, env: dict[str, str], label: str = "",
                  folds: int | None = None):
@@ -58,26 +77,15 @@ class JobActor:
         self._answered = threading.Event()  # the first poll has answered: the process is known to be up
         self._stop = threading.Event()
         self._limits: dict = {}
-        self._line = ActorLine(label, task, folds)
-        self._line_lock = threading.Lock()
-        self._process = None  # the local backend's handle, when the record runs as a process group here
-        self._follower = None  # its log as read so far (``core.boundedlog.Follower``: across the log's rotation)
+        self._line = ShownLine(label, task, folds)
 
     def __repr__(self) -> str:
         return str(self._line)
 
-    def _show(self, kind: str | None = None, fields: dict | None = None, **change) -> None:
-        """A report (or a change of state) into the line; the line into the actor's log when it has news."""
-        with self._line_lock:
-            news = self._line.note(kind, fields or {}) if kind else self._line.set(**change)
-            text = str(self._line)
-        if news:
-            print(text, flush=True)
-
     def _report(self, kind: str, fields: dict) -> None:
         self._buffer.report(kind, fields)
         if kind != "log":
-            self._show(kind, fields)
+            self._line.show(kind, fields)
 
     def environment(self) -> dict:
         """What the job sees: its device, its process, its node (for checks and telemetry)."""
@@ -92,72 +100,11 @@ class JobActor:
 
     def cancel(self) -> None:
         self._stop.set()
-        self._show(state="STOPPING")
+        self._line.show(state="STOPPING")
 
     def set_limits(self, limits: dict) -> None:
         self._limits = {**self._limits, **limits}
-        self._show(cut=limits.get("folds"))
-
-    # -- a record run as a process group on the actor's node (a slot service's job) --
-
-    def start(self, record: LaunchRecord, grace_s: float) -> dict:
-        """Start the record through the local backend in a folder of this node; its process group ends
-        ``grace_s`` after this actor's process dies (its node is lost, or it is killed)."""
-        import tempfile
-        from pathlib import Path
-
-        from scheduler.execute.local import LocalExecutor
-
-        node_id = ray.get_runtime_context().get_node_id()
-        folder = Path(tempfile.gettempdir()) / "gpupack-slot-jobs" / record.task
-        for d in (folder, folder / "output"):
-            d.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(d, 0o700)
-        record = record.moved(str(folder)).with_(
-            env={**record.env, "GPUPACK_NODE_ID": node_id, "GPUPACK_END_WITH_PARENT": str(grace_s)})
-        self._process = LocalExecutor().submit(record)
-        self._show(state="RUNNING")
-        return {"pid": self._process.pid, "pid_start": self._process.started_at, "node_id": node_id}
-
-    def read(self, offset: int, chunk: int = 1 << 20) -> dict:
-        """Exit status (None while it runs), the log's next bytes (at most ``chunk``; the first read from byte
-        ``offset``, then from where the last one ended, across the log's rotation to ``log.1`` on this node), the
-        figures and the last throughput."""
-        from scheduler.core.boundedlog import Follower
-
-        h = self._process
-        code = h.exit_code
-        if self._follower is None:
-            self._follower = Follower(h.folder / "log")
-            self._follower.offset = offset
-        data = self._follower.read(chunk)
-        done = code is not None and not data  # ended, and nothing left: a short read may be the end of log.1 only
-        if done:
-            self._show(state="SUCCEEDED" if code == 0 else "FAILED")
-        figures = h.figures()
-        return {"exit_code": code, "done": done, "log": data,
-                "throughput": figures.pop("throughput"), "figures": figures}
-
-    def signal(self, sig: int) -> None:
-        import signal as signals
-
-        if self._process is not None:
-            self._process.kill() if sig == signals.SIGKILL else self._process._signal(sig)
-
-    def outputs(self, limit: int = 256 << 20) -> dict[str, bytes]:
-        """The files the job left in its output folder (by relative path), at most ``limit`` bytes in all; what
-        lingers of its process group is asked to end."""
-        from pathlib import Path
-
-        files, size, out = {}, 0, Path(self._process.record.output_dir)
-        for p in sorted(out.rglob("*")):
-            if p.is_file() and not p.is_symlink():
-                size += p.stat().st_size
-                if size > limit:
-                    break
-                files[str(p.relative_to(out))] = p.read_bytes()
-        self._process.end()
-        return files
+        self._line.show(cut=limits.get("folds"))
 
     def _should_stop(self) -> bool:
         return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)
@@ -171,14 +118,15 @@ class JobActor:
         from scheduler.execute.apply import run
 
         self._deadline = record.deadline
-        self._show(state="RUNNING", folds=len(record.folds) if record.folds else getattr(record.spec, "folds", None))
+        self._line.show(state="RUNNING",
+                        folds=len(record.folds) if record.folds else getattr(record.spec, "folds", None))
         try:
             out = run(record, self._report, self._should_stop, lambda: dict(self._limits))
         except BaseException:
             self._buffer.report("log", {"line": traceback.format_exc()})
-            self._show(state="FAILED")
+            self._line.show(state="FAILED")
             raise
-        self._show(state="STOPPED" if self._should_stop() else "SUCCEEDED")
+        self._line.show(state="STOPPED" if self._should_stop() else "SUCCEEDED")
         return out
 
 

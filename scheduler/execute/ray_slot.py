@@ -1,22 +1,20 @@
 """The Ray backend for jobs that outlive their submitter (the slot service's): a record runs on the node of its
-slot, by the same :class:`~scheduler.execute.ray_actor.JobActor` a plan's task runs in, as a process group there.
+slot, in its own actor, :class:`SlotJobActor`, as a process group there through the local backend.
 
 A granted slot holds a placement group with one bundle, ``{gpupack_mem_<node>_<index>: MiB, CPU: cores}``; plan runs
 ask for the same memory resources, so Ray refuses to over-commit a device whoever asks. Each job is one detached
 actor scheduled *into that bundle* (``PlacementGroupSchedulingStrategy``: on the slot's node, whichever that is),
 taking one MiB of its memory resource as its ticket; the actor starts the record through the local process-group
-backend (:meth:`JobActor.start`) and answers for it: its log from an offset (appended here to the job's folder, so
-its events are read as a local job's are), its figures (CPU, RSS, NVML), its exit status, its signals, and at the end
-its outputs, which travel back through Ray (no shared file system is assumed).
-
-Every Ray call is made by one thread, off the caller's lock and request path; handles read what it found. An actor
-that dies with its node ends its job with ``lost``, "lost: node … left the cluster", and the job's process group ends
-with the actor's process (the wrapper's parent-death signal). Actors are named by the caller (``name(record)``) in
-the ``gpupack`` namespace, so a restarted submitter finds them again (:meth:`RaySlotExecutor.adopt`).
+backend (:meth:`SlotJobActor.start`: a raw command must be a process; a job that outlives the service must not die
+with a driver) and answers for it: its log from an offset (appended here to the job's folder, so its events are read
+as a local job's are), its figures (CPU, RSS, NVML), its exit status, its signals and limits, and at the end its
+outputs, which travel back through Ray (no shared file system is assumed). A plan's task runs in another actor class
+(:class:`scheduler.execute.ray_actor.JobActor`, the record in the actor's own process).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import signal
@@ -33,6 +31,91 @@ from scheduler.execute.local import LogEvents, failure_reason
 
 log = logging.getLogger("gpupack.service")
 NAMESPACE = "gpupack"
+
+
+class SlotJobActor:
+    """A slot service's job on its slot's node: its record started as a process group through the local backend
+    (:class:`~scheduler.execute.local.LocalExecutor`, the one supervisor of processes) and answered for: its log,
+    figures and exit status (``read``), its signals, its limits (the process reads them, as a local slot job's), and
+    at the end its outputs. Its ``repr`` is its :class:`~scheduler.execute.ray_actor.ShownLine`."""
+
+    def __init__(self, task: str, label: str = "slot"):
+        from scheduler.execute.ray_actor import ShownLine
+
+        self.task = task
+        self._line = ShownLine(label, task)
+        self._process: local.LocalHandle | None = None  # the local backend's handle, once started
+        self._follower = None  # its log as read so far (``core.boundedlog.Follower``: across the log's rotation)
+
+    def __repr__(self) -> str:
+        return str(self._line)
+
+    def start(self, record: LaunchRecord, grace_s: float) -> dict:
+        """Start the record through the local backend in a folder of this node; its process group ends
+        ``grace_s`` after this actor's process dies (its node is lost, or it is killed)."""
+        import os
+        import tempfile
+
+        import ray
+
+        node_id = ray.get_runtime_context().get_node_id()
+        folder = Path(tempfile.gettempdir()) / "gpupack-slot-jobs" / record.task
+        for d in (folder, folder / "output"):
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(d, 0o700)
+        record = record.moved(str(folder)).with_(
+            env={**record.env, "GPUPACK_NODE_ID": node_id, "GPUPACK_END_WITH_PARENT": str(grace_s)})
+        self._process = local.LocalExecutor().submit(record)
+        self._line.show(state="RUNNING")
+        return {"pid": self._process.pid, "pid_start": self._process.started_at, "node_id": node_id}
+
+    def read(self, offset: int, chunk: int = 1 << 20) -> dict:
+        """Exit status (None while it runs), the log's next bytes (at most ``chunk``; the first read from byte
+        ``offset``, then from where the last one ended, across the log's rotation to ``log.1`` on this node), the
+        figures and the last throughput."""
+        h = self._process
+        code = h.exit_code
+        if self._follower is None:
+            self._follower = boundedlog.Follower(h.folder / local.LOG)
+            self._follower.offset = offset
+        data = self._follower.read(chunk)
+        done = code is not None and not data  # ended, and nothing left: a short read may be the end of log.1 only
+        if done:
+            self._line.show(state="SUCCEEDED" if code == 0 else "FAILED")
+        figures = h.figures()
+        return {"exit_code": code, "done": done, "log": data,
+                "throughput": figures.pop("throughput"), "figures": figures}
+
+    def signal(self, sig: int) -> None:
+        if self._process is not None:
+            self._process.send_signal(sig)
+
+    def set_limits(self, limits: dict) -> None:
+        """The budget's cuts, into the job's ``limits.json`` (read at its next fold or epoch)."""
+        if self._process is not None:
+            self._process.set_limits(limits)
+        self._line.show(cut=limits.get("folds"))
+
+    def outputs(self, limit: int = 256 << 20) -> dict[str, bytes]:
+        """The files the job left in its output folder (by relative path), at most ``limit`` bytes in all; what
+        lingers of its process group is asked to end."""
+        files, size, out = {}, 0, Path(self._process.record.output_dir)
+        for p in sorted(out.rglob("*")):
+            if p.is_file() and not p.is_symlink():
+                size += p.stat().st_size
+                if size > limit:
+                    break
+                files[str(p.relative_to(out))] = p.read_bytes()
+        self._process.end()
+        return files
+
+
+@functools.lru_cache(maxsize=None)
+def remote_slot_actor():
+    """:class:`SlotJobActor` as a Ray actor class (made on first use: importing this module imports no Ray)."""
+    import ray
+
+    return ray.remote(SlotJobActor)
 
 
 class RaySlotHandle(Handle):
@@ -53,13 +136,21 @@ class RaySlotHandle(Handle):
         return self._log(since)
 
     def cancel(self) -> None:
-        self._ex._ops.put(("signal", self, signal.SIGTERM))
+        self._ex.ask("signal", self, signal.SIGTERM)
 
     def kill(self) -> None:
-        self._ex._ops.put(("signal", self, signal.SIGKILL))
+        self._ex.ask("signal", self, signal.SIGKILL)
 
     def set_limits(self, limits: dict) -> None:
-        self._ex._ops.put(("limits", self, dict(limits)))
+        self._ex.ask("limits", self, dict(limits))
+
+    def set_end(self, code: int | None, lost: str | None) -> None:
+        """It ended: its exit status, or why it ended without one (the executor's thread)."""
+        self._ended = (code, lost)
+
+    def set_figures(self, got: dict) -> None:
+        """Its actor's last ``read``: its throughput and figures (the executor's thread)."""
+        self._figures = got
 
     def done(self) -> bool:
         return self._ended is not None
@@ -102,8 +193,12 @@ class RaySlotExecutor(Executor):
 
     def submit(self, record: LaunchRecord) -> RaySlotHandle:
         h = RaySlotHandle(record, self)
-        self._ops.put(("start", h, None))
+        self.ask("start", h, None)
         return h
+
+    def ask(self, op: str, h: RaySlotHandle | None, arg) -> None:
+        """An operation for the thread (``start``, ``adopt``, ``signal``, ``limits``, ``close``), in order."""
+        self._ops.put((op, h, arg))
 
     def adopt(self, record: LaunchRecord, pid: int | None, pid_start: float | None,
               node_id: str | None = None) -> RaySlotHandle:
@@ -111,13 +206,13 @@ class RaySlotExecutor(Executor):
         h = RaySlotHandle(record, self)
         h.pid, h.pid_start, h.node_id = pid, pid_start, node_id
         path = h.home / local.LOG
-        self._ops.put(("adopt", h, path.stat().st_size if path.is_file() else 0))
+        self.ask("adopt", h, path.stat().st_size if path.is_file() else 0)
         return h
 
     def close(self) -> None:
         """Stop the thread once the signals already asked for are sent (and their actors ended: the jobs end on
         their own); jobs not asked to stop go on, for a restarted submitter to find."""
-        self._ops.put(("close", None, None))
+        self.ask("close", None, None)
         self._thread.join(timeout=30)
 
     # -- the thread (every Ray call) --
@@ -137,7 +232,7 @@ class RaySlotExecutor(Executor):
                 except Exception as e:  # a Ray hiccup must not end the thread
                     log.exception("Ray job operation %s failed", op)
                     if op == "adopt":
-                        h._ended = (None, f"lost: its actor is gone ({type(e).__name__})")
+                        h.set_end(None, f"lost: its actor is gone ({type(e).__name__})")
             try:
                 self._launch(st)
                 self._collect(st)
@@ -166,7 +261,7 @@ class RaySlotExecutor(Executor):
             st.signalled.add(h)
             if h in st.waiting:  # never started: nothing to signal
                 st.waiting.remove(h)
-                h._ended = (None, None)
+                h.set_end(None, None)
             elif h in st.actors:
                 st.actors[h].signal.remote(arg)
         elif op == "limits" and h in st.actors:
@@ -176,19 +271,17 @@ class RaySlotExecutor(Executor):
         """Actors for the jobs whose slot's placement group exists; each starts its job once Ray has placed it."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from scheduler.execute.ray_actor import RemoteJobActor
-
         for h in list(st.waiting):
             where = self.placement(h.record)
             if where is None:
                 continue
             st.waiting.remove(h)
             group, ticket = where
-            actor = RemoteJobActor.options(
+            actor = remote_slot_actor().options(
                 name=self.name(h.record), namespace=NAMESPACE, lifetime="detached", num_cpus=0,
                 resources={ticket: 1.0}, max_restarts=0, max_concurrency=4,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0),
-            ).remote(h.record.task, None, {}, "slot")
+            ).remote(h.record.task)
             st.actors[h], st.offsets[h] = actor, 0
             st.starting[h] = actor.start.remote(h.record, local.TERM_GRACE_S)
 
@@ -222,7 +315,7 @@ class RaySlotExecutor(Executor):
             if got["log"]:  # bounded by bytes at home too: a slot job's log once filled the service's disk
                 boundedlog.append(h.home / local.LOG, got["log"])
             st.offsets[h] += len(got["log"])
-            h._figures = got
+            h.set_figures(got)
             if got["done"]:
                 self._finish(st, h, got["exit_code"])
 
@@ -244,7 +337,7 @@ class RaySlotExecutor(Executor):
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(data)
         ray.kill(actor)
-        h._ended = (code, None)
+        h.set_end(code, None)
 
     def _drop(self, st: "_Flight", h: RaySlotHandle, e: Exception, what: str) -> None:
         """A Ray error ended the job: its node is lost (it was on a node that is gone, or its actor died unasked),
@@ -261,14 +354,14 @@ class RaySlotExecutor(Executor):
         name = type(e).__name__
         died = "Actor" in name or "NodeDied" in name or "Unavailable" in name
         if h.record.node in self.lost_nodes() or (died and not _alive(h.node_id)):
-            h._ended = (None, f"lost: node {h.record.node} left the cluster ({name})")
+            h.set_end(None, f"lost: node {h.record.node} left the cluster ({name})")
         elif died and h in st.signalled:
-            h._ended = (None, None)
+            h.set_end(None, None)
         elif died:
-            h._ended = (None, f"lost: its actor died ({name}); its node may be gone")
+            h.set_end(None, f"lost: its actor died ({name}); its node may be gone")
         else:
             why = str(e).strip().splitlines()[-1][:300] if str(e).strip() else name
-            h._ended = (127, f"{what}: {why}")
+            h.set_end(127, f"{what}: {why}")
 
 
 class _Flight:

@@ -1,10 +1,10 @@
 """The service's jobs, through the executor interface (``scheduler.execute``): each job is a launch record (a raw
 command's ``argv``, or a spec as the plan's jobs are) submitted to one executor — the local process-group backend on
-the service's machine, or the Ray backend on the slot's node, in the slot's placement-group bundle, by the same job
-actor a plan's task runs in — and followed through its handle: stopped (``cancel``, then ``kill``
-``TERM_GRACE_S`` later), reaped, found again after a restart (``adopt``), measured (``figures``). Its log is its
-folder's ``log`` either way (a Ray job's is brought home as it grows). Call under the service's lock, except
-:meth:`Supervisor.figures` and :func:`read_log`."""
+the service's machine, or the Ray backend on the slot's node, in the slot's placement-group bundle, by a slot job's
+actor (``ray_slot.SlotJobActor``: the same local backend there) — and followed through its handle: stopped
+(``cancel``, then ``kill`` ``TERM_GRACE_S`` later), reaped, found again after a restart (``adopt``), measured
+(``figures``). Its log is its folder's ``log`` either way (a Ray job's is brought home as it grows). Call under the
+service's lock, except :meth:`Supervisor.figures` and :func:`read_log`."""
 
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ class Supervisor:
 
 
 def make_supervisor(store: Store, jobs: dict[str, Job], backend, on_ray: bool) -> Supervisor:
-    """The service's supervisor: its jobs on its own machine, or as Ray job actors in their slots' bundles."""
+    """The service's supervisor: its jobs on its own machine, or as Ray slot job actors in their slots' bundles."""
     if not on_ray:
         return Supervisor(store, jobs, local.LocalExecutor())
     from scheduler.execute.ray_slot import RaySlotExecutor
