@@ -16,8 +16,8 @@ The map: one idea a module, each importing only those above it in this list (no 
 - ``policy/packing_waves.py``: the wave-by-wave proof (``solve_by_waves``: levels 2 and 3, ``CpuJobs``).
 - ``policy/packing_hostram.py``: host RAM per wave (``within_host_memory``), the last step of ``pack``.
 - here: ``pack`` (below, first), the order in which it asks the parts and what it proves (``_pack``), the door's check
-  (``_check``) and the answer with its reasons (``_placement``); every name above is re-exported, so a caller imports
-  from ``scheduler.policy.packing`` alone.
+  (``_check``) and the answer with its reasons (``_placement``); what callers import from the parts is re-exported
+  (``__all__``), so they import from ``scheduler.policy.packing`` alone.
 - apart: ``policy/arcflow.py``, exact bin packing as a MILP, knowing nothing of waves, jobs or cores and importing
   nothing from here; the online placer (one request at a time, for the service) is ``policy/placement_online.py``.
 
