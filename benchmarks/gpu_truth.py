@@ -280,11 +280,11 @@ def plan_copy(plan: Path, out: Path, quick: bool, **every_job) -> Path:
     (a rehearsal that runs in minutes on two cores; the packing is still the card's)."""
     import yaml
 
-    from scheduler.core.plan import _JOB_MODELS  # the plan's own schema: which keys each kind takes
+    from scheduler.core import kinds  # the plan's own schema: which keys each kind takes
 
     doc = yaml.safe_load(Path(plan).read_text())
     for job in doc.get("jobs", []):
-        fields = _JOB_MODELS[job.get("kind", "timm")].model_fields
+        fields = kinds.get(job.get("kind", "timm")).spec.model_fields
         job.update({k: v for k, v in every_job.items() if k in fields})
         if quick and job.get("kind") == "timm":
             job.update(QUICK_TIMM)

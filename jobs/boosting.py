@@ -12,6 +12,7 @@ live table, ``status`` and the gauges show ``train_samples_per_s``: rows × roun
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -22,8 +23,10 @@ import numpy as np
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from jobs.data import Competition, split_folds
 from jobs.throughput import ThroughputWindow
+from scheduler.core import kinds
 from scheduler.core.scoring import REGRESSION, get as get_metric
 from scheduler.core.walltime import Ledger
+from scheduler.policy.tasktime import DEFAULT_ROUNDS
 
 log = logging.getLogger("gpupack.job")
 SAMPLE_EVERY_S = 3.0  # a throughput sample at most this often, as image jobs send theirs
@@ -67,20 +70,47 @@ def as_matrix(p: np.ndarray, binary: bool) -> np.ndarray:
     return np.stack([1 - p, p], axis=1) if binary else p.reshape(-1, 1)
 
 
-def _rounds_hook(ctx: JobContext, window: ThroughputWindow, rows: int, fold: int) -> Callable[[int], None]:
-    """Called after every boosting round: a stop asked ends the fold (Stopped), and the round is a step over ``rows``
-    rows in the throughput window."""
-    last = [time.perf_counter()]
+class Rounds:
+    """Called after every boosting round of a fold (across its models): a stop asked ends the fold (Stopped); the round
+    is a step over the fold's rows in the throughput window; every ``per_epoch`` rounds an ``epoch`` event as an image
+    job sends it (its steady figures: the task's first round, which holds the start-up, left out), so the budget
+    projects and cuts a boosting job's rounds as it does a timm job's epochs."""
 
-    def on_round(iteration: int) -> None:
-        ctx.check_stop()
+    def __init__(self, ctx: JobContext, window: ThroughputWindow, ledger: Ledger, *, rows: int, fold: int,
+                 epochs: tuple[int, int], first: bool = False):
+        """``epochs``: (rounds an epoch, a fold's epochs); ``first``: the task's first fold it trains."""
+        self.ctx, self.window, self.ledger, self.rows, self.fold = ctx, window, ledger, rows, fold
+        (self.per_epoch, self.epochs), self.first = epochs, first
+        self.done, self.last, self.steady, self.startup = 0, time.perf_counter(), [], None
+
+    def __call__(self, iteration: int) -> None:
+        self.ctx.check_stop()
         now = time.perf_counter()
-        window.add(rows, now - last[0], 0.0)
-        last[0] = now
-        if window.due():
-            window.flush(fold=fold, iteration=iteration + 1)
+        took, self.last = now - self.last, now
+        self.window.add(self.rows, took, 0.0)
+        self.done += 1
+        if self.first and self.done == 1:  # launch → the end of the task's first round: its start-up
+            self.startup = self.ledger.clock() - self.ledger.start
+        else:
+            self.steady.append(took)
+        if self.window.due():
+            self.window.flush(fold=self.fold, iteration=iteration + 1)
+        if self.done % self.per_epoch == 0:
+            self._epoch()
 
-    return on_round
+    def _epoch(self) -> None:
+        steady = self.steady[-self.per_epoch:]
+        step = sum(steady) / len(steady) if steady else None
+        self.ctx.report("epoch", {
+            "fold": self.fold, "epoch": self.done // self.per_epoch, "epochs": self.epochs, "validated": False,
+            "steps": self.per_epoch, "steady_steps": len(steady), "steady_step_s": step,
+            "steady_epoch_s": None if step is None else step * self.per_epoch,
+            **({"startup_s": round(self.startup, 3)} if self.startup is not None and self.done == self.per_epoch
+               else {})})
+
+    @property
+    def epochs_run(self) -> int:
+        return math.ceil(self.done / self.per_epoch)
 
 
 def _models(comp: Competition, ctx: JobContext, lib: Library) -> tuple[list[tuple[int | None, dict, bool]], np.ndarray]:
@@ -104,17 +134,17 @@ class _Fold:
     train_s: float
 
 
-def _fold(spec, lib: Library, data: tuple, models: list, on_round, ledger: Ledger) -> _Fold:
-    """Every model of one fold (``models``: (column of y or None, its parameters, whether binary)): its validation and
-    test predictions side by side, its best round, its rounds."""
+def _fold(lib: Library, data: tuple, models: list, most: tuple[int, int], on_round, ledger: Ledger) -> _Fold:
+    """Every model of one fold (``models``: (column of y or None, its parameters, whether binary); ``most``: each
+    model's most rounds and its early stopping rounds): its validation and test predictions side by side, its best
+    round, its rounds."""
     X, y, X_test, tr, va = data
     val_parts, test_parts, best, rounds, train_s = [], [], [], 0, 0.0
     for column, params, binary in models:
         target = y if column is None else y[:, column]
         started = time.perf_counter()
         with ledger.phase("train"):
-            trained = lib.train(params, (X[tr], target[tr]), (X[va], target[va]), spec.num_boost_round,
-                                spec.early_stopping_rounds, on_round)
+            trained = lib.train(params, (X[tr], target[tr]), (X[va], target[va]), most[0], most[1], on_round)
         train_s += time.perf_counter() - started
         rounds += trained.rounds
         with ledger.phase("validation"):
@@ -139,6 +169,11 @@ def run(spec, comp: Competition, ctx: JobContext, lib: Library) -> JobOutput:
     models = [(column, {**base, **objective, **spec.params}, binary) for column, objective, binary in models]
     out = JobOutput(job=spec.name, classes=list(comp.classes), test_ids=comp.test_ids, folds=[], metric=ctx.metric)
     rates, walls, round_rates = [], [], []
+    per_epoch = kinds.of(spec).rounds_per_epoch or spec.num_boost_round
+    # a fold's epochs as the time model expects them (early stopping decides: its assumed rounds), its models together
+    expected = min(spec.num_boost_round, DEFAULT_ROUNDS) if spec.early_stopping_rounds else spec.num_boost_round
+    epochs = math.ceil(expected / per_epoch) * len(models)
+    first = True  # the task's first fold it trains: its first round holds the start-up
     mine = ctx.my_folds(split_folds(strata, spec.folds, ctx.seed))
     for i, k, (tr, va) in mine:
         if ctx.kept_fold(out, k):  # finished before a restart: its saved predictions come back, it is not rerun
@@ -151,8 +186,14 @@ def run(spec, comp: Competition, ctx: JobContext, lib: Library) -> JobOutput:
             break
         t0 = time.perf_counter()
         window = ThroughputWindow(ctx.report, every_s=SAMPLE_EVERY_S, ledger=ledger)
+        # the budget's cut of its epochs caps the fold's rounds, its models sharing them; uncut, its own most
+        cut = ctx.limits().get("epochs")
+        cap = spec.num_boost_round if cut is None else max(1, min(spec.num_boost_round,
+                                                                  int(cut) * per_epoch // len(models)))
+        hook = Rounds(ctx, window, ledger, rows=len(tr), fold=k, epochs=(per_epoch, epochs), first=first)
+        first = False
         try:
-            f = _fold(spec, lib, (X, y, X_test, tr, va), models, _rounds_hook(ctx, window, len(tr), k), ledger)
+            f = _fold(lib, (X, y, X_test, tr, va), models, (cap, spec.early_stopping_rounds), hook, ledger)
         except Stopped:
             out.notes.append(f"stopped during fold {k}: {len(out.folds)} of {spec.folds} folds finished")
             break
@@ -164,7 +205,7 @@ def run(spec, comp: Competition, ctx: JobContext, lib: Library) -> JobOutput:
         score = metric.fn(y[va], f.val)
         ctx.fold_finished(out, FoldOutput(fold=k, val_ids=ids[va], val_pred=f.val, test_pred=f.test, score=score,
                                           epochs=f.best, samples_per_s=rate, val_true=y[va]),
-                          seconds=round(elapsed, 3), **ledger.figures())
+                          seconds=round(elapsed, 3), epochs=hook.epochs_run, best_round=f.best, **ledger.figures())
         # a fold shorter than a sample's period still leaves its rate and breakdown (status, the live table)
         window.final(fold=k, iteration=f.best, num_threads=base[lib.threads])
         log.info("%s fold %d: %s %.5f at round %d (%.1f s)", spec.name, k, ctx.metric, score, f.best, elapsed)

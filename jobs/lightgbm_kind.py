@@ -1,10 +1,13 @@
 """The ``lightgbm`` kind: LightGBM on the table's numeric columns, on CPU cores (``jobs.lightgbm_job`` runs it). It
-takes no card, runs as one task (its folds one after another in one process), and is not shortened by the budget
-(its early stopping ends each fold; only the training deadline stops it). Light: LightGBM is imported by the job."""
+takes no card and runs as one task (its folds one after another in one process). The budget may cut its folds and its
+rounds: its rounds count in epochs of ``ROUNDS_PER_EPOCH`` (``jobs.boosting`` reports each and caps a fold's rounds
+at the epochs the budget leaves), early stopping still ending a fold sooner. Light: LightGBM is imported by the job."""
 
 from __future__ import annotations
 
 from scheduler.core.kinds import Kind, register
+
+ROUNDS_PER_EPOCH = 50  # its rounds counted in epochs of 50: the budget cuts them, its progress comes each epoch
 from scheduler.core.plan import LightGBMJob
 
 
@@ -26,5 +29,6 @@ def check(job, comp, where: str) -> None:
 
 KIND = register(Kind(
     name="lightgbm", spec=LightGBMJob, gpu="none", reads="table", runs_in="python", time_model="trees",
-    imports_s=1.5, progress="rows × rounds/s", best_step="rounds", host_mib=host_mib, check=check,
+    imports_s=1.5, cuts=("folds", "epochs"), rounds_per_epoch=ROUNDS_PER_EPOCH, progress="rows × rounds/s",
+    best_step="rounds", host_mib=host_mib, check=check,
     run="jobs.lightgbm_job:run", docs="LightGBM on the table's numeric columns"))

@@ -116,5 +116,6 @@ def run(spec: XGBoostJob, comp, ctx):
 
 KIND = register(Kind(
     name="xgboost", spec=XGBoostJob, gpu="declared", reads="table", runs_in="python", time_model="trees",
-    imports_s=1.5, progress="rows × rounds/s", best_step="rounds", host_mib=host_mib, gpu_mib=gpu_mib, check=check,
+    imports_s=1.5, cuts=("folds", "epochs"), rounds_per_epoch=50, progress="rows × rounds/s", best_step="rounds",
+    host_mib=host_mib, gpu_mib=gpu_mib, check=check,
     run="jobs.xgboost_job:run", docs="XGBoost on the table's numeric columns, on cores or a card"))

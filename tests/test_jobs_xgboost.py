@@ -112,3 +112,35 @@ def test_on_a_real_card_it_trains_there_within_its_share(comp, tmp_path):
     assert mine, "the job did not train on the card"
     assert mine[0].usedGpuMemory / 2**20 <= gpu_mib(_spec(device="cuda"), rows=len(comp.train),
                                                       features=len(comp.feature_cols))
+
+
+def test_the_budget_cuts_its_rounds_as_it_cuts_a_timm_jobs_epochs(comp, tmp_path):
+    """Its rounds count in epochs of 50 (``Kind.rounds_per_epoch``): the job reports each epoch with its steady pace,
+    the run loop's budget, finding it late, cuts its epochs, and the job then caps a fold's rounds at what is left."""
+    from scheduler.core import plan as planmod
+    from scheduler.policy import runloop as rl
+    from test_runloop import T0, Where
+
+    plan = planmod.from_dict({"name": "t", "hardware": {"profile": "A100-40GB", "gpus_per_node": 1, "cpus": 8},
+                              "budget": "100s", "jobs": [{"name": "xgb", "kind": "xgboost", "folds": 5,
+                                                          "num_boost_round": 1000, "resources": {"cpus": 1}}]})
+    s = rl.RunState(plan, [Where("xgb", device=None, gpu_memory_mib=0)], rl.Window(T0, T0 + 85))
+    s.handle(rl.Start(T0), rl.JobStarted("xgb", T0 + 1))
+    # as the job reports an epoch: 50 rounds at 0.2 s, of 20 epochs a fold (1,000 rounds): 5 × 20 × 10 s, far late
+    s.handle(rl.JobReported("xgb", "epoch", {"fold": 0, "epoch": 1, "epochs": 20, "validated": False, "steps": 50,
+                                             "steady_steps": 49, "steady_step_s": 0.2, "steady_epoch_s": 10.0,
+                                             "startup_s": 1.0}, T0 + 12))
+    cuts = [i for i in s.handle(rl.Tick(T0 + 12)) if isinstance(i, rl.SetLimits)]
+    assert cuts and cuts[0].limits.get("epochs", 20) < 20  # its rounds: 20 epochs of 50 → fewer
+
+    reported = []
+    limits = {"epochs": 2}  # what the budget left it: 2 epochs, 100 rounds a fold
+    run_job(_spec(num_boost_round=400, early_stopping_rounds=400), comp,
+            JobContext("xgb", tmp_path, cpus=1, limits=lambda: limits,
+                       report=lambda kind, data: reported.append((kind, data))))
+    folds = [d for k, d in reported if k == "fold"]
+    epochs = [d for k, d in reported if k == "epoch"]
+    assert [f["epochs"] for f in folds] == [2, 2] and all(f["best_round"] <= 100 for f in folds)
+    # a fold's epochs as the time model expects them: early stopping decides, 300 rounds assumed (6 epochs)
+    assert [(e["fold"], e["epoch"], e["epochs"]) for e in epochs] == [(0, 1, 6), (0, 2, 6), (1, 1, 6), (1, 2, 6)]
+    assert epochs[0]["startup_s"] > 0 and epochs[1]["steady_epoch_s"] > 0 and "startup_s" not in epochs[2]

@@ -51,6 +51,9 @@ class Kind:
     batch: bool = False  # the fitter sets its batch, the job grows and halves it (memory ∝ batch)
     lanes: bool = False  # its folds may run side by side as lanes (policy.tasks)
     cuts: tuple[str, ...] = ()  # what the budget may shorten, of "folds", "epochs" (nothing: only its deadline)
+    # a kind whose steps are boosting rounds counts them in epochs of this many (its fold's rounds cap and the budget's
+    # epoch cuts, its progress reported each epoch); None: its epochs are its own (a timm job's passes over the data)
+    rounds_per_epoch: int | None = None
     progress: str = "samples/s"  # the unit of its throughput, as the report and the live view print it
     best_step: str = "ep"  # what a fold's best step is counted in ("ep": epochs, "rounds": boosting rounds)
     wall_learned: bool = False  # its time is learned as one wall per job name, not field by field

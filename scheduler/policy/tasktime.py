@@ -269,13 +269,14 @@ def _trees(w: TaskWork, threads: int) -> TaskTime:
     rows = fold_train_rows(w.rows, max(1, w.job_folds)) or w.rows or 1000
     features = w.features or 64
     rounds = w.rounds or DEFAULT_ROUNDS
+    block = kinds.get(w.kind).rounds_per_epoch or rounds  # its rounds counted in epochs (what the budget cuts)
     per_round = rows * features * TREE_S_PER_CELL_ROUND / threads
     src = {"step_s": f"{rows:,} rows × {features} features × {TREE_S_PER_CELL_ROUND:g} s a cell-round ÷ {threads} "
                      f"core(s), {rounds} rounds" + ("" if w.rounds else " (early stopping decides; assumed)"),
            "startup": f"process {_process(w):.1f} s, imports {_imports(w):.1f} s, the table read"}
     data = (w.rows or 0) * features * 2e-7
-    return TaskTime(w.task, w.kind, Startup(_process(w), _imports(w), data, 0.0), per_round, rounds,
-                    1, w.folds, prediction_s=(w.test_rows or 0) * rounds * TREE_S_PER_ROW_ROUND, fold_change_s=0.05,
+    return TaskTime(w.task, w.kind, Startup(_process(w), _imports(w), data, 0.0), per_round, block,
+                    math.ceil(rounds / block), w.folds, prediction_s=(w.test_rows or 0) * rounds * TREE_S_PER_ROW_ROUND, fold_change_s=0.05,
                     threads=threads, sources=src)
 
 

@@ -330,7 +330,8 @@ def fold_scores(run: _Run) -> dict[str, dict[int, dict]]:
         if not folds:
             for e in run.of("fold"):
                 if job_of(e.get("job", "")) == job and e.get("fold") is not None:
-                    folds[e["fold"]] = {"fold": e["fold"], "score": e.get("score"), "epochs": e.get("epochs")}
+                    folds[e["fold"]] = {"fold": e["fold"], "score": e.get("score"),  # a boosting fold's best round
+                                        "epochs": e.get("best_round", e.get("epochs"))}
         out[job] = folds
     return out
 
