@@ -23,7 +23,7 @@ device in (thousandths of a GPU, as in the Alibaba trace, or MiB of GPU memory, 
   ``nodes_memory``); ``WorkloadLearner`` learns the typical requests online from every shape seen, flattened; and
   a look-ahead on the host (``host_stranded``, weighted ``HOST_LOOKAHEAD``) adds to a node's fragmentation the GPU
   its free cores or host memory would leave unused were its free GPU filled with copies of each typical request:
-  FGD only asks whether one more fits (on the Alibaba replay this is worth about half a point, see README).
+  FGD only asks whether one more fits (on the Alibaba replay this is worth about half a point: docs/internals.md, the online replay).
 
 ``place(policy, gpu, cpus, devices_free, nodes_free, workload)`` dispatches to one of them. Requests:
 ``gpu`` is the share of one device (``0`` for a CPU-only request; a share equal to the capacity is a whole device);
