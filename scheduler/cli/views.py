@@ -60,26 +60,7 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
     for name, why in getattr(dry, "lr_why", {}).items():
         console.print(f"[bold]learning rate of {name}:[/] {why}")
 
-    cpu_jobs = [a for a in placement.assignments if a.device is None]
-    if cpu_jobs:
-        c = Table(title="CPU jobs", title_justify="left")
-        for col in ("job", "wave", "node", "cores"):
-            c.add_column(col)
-        for a in cpu_jobs:
-            c.add_row(a.job, str(a.wave), a.node, str(a.cpus))
-        console.print(c)
-
-    said = sorted({n.memory_source for n in dry.hardware.nodes if n.memory_source})  # which RAM figure packed
-    h = Table(title="Host memory per node and wave" + (f" (node RAM: {'; '.join(said)})" if said else ""),
-              title_justify="left")
-    for col in ("wave", "node", "tasks", "RAM", "cores"):
-        h.add_column(col, justify="right" if col in ("wave", "RAM", "cores") else "left")
-    for row in dry.node_rows():
-        ram = row["host_memory_mib"]
-        h.add_row(str(row["wave"]), row["node"], str(len(row["tasks"])),
-                  f"{row['host_used_mib']:,} / {ram:,} MiB" if ram else f"{row['host_used_mib']:,} MiB (RAM not known)",
-                  f"{row['cpus_used']} / {row['cpus']}")
-    console.print(h)
+    _show_cpu_and_host(dry, console)
 
     j = Table(title="Why each task goes where it goes", title_justify="left")
     for col in ("task", "kind", "folds", "wave", "where", "batch", "RAM", "reason"):
@@ -99,6 +80,29 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
         console.print(f"[bold]submission:[/] {d['submission']}")
     for w in dry.warnings:
         console.print(f"[yellow]warning:[/] {w}")
+
+
+def _show_cpu_and_host(dry: DryRun, console: Console) -> None:
+    """The CPU jobs, then the host RAM per node and wave, titled with which RAM figure packed them."""
+    cpu_jobs = [a for a in dry.placement.assignments if a.device is None]
+    if cpu_jobs:
+        c = Table(title="CPU jobs", title_justify="left")
+        for col in ("job", "wave", "node", "cores"):
+            c.add_column(col)
+        for a in cpu_jobs:
+            c.add_row(a.job, str(a.wave), a.node, str(a.cpus))
+        console.print(c)
+    said = sorted({n.memory_source for n in dry.hardware.nodes if n.memory_source})  # which RAM figure packed
+    h = Table(title="Host memory per node and wave" + (f" (node RAM: {'; '.join(said)})" if said else ""),
+              title_justify="left")
+    for col in ("wave", "node", "tasks", "RAM", "cores"):
+        h.add_column(col, justify="right" if col in ("wave", "RAM", "cores") else "left")
+    for row in dry.node_rows():
+        ram = row["host_memory_mib"]
+        h.add_row(str(row["wave"]), row["node"], str(len(row["tasks"])),
+                  f"{row['host_used_mib']:,} / {ram:,} MiB" if ram else f"{row['host_used_mib']:,} MiB (RAM not known)",
+                  f"{row['cpus_used']} / {row['cpus']}")
+    console.print(h)
 
 
 TIMELINE_WIDTH = 40
