@@ -64,8 +64,14 @@ def answer(result) -> dict:
 
 
 def test_the_schema_file_is_the_models():
-    assert json.loads(runview.SCHEMA_FILE.read_text()) == runview.RunView.model_json_schema(), \
+    assert json.loads(runview.SCHEMA_FILE.read_text()) == runview.schema(), \
         "docs/run.schema.json is stale: python -m scheduler.store.runview rewrites it"
+    doc = json.loads(runview.SCHEMA_FILE.read_text())
+    assert {k: v for k, v in doc.items() if k != "$defs"} == \
+        {k: v for k, v in runview.RunView.model_json_schema().items() if k != "$defs"}  # its root: a run
+    assert {"SlotJobView", "SlotJobLogs"} <= set(doc["$defs"])
+    assert "deprecated" in doc["properties"]["jobs"]["description"]
+    assert "deprecated" in doc["$defs"]["SlotJobView"]["properties"]["ended"]["description"]
 
 
 def test_a_wrong_shape_is_refused_by_the_file():
@@ -88,9 +94,10 @@ def test_an_ended_runs_status_carries_its_outcome(here, run_cli):
     [job] = out["jobs"]
     assert (job["name"], job["folds_kept"], job["folds"]) == ("fake", [0, 1], 2) and job["cv_score"] is not None
     assert "weights" in job  # the pretrained tag's place (null for a command job)
-    assert status["tasks"] == status["jobs"] and status["tasks"][0]["job"] == "fake"
-    # the submit summary says the same outcome, in the same words
+    assert status["tasks"] == status["jobs"] and status["tasks"][0]["job"] == "fake"  # jobs: deprecated alias
+    # the submit summary says the same outcome, in the same words; its jobs are the plan's jobs, as outcome.jobs
     assert valid(summary)["outcome"] == out and summary["submission"] == out["submission"]
+    assert summary["jobs"] == out["jobs"]
     assert summary["ensemble_cv"] == out["ensemble_cv"]
 
 
@@ -195,8 +202,80 @@ def test_the_live_table_never_cuts_a_task_name():
     assert name in out.getvalue(), out.getvalue()
 
 
+def test_the_report_shows_absolute_paths(here, run_cli):
+    home, summary = here
+    rid = summary["run_id"]
+    assert summary["report"] == str(home / "runs" / rid / "report.html")
+    again = answer(run_cli("report", f"runs/{rid}", "--json"))  # a relative folder given
+    assert again["run_dir"] == str(home / "runs" / rid) and again["report"] == summary["report"]
+    page = (home / "runs" / rid / "report.html").read_text()
+    assert f"Run folder: <code>{home / 'runs' / rid}</code>" in page
+    assert f"<code>{home / 'runs' / rid / 'submission.csv'}</code>" in page
+    assert f"<code>{home / 'runs' / rid / 'jobs' / 'fake' / 'log'}</code>" in page
+    assert "<code>runs/" not in page
+
+
 def test_the_report_names_folds_and_throughput_as_the_tables_do(here, run_cli):
     home, summary = here
     page = (home / "runs" / summary["run_id"] / "report.html").read_text()
     assert "fold f0" in page and "fold f1" in page and "fold 1</th>" not in page
     assert "<th>train/s</th>" in page and "<th>wall/s</th>" in page and "train rate" not in page
+
+
+def test_the_slot_services_job_answers_are_in_the_schema(tmp_path):
+    """A served service's job answers (submit_job, job_status, job_logs, cancel_job), over REST through the client,
+    validated against the file's ``SlotJobView`` / ``SlotJobLogs``; ``status`` says a run's word beside ``state``."""
+    from test_service_outside_reader import Served
+
+    from scheduler.service.client import Client
+
+    served = Served(tmp_path)
+    try:
+        with Client(served.url, served.token) as c:
+            slot = c.request_slot(gpu_memory="1GB", minutes=5)
+            job = c.submit_job(slot["slot_id"], [sys.executable, "-c", "print('hello')"], cwd=str(tmp_path))
+            jsonschema.validate(job, runview.part("SlotJobView"))
+            deadline = time.time() + 60
+            while (done := c.job_status(job["job_id"]))["finished"] is None and time.time() < deadline:
+                time.sleep(0.1)
+            jsonschema.validate(done, runview.part("SlotJobView"))
+            assert (done["state"], done["status"], done["exit_code"]) == ("SUCCEEDED", "finished", 0)
+            assert done["ended"] == done["finished"] and os.path.isabs(done["log"])
+            assert os.path.isabs(done["output_dir"])
+            logs = c.job_logs(job["job_id"])
+            jsonschema.validate(logs, runview.part("SlotJobLogs"))
+            assert logs["status"] == "finished" and "hello" in logs["text"]
+            slow = c.submit_job(slot["slot_id"], [sys.executable, "-c", "import time; time.sleep(60)"])
+            assert slow["status"] == "running"
+            stopped = c.cancel_job(slow["job_id"])
+            jsonschema.validate(stopped, runview.part("SlotJobView"))
+            while (stopped := c.job_status(slow["job_id"]))["finished"] is None and time.time() < deadline + 30:
+                time.sleep(0.1)
+            assert (stopped["state"], stopped["status"]) == ("CANCELLED", "cancelled")
+            jsonschema.validate(stopped, runview.part("SlotJobView"))
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate({**done, "status": "SUCCEEDED"}, runview.part("SlotJobView"))
+    finally:
+        served.stop()
+
+
+def test_a_slot_job_stopped_by_its_slots_deadline_says_deadline():
+    from scheduler.core.states import JobState
+    from scheduler.service.store import Job
+    from scheduler.service.views import job_json
+
+    def ended(state, reason=None):
+        j = Job(job_id="job-1", slot_id="slot-1", owner="a", argv=["true"], cwd=None, env={}, state=state,
+                created=1.0, dir="rel/jobs/job-1", started=2.0, ended=3.0, reason=reason)
+        return valid_part(job_json(j), "SlotJobView")
+
+    assert ended(JobState.CANCELLED, "slot deadline")["status"] == "deadline"
+    assert ended(JobState.CANCELLED, "cancelled")["status"] == "cancelled"
+    assert ended(JobState.FAILED, "exit status 1")["status"] == "failed"
+    assert ended(JobState.PENDING)["status"] == "running"
+    assert os.path.isabs(ended(JobState.SUCCEEDED)["log"])
+
+
+def valid_part(doc: dict, name: str) -> dict:
+    jsonschema.validate(doc, runview.part(name))
+    return doc

@@ -254,11 +254,12 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     from scheduler.store.report import build
 
     from scheduler.store.runindex import run_id
+    from scheduler.store.runview import absolute
 
     folder = run_dir(args.run)
     path = build(folder)
-    if args.json:
-        return print_json({"run_id": run_id(folder), "run_dir": str(folder), "report": str(path)})
+    if args.json:  # paths absolute, as in every verb's answer (the page's own too)
+        return print_json({"run_id": run_id(folder), "run_dir": absolute(folder), "report": absolute(path)})
     console.print(f"report: {path}")
     return 0
 

@@ -204,7 +204,7 @@ def write_submission(record: RunRecord, method: str, metric: str, models: bool =
     record.event("ensemble", method=method, metric=metric, weights=weights, ensemble_cv=ens_cv, job_scores=job_scores,
                  ensemble_rows=ens_rows, job_rows=job_rows, held_out_score=held_out, submission_source=source,
                  form=comp.form.kind)
-    jobs = [j.model_dump(mode="json") for j in runview.job_outcomes(record, weights, job_rows)]
+    jobs = [j.model_dump(mode="json") for j in runview.job_outcomes(record, weights, job_rows)]  # one per plan job
     return {"run_id": record.dir.resolve().name, "run_dir": runview.absolute(record.dir),
             "submission": runview.absolute(path), "jobs": jobs, "ensemble_cv": ens_cv,
             "ensemble_rows": ens_rows, "ensemble_method": method, "metric": metric, "held_out_score": held_out,
@@ -263,7 +263,7 @@ def blend_outputs(folders: list[Path], data: str, metric: str, method: str, out:
     frame = ensemble.submission_frame(comp.sample_submission, comp.test_ids, test_pred, b.classes, comp.form)
     out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out, index=False)
-    return {"submission": str(out), "ensemble_method": method, "metric": metric, "ensemble_cv": b.oof_score,
+    return {"submission": runview.absolute(out), "ensemble_method": method, "metric": metric, "ensemble_cv": b.oof_score,
             "ensemble_rows": b.rows, "weights": b.weights, "job_scores": b.job_scores, "job_rows": b.job_rows,
             "held_out_score": comp.held_out(frame, metric),
             "notes": notes + list(b.notes)}

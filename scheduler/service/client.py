@@ -6,6 +6,10 @@ each returning the service's JSON.
     slot = c.request_slot(gpu_memory="12GB", cpus=2, minutes=20)
     job = c.submit_job(slot["slot_id"], ["python", "train.py"])
     print(c.job_status(job["job_id"])["advice"])
+    c.job_status(job["job_id"])["status"]            # running, then finished | failed | cancelled | deadline
+
+Job answers are in the run schema's words (``docs/run.schema.json``'s ``SlotJobView``): ``state`` a task's word,
+``status`` a run's, ``finished`` the end (``ended``: deprecated alias), paths absolute.
 """
 
 from __future__ import annotations

@@ -104,7 +104,9 @@ OPS: tuple[Op, ...] = (
            "data=\"digits\"),\nwhose memory is estimated and must fit the slot (422 when not). Returns the job at "
            "once; poll job_status\n(its outputs' paths and scores, to blend with ensemble) and job_logs."),
     Op("job_status", "GET", "/api/jobs/{job_id}", tool="job_status", params=(_JOB_ID,),
-       doc="The job's state, exit code, runtime, GPU memory, CPU, RSS, throughput, and advice on its batch size."),
+       doc="The job's state (PENDING…SUCCEEDED) and status (a run's word: running, finished, failed, cancelled,\n"
+           "deadline), exit code, runtime, GPU memory, CPU, RSS, throughput, and advice on its batch size\n"
+           "(docs/run.schema.json's SlotJobView)."),
     Op("job_logs", "GET", "/api/jobs/{job_id}/logs", tool="job_logs", params=(
         _JOB_ID, Param("tail", int, 100, where="query", limits="0..10000 lines"),
         Param("offset", int | None, None, where="query", limits="a byte offset"),

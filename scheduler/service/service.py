@@ -40,7 +40,7 @@ from scheduler.service.specs import (  # noqa: F401  (DoesNotFit: a refusal of t
 from scheduler.service import diskspace, spec_job
 from scheduler.service.store import Job, Slot, Store, is_id
 from scheduler.service.supervisor import jobs_on_ray, make_supervisor, read_log
-from scheduler.service.views import device_json, job_json, slot_json
+from scheduler.service.views import device_json, job_folder, job_json, job_status_word, slot_json
 from scheduler.service.validate import (  # noqa: F401  (the errors are part of this module's interface)
     Conflict, Forbidden, NotFound, ServiceError, TooLarge, Unauthorized, dump, job_request, names, show, slot_request,
 )
@@ -361,7 +361,7 @@ class Service:
         share = s.gpu_memory_mib if s else None
         params = (s.estimate or {}).get("params") if s else None
         out["figures"] = figures
-        out["outputs"] = outputs_of(Path(j.dir) / "output")
+        out["outputs"] = outputs_of(job_folder(j) / "output")
         out["share_mib"] = share
         out["advice"] = advice(figures["gpu_memory_peak_mib"], share, params)
         return out
@@ -372,7 +372,8 @@ class Service:
         with self._lock:
             j = self._lookup("jobs", job_id, who)
         text, end = read_log(Path(j.dir) / "log", tail, offset)
-        return {"job_id": job_id, "state": j.state.value, "text": text, "offset": end, "done": j.state.terminal}
+        return {"job_id": job_id, "state": j.state.value, "status": job_status_word(j), "text": text, "offset": end,
+                "done": j.state.terminal}
 
     # -- queue estimates --
 

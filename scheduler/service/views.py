@@ -3,11 +3,12 @@ figures the service hands in. Pure: no lock, no database, no clock but a finishe
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from scheduler.core.states import SlotState
+from scheduler.core.states import JobState, RunStatus, SlotState
 from scheduler.service.store import Job, Slot
 
 
@@ -45,13 +46,34 @@ def slot_json(s: Slot, dev, cap, ray_reserved: bool | None, place: tuple | None)
     return d
 
 
+_ENDS = {JobState.SUCCEEDED: RunStatus.FINISHED, JobState.FAILED: RunStatus.FAILED,
+         JobState.CANCELLED: RunStatus.CANCELLED}
+
+
+def job_status_word(j: Job) -> str:
+    """The job's state in a run's words (``RunStatus``): running until it ends; cancelled by its slot's deadline is
+    ``deadline``, as a run stopped by its deadline is."""
+    if j.state == JobState.CANCELLED and j.reason == "slot deadline":
+        return RunStatus.DEADLINE.value
+    return _ENDS.get(j.state, RunStatus.RUNNING).value
+
+
+def job_folder(j: Job) -> Path:
+    """The job's folder, absolute (a service started with a relative ``--state`` stored it relative)."""
+    return Path(os.path.abspath(j.dir))
+
+
 def job_json(j: Job) -> dict:
+    """A slot's job in the run schema's words (``store/runview.SlotJobView``): ``state`` a task's word, ``status``
+    the run's, ``finished`` its end (``ended``: the older key, deprecated), paths absolute."""
     end = j.ended or time.time()
-    return {"job_id": j.job_id, "slot_id": j.slot_id, "owner": j.owner, "state": j.state.value, "argv": j.argv,
+    folder = job_folder(j)
+    return {"job_id": j.job_id, "slot_id": j.slot_id, "owner": j.owner, "state": j.state.value,
+            "status": job_status_word(j), "argv": j.argv,
             "cwd": j.cwd, "pid": j.pid, "exit_code": j.exit_code, "reason": j.reason, "created": j.created,
-            "started": j.started, "ended": j.ended,
+            "started": j.started, "finished": j.ended, "ended": j.ended,
             "runtime_s": round(end - j.started, 3) if j.started else None,
-            "log": str(Path(j.dir) / "log"), "output_dir": str(Path(j.dir) / "output"),
+            "log": str(folder / "log"), "output_dir": str(folder / "output"),
             "node": j.node, "node_id": j.node_id, "spec": j.spec}
 
 

@@ -125,7 +125,7 @@ class _Run:
         t0 = info.get("started") or (events[0]["time"] if events else 0.0)
         ends = [e["time"] for e in events if e["event"] == "run_end"]
         t_end = ends[-1] if ends else max([e["time"] for e in events] + [info.get("finished") or t0])
-        run = cls(record.dir, info, tasks, events, t0, max(t_end, t0 + 1e-3))
+        run = cls(record.dir.resolve(), info, tasks, events, t0, max(t_end, t0 + 1e-3))  # paths shown absolute
         for t in tasks:
             job = job_of(t["name"])
             run.kinds.setdefault(job, t["kind"])
@@ -672,11 +672,28 @@ def _summary(run: _Run) -> str:
     mode = "CPU rehearsal (memory simulated)" if info.get("rehearsal") else "GPU"
     nav = "".join(f"<a href=\"#{a}\">{w}</a>" for a, w in (
         ("timeline", "timeline"), ("scores", "scores"), ("throughput", "throughput"), ("tasks", "tasks"),
-        ("time", "time"), ("budget", "budget"), ("notes", "notes"), ("memory", "memory")))
+        ("time", "time"), ("budget", "budget"), ("notes", "notes"), ("memory", "memory"), ("files", "files")))
     return (f"<h1>{_t(info.get('plan'))} — {_t(info.get('status'))}</h1>"
             f"<p>{_t(info.get('hardware'))}, band {band[0]:.0%}–{band[1]:.0%}, {mode}, "
-            f"{_clock(run.t_end - run.t0)} in all. {summary}.<br>Run folder: <code>{_t(run.dir)}</code></p>"
+            f"{_clock(run.t_end - run.t0)} in all. {summary}.<br>"
+            f"Run folder: <code>{html.escape(str(run.dir))}</code></p>"
             f"{_expected_gains(run.dir)}<nav>{nav}</nav>")
+
+
+def _files_section(run: _Run) -> str:
+    """Where the run's files are, absolute paths (the page may be read far from the folder it was built in): the
+    folder, the submission and each task's log (a ``command`` job's script output beside it)."""
+    sub = run.dir / "submission.csv"
+    items = [("run folder", run.dir), ("submission", sub if sub.is_file() else None),
+             ("events", run.dir / "events.jsonl")]
+    for t in run.tasks:
+        for name, what in (("log", "log"), ("command/log", "script output")):
+            path = run.dir / "jobs" / t["name"] / name
+            if path.is_file():
+                items.append((f"{t['name']} {what}", path))
+    rows = "".join(f"<tr><td>{_t(w)}</td><td><code>{'—' if p is None else html.escape(str(p))}</code></td></tr>"
+                   for w, p in items)
+    return f"<h2 id=\"files\">Files</h2><table><tr><th>what</th><th>absolute path</th></tr>{rows}</table>"
 
 
 def time_bars(events: list[dict]) -> str:
@@ -731,6 +748,7 @@ def build(run_dir: str | Path) -> Path:
         _cuts_section(run),
         _notes_section(run),
         _memory_section(run),
+        _files_section(run),
     ]
     page = (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>gpupack · {_t(run.info.get('plan'))}</title>"
             f"<style>{_STYLE}</style></head><body>\n" + "\n".join(s for s in sections if s) + _OPEN_ON_LINK

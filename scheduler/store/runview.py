@@ -9,9 +9,15 @@ keys, the same words (``core.states.RunStatus`` for the run, ``JobState`` for a 
 from 0 as ``events.jsonl`` numbers them. ``docs/run.schema.json`` is ``RunView.model_json_schema()``
 (tests/test_run_schema.py keeps the two equal and validates each verb's answer against the file).
 
-Older keys stay beside the new ones (agents read them): ``jobs`` is what each verb always called it (the task rows in
-``status``/``top``, counts by state in ``runs``, the per-job results in ``submit``'s summary), beside ``tasks``,
-``task_states`` and ``outcome.jobs``, which say each one thing.
+One word per meaning, in every verb's JSON: ``jobs`` is the plan's jobs, one entry per job (``JobOutcome``: the
+``submit``/``ensemble`` summary's ``jobs``, ``outcome.jobs``); ``tasks`` is the task rows (``TaskView``; ``cancel``: the
+names it asked to stop) and ``task_states`` their counts by state. Deprecated, kept one release for the agents that
+read it: ``jobs`` where it still holds the older shapes, the task rows in ``status``/``top``/``cancel``/``submit
+--detach`` (= ``tasks``) and the counts in ``runs`` (= ``task_states``).
+
+The slot service's job answers (``submit_job``, ``job_status``, ``cancel_job``; ``job_logs``) are in the same file:
+``SlotJobView`` and ``SlotJobLogs`` under ``$defs``, in the same words: ``state`` a task's word (``JobState``),
+``status`` the run's (``RunStatus``), ``finished`` the end's time (``ended`` its deprecated alias), paths absolute.
 """
 
 from __future__ import annotations
@@ -149,9 +155,10 @@ class RunView(BaseModel):
     tasks: Union[list[TaskView], list[str], None] = Field(
         None, description="status/top: each task's row; cancel: the names of the tasks it asked to stop")
     task_states: dict[str, int] | None = Field(None, description="runs: how many tasks are in each state")
-    jobs: Union[list[TaskView], dict[str, int], list[JobOutcome], None] = Field(
-        None, description="the older key: status/top the task rows (= tasks), runs the counts (= task_states), "
-                          "submit's summary the per-job results (= outcome.jobs)")
+    jobs: Union[list[JobOutcome], list[TaskView], dict[str, int], None] = Field(
+        None, description="the plan's jobs, one result per job (submit's and ensemble's summary: = outcome.jobs). "
+                          "deprecated, one release: status/top/cancel/submit --detach still give the task rows here "
+                          "(status's tasks), runs the counts by state (task_states)")
     predicted_wall_s: float | None = Field(None, description="status/top: the run's predicted wall, its last task's "
                                                              "end in seconds from its start (null: none predicted)")
     actual_wall_s: float | None = Field(None, description="status/top: its last task's end as it ran (null: not "
@@ -161,6 +168,53 @@ class RunView(BaseModel):
 
 class RunList(BaseModel):
     runs: list[RunView]
+
+
+SLOT_JOB_STATE = "the job's state, a task's word (PENDING while its slot is queued)"
+SLOT_JOB_STATUS = ("the same in a run's words: running until it ends, then finished (exit 0), failed, cancelled, or "
+                   "deadline (its slot's deadline stopped it)")
+
+
+class SlotJobView(BaseModel):
+    """A job run in a slot of the service, as ``submit_job``, ``job_status`` and ``cancel_job`` answer (REST, MCP and
+    the Python client alike). ``job_status`` adds ``figures``, ``outputs``, ``share_mib`` and ``advice``."""
+
+    model_config = ConfigDict(extra="allow")
+    job_id: str = Field(description="the job's id: every job verb and /api/jobs/{job_id} take it")
+    slot_id: str
+    owner: str | None = None
+    state: JobState = Field(description=SLOT_JOB_STATE)
+    status: RunStatus = Field(description=SLOT_JOB_STATUS)
+    argv: list[str] = Field(default_factory=list)
+    cwd: str | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    reason: str | None = Field(None, description="why it failed or was stopped")
+    created: float | None = None
+    started: float | None = None
+    finished: float | None = Field(None, description="when it ended (null: not yet)")
+    ended: float | None = Field(None, description="deprecated, one release: = finished")
+    runtime_s: float | None = None
+    log: str = Field(description="its output, absolute path")
+    output_dir: str = Field(description="its outputs' folder ($GPUPACK_OUTPUT_DIR), absolute path")
+    node: str | None = None
+    node_id: str | None = None
+    spec: dict[str, Any] | None = Field(None, description="a job in the plan's schema, with its data and metric")
+    figures: dict[str, Any] | None = Field(None, description="job_status: GPU memory, CPU, RSS, throughput")
+    outputs: dict[str, Any] | None = Field(None, description="job_status: its outputs' absolute paths and scores")
+    share_mib: int | None = Field(None, description="job_status: its slot's GPU memory")
+    advice: str | None = Field(None, description="job_status: advice on its batch size")
+
+
+class SlotJobLogs(BaseModel):
+    """``job_logs``' answer: a piece of the job's output and where the next one starts."""
+
+    job_id: str
+    state: JobState = Field(description=SLOT_JOB_STATE)
+    status: RunStatus = Field(description=SLOT_JOB_STATUS)
+    text: str
+    offset: int = Field(description="pass it back to read on from here")
+    done: bool = Field(description="the job has ended: nothing more will be written")
 
 
 def absolute(path: str | Path) -> str:
@@ -304,7 +358,20 @@ def run_view(record, info: dict, *, with_rows: bool = True, **extra: Any) -> dic
 
 
 def schema() -> dict:
-    return RunView.model_json_schema()
+    """``RunView``'s schema, with the slot service's job answers under ``$defs`` (``SlotJobView``, ``SlotJobLogs``):
+    validate one against ``{"$defs": schema["$defs"], "$ref": "#/$defs/SlotJobView"}``."""
+    out = RunView.model_json_schema()
+    for model in (SlotJobView, SlotJobLogs):
+        own = model.model_json_schema(ref_template="#/$defs/{model}")
+        out["$defs"].update(own.pop("$defs", {}))
+        out["$defs"][model.__name__] = own
+    return out
+
+
+def part(name: str) -> dict:
+    """The schema of one of its ``$defs`` (``SlotJobView``, ``SlotJobLogs``), from the file as an agent reads it."""
+    defs = json.loads(SCHEMA_FILE.read_text())["$defs"]
+    return {"$defs": defs, "$ref": f"#/$defs/{name}"}
 
 
 def write_schema(path: Path = SCHEMA_FILE) -> Path:
