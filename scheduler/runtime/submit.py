@@ -263,8 +263,9 @@ def blend_outputs(folders: list[Path], data: str, metric: str, method: str, out:
     frame = ensemble.submission_frame(comp.sample_submission, comp.test_ids, test_pred, b.classes, comp.form)
     out.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out, index=False)
-    return {"submission": runview.absolute(out), "ensemble_method": method, "metric": metric, "ensemble_cv": b.oof_score,
-            "ensemble_rows": b.rows, "weights": b.weights, "job_scores": b.job_scores, "job_rows": b.job_rows,
+    return {"submission": runview.absolute(out), "ensemble_method": method, "metric": metric,
+            "ensemble_cv": b.oof_score, "ensemble_rows": b.rows, "weights": b.weights, "job_scores": b.job_scores,
+            "job_rows": b.job_rows,
             "held_out_score": comp.held_out(frame, metric),
             "notes": notes + list(b.notes)}
 
