@@ -221,7 +221,7 @@ def test_every_job_kind_leaves_its_breakdown_in_the_record_and_the_report(tmp_pa
     import sys
 
     from conftest import FAKE_TRAIN, TEST_HARDWARE
-    from jobs import lightgbm_job
+    from jobs import boosting
     from scheduler.runtime.driver import InProcessDriver
     from scheduler.runtime.runner import RunOptions
     from scheduler.runtime.submit import submit
@@ -230,7 +230,7 @@ def test_every_job_kind_leaves_its_breakdown_in_the_record_and_the_report(tmp_pa
 
     monkeypatch.setattr(timm_job, "REHEARSAL_STEPS_PER_EPOCH", 2)
     monkeypatch.setattr(timm_job, "REHEARSAL_EPOCHS", 1)
-    monkeypatch.setattr(lightgbm_job, "SAMPLE_EVERY_S", 1e9)
+    monkeypatch.setattr(boosting, "SAMPLE_EVERY_S", 1e9)
     jobs = [{"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 20, "resources": {"cpus": 1}},
             {"name": "cmd", "kind": "command", "command": [sys.executable, FAKE_TRAIN], "folds": 2,
              "resources": {"cpus": 1, "gpu_memory": "2GB"}},

@@ -54,6 +54,12 @@ def test_a_task_killed_for_ram_is_named_as_such():
     assert "92%" in killed_for_ram(sig, 1024, in_use=lambda: 0.92)
     assert killed_for_ram(sig, 1024, in_use=lambda: 0.40) is None  # killed, with RAM to spare: not for RAM
     assert killed_for_ram(RuntimeError("ValueError: bad label"), 1024) is None
+    # a plain failure whose traceback shows source lines is not Ray's monitor (a bare "oom" matched the variable
+    # ``oom`` in execute/command.py's raise: a script that exits 3 read "killed for host RAM", the run exit 3), nor is
+    # the card's own out-of-memory
+    trace = '  File "command.py", line 132, in run\n    raise RuntimeError((f"{oom}" if oom else "") + msg)\n'
+    assert killed_for_ram(RuntimeError(trace + "RuntimeError: the command exited with status 3"), 1024) is None
+    assert killed_for_ram(RuntimeError("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"), None) is None
 
 
 def test_a_ray_task_killed_for_ram_fails_with_that_reason(monkeypatch):

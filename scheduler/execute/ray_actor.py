@@ -150,8 +150,10 @@ def actor_options(record: LaunchRecord) -> dict:
             **memory}
 
 
-OOM_SIGNS = re.compile(r"out of memory|out-of-memory|running low on memory|memory monitor|OutOfMemory|oom",
-                       re.IGNORECASE)
+# Ray's own words for a worker its memory monitor ended, and nothing looser: a failure's text carries its traceback,
+# source lines included (a variable named ``oom`` in execute/command.py made a script that exited 3 read "killed for
+# host RAM" and the run exit 3), and a job's "CUDA out of memory" is the card's, not the host's
+OOM_SIGNS = re.compile(r"running low on memory|memory monitor|ray\.exceptions\.OutOfMemoryError", re.IGNORECASE)
 KILLED = re.compile(r"exit code -9|exit_code=-9|SIGKILL|signal 9", re.IGNORECASE)
 NEAR_FULL = 0.90  # of the node's RAM in use when a process was killed: the kernel's or Ray's OOM killer
 
