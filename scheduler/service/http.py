@@ -167,7 +167,7 @@ def uvicorn_config(service: Service, host: str = "127.0.0.1", port: int = 8780, 
 
     from scheduler.service.groupcommit import GroupCommit
 
-    group = GroupCommit(service.store.db, service._lock, service.state_dir)
+    group = GroupCommit(service.store.db, service.lock, service.state_dir)
     protocol = protocol_class(group)
     if protocol is not None:  # without httptools answers are not held back, so decisions commit one by one
         service.store.group = group

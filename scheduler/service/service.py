@@ -89,6 +89,7 @@ class Service:
         self.disk = diskspace.StateDisk(self.state_dir)  # new work refused while it is nearly full (507)
         self._db = self.store.db
         self.admin_token = admin_token(self.state_dir, self._db)
+        self.lock = self._lock  # the one lock every decision takes (the HTTP server's group commit takes it too)
         self.tokens = Tokens(self._db, self._lock)
         self.slots: dict[str, Slot] = {}  # live ones: queued and granted
         self.by_request: dict[tuple[str, str], str] = {}
