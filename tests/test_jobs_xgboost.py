@@ -74,10 +74,10 @@ def test_lightgbm_and_xgboost_run_side_by_side_and_are_blended(run_cli, tmp_path
     assert {n: j["state"] for n, j in jobs.items()} == {"lgbm": "SUCCEEDED", "xgb": "SUCCEEDED"}
     assert jobs["xgb"]["cv_score"] > 0.9 and jobs["xgb"]["folds"] == 5
     assert (run / "submission.csv").is_file()
-    # both enter the blend: hill climbing weighs them on the out-of-fold rows (a blend worse than the best job alone
-    # keeps that job alone, and says so)
-    assert all(j.get("weight") is not None for j in jobs.values())
-    assert sum(j["weight"] for j in jobs.values()) == pytest.approx(1.0)
+    # both in the blend: the plan stacks them, and the stack is kept (a blend worse than the best job alone out of
+    # fold would keep that job alone, and say so)
+    assert summary["ensemble_method"] == "stack" and jobs["lgbm"]["weight"] > 0 and jobs["xgb"]["weight"] > 0
+    assert summary["ensemble_cv"] >= max(jobs["lgbm"]["cv_score"], jobs["xgb"]["cv_score"])
 
 
 def test_on_a_card_its_share_comes_from_the_data(run_cli, tmp_path):
