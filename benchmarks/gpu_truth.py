@@ -1,8 +1,13 @@
-"""The whole GPU path on a real card, one command, one JSON (issue 30):
+"""The whole GPU path on a real card, one command, one JSON (issues 30 and 40):
 
-    python benchmarks/gpu_truth.py --out gpu_truth.json [--quick] [--images 8000] [--parts 1,2,3,4,5,6]
+    python benchmarks/gpu_truth.py --out docs/gpu_truth/$(date +%F)-h100.json [--quick] [--images 8000]
+        [--parts 4,6,1,2,3,7,5] [--timeout 3600] [--checks-timeout 180]
 
-Six parts, each a function writing its section of the JSON:
+A card's run is saved under ``docs/gpu_truth/<date>-<card>.json`` (the JSON names the card, its driver, the date and
+the command) and summarised in docs/gpu.md. The parts run in the order ``--parts`` gives; the default is the order a
+15-minute lease allows (``DEFAULT_ORDER``): 4 (the 8,000 images, where training dominates), 6 (the small-share cap
+fix), 1 (each command bounded by ``--checks-timeout``), 2 right before the 3 that compares with it, 7 (MPS), 5 last.
+Seven parts, each a function writing its section of the JSON:
 
 1. ``pytest -m gpu`` (passed / failed / skipped, from its ``--junitxml``) and ``doctor --json`` (its verdict);
 2. ``submit plans/option1.yaml --hardware A100-40GB`` on the built-in digits: wall time; every task's NVML peak (a
@@ -15,17 +20,26 @@ Six parts, each a function writing its section of the JSON:
    wall times = the side-by-side gain (goal >= 2x; the time model says 1.39x);
 4. a competition of ``--images`` (8,000) images built here by ``benchmarks/competitions.py`` (derived from
    scikit-learn's digits: nothing downloaded), option1 on it: busy share per image task (goal >= 90 %), NVML peak <=
-   share per task, held-out;
+   share per task, held-out, and the dry run's predicted wall (``submit --dry-run --json``:
+   ``timeline.predicted_wall_s``) against the run's actual one (its ``time_actual`` event with no job);
 5. the slot service (``serve --no-ray``: jobs are processes of this machine): two slots, each running a timm spec job
    on digits, side by side; each job's NVML peak <= its slot's MiB;
-6. a plan advised for an A10-24GB (``advise --hardware A10-24GB --budget 10m --out FILE``) run on this card with
-   ``--hardware A10-24GB``: every task's NVML peak <= its record's share, which is of 24 GB, not of this card.
+6. a plan advised for an A10-24GB (``advise --hardware A10-24GB --budget 3m --out FILE``) run on this card with
+   ``--hardware A10-24GB``: every task's NVML peak <= its record's share, which is of 24 GB, not of this card;
+7. MPS, measured: where ``nvidia-cuda-mps-control`` and CUDA are, part 3's pair (side by side, one after another)
+   again under an MPS daemon this part starts (``-d``, its own ``CUDA_MPS_PIPE_DIRECTORY`` and
+   ``CUDA_MPS_LOG_DIRECTORY`` under the workdir) and stops (``echo quit |``, in a ``finally``): side-by-side gain,
+   busy shares and NVML peaks with and without MPS. Each task's ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (its
+   ``core.memcap`` cap: allocator plus context) is recorded, not applied: gpupack gives no task its own environment
+   (a timm job has no ``env`` in the plan schema) and builds nothing for MPS until it is measured to gain. Without the
+   binary or without CUDA every figure is ``null`` beside its ``why``.
 
 Without CUDA (torch sees none, or NVML sees no device) every part runs as a CPU rehearsal (``--in-process`` where
-Ray is not needed; ``--quick`` shrinks the plans: timm jobs at 1 epoch, 2 folds, resnet10t at 32 px, batch 64), and every GPU
-figure is ``null`` beside a ``why``. The JSON's top names the card (NVML's name and MiB), the date, the command and
-``rehearsal``. Everything is run as a user runs it (``python -m scheduler …`` in a subprocess) and read back from
-what the run wrote, so the script measures the product, not a copy of its logic.
+Ray is not needed; ``--quick`` shrinks the plans: timm jobs at 1 epoch, 2 folds, resnet10t at 32 px, batch 64), and
+every GPU figure is ``null`` beside a ``why``. The JSON's top names the card (NVML's name and MiB), the date, the
+command and ``rehearsal``; ``card.driver`` is NVML's driver version (``null`` beside ``driver_why`` without NVML).
+Everything is run as a user runs it (``python -m scheduler …`` in a subprocess) and read back from what the run
+wrote, so the script measures the product, not a copy of its logic.
 """
 
 from __future__ import annotations
@@ -35,6 +49,7 @@ import datetime
 import json
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -60,6 +75,7 @@ GOAL_GAIN = 2.0  # side by side vs one fold after another
 MODEL_GAIN = 1.39  # what the time model says for option1 on digits
 GOAL_BUSY = 0.90  # of an image task's wall time
 MIB = 1024 * 1024
+CHECKS_TIMEOUT_S = 180.0  # each of part 1's two commands, on a 15-minute lease
 NO_CUDA = "no CUDA device: CPU rehearsal"
 ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")  # a service job's end (core.states.JobState.terminal)
 
@@ -85,7 +101,24 @@ def card(nvml=None) -> dict:
     why = None if (gpus and cuda) else (f"{NO_CUDA} ({nvml_why or 'torch sees no CUDA'})")
     first = gpus[0] if gpus else {}
     return {"name": first.get("name"), "memory_mib": first.get("memory_mib"), "devices": gpus, "cuda": cuda,
-            "why": why}
+            "why": why, **driver(nvml)}
+
+
+def driver(nvml=None) -> dict:
+    """NVML's driver version (``nvmlSystemGetDriverVersion``) as ``driver``, or ``None`` beside ``driver_why``."""
+    from scheduler.core.hardware import NoGpuFound, Nvml
+
+    try:
+        nv = Nvml(nvml)
+    except NoGpuFound as e:
+        return {"driver": None, "driver_why": str(e)}
+    try:
+        version = nv.lib.nvmlSystemGetDriverVersion()
+        return {"driver": version.decode() if isinstance(version, bytes) else str(version), "driver_why": None}
+    except Exception as e:  # a driver (or a fake) that does not say
+        return {"driver": None, "driver_why": f"NVML gave no driver version ({type(e).__name__}: {e})"}
+    finally:
+        nv.close()
 
 
 # --- the NVML sampler ---------------------------------------------------------------------------------------------
@@ -236,9 +269,11 @@ def scheduler_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "scheduler", *map(str, args)]
 
 
-def submit(plan: Path, run_dir: Path, hardware: str, ctx: "Sitting", data: Path | None = None) -> dict:
+def submit(plan: Path, run_dir: Path, hardware: str, ctx: "Sitting", data: Path | None = None, *,
+           extra_env: dict | None = None) -> dict:
     """``submit PLAN --hardware H --json`` in a subprocess (``--in-process`` on a rehearsal: no Ray needed), NVML
-    sampled while it runs on a card; the run's wall time, summary, records, peaks and busy shares."""
+    sampled while it runs on a card; the run's wall time, summary, records, peaks and busy shares. ``extra_env``
+    is added to the run's environment (the MPS part's pipe and log folders)."""
     cmd = scheduler_cmd("submit", plan, "--hardware", hardware, "--json", "--run-dir", run_dir, "--no-dashboard")
     if data is not None:
         cmd += ["--data", str(data)]
@@ -248,7 +283,8 @@ def submit(plan: Path, run_dir: Path, hardware: str, ctx: "Sitting", data: Path 
     t0 = time.time()
     sampler = None if ctx.rehearsal else Sampler(ctx.nvml, pids_from_events(run_dir), ctx.every_s)
     with sampler if sampler else _nothing():
-        p = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=ctx.timeout_s)
+        p = subprocess.run(cmd, cwd=ROOT, env={**env(), **(extra_env or {})}, capture_output=True, text=True,
+                           timeout=ctx.timeout_s)
     wall = round(time.time() - t0, 1)
     summary = _last_json(p.stdout)
     records = launch_records(run_dir)
@@ -303,6 +339,7 @@ class Sitting:
         self.quick = args.quick
         self.every_s = args.every
         self.timeout_s = args.timeout
+        self.checks_timeout_s = getattr(args, "checks_timeout", None)  # part 1's own, per command
 
     def log(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -323,16 +360,19 @@ def junit_counts(path: Path) -> dict:
             "errors": n["errors"], "skipped": n["skipped"]}
 
 
-def _bounded(cmd: list[str], ctx: Sitting) -> subprocess.CompletedProcess:
+def _bounded(cmd: list[str], ctx: Sitting, limit_s: float | None = None) -> subprocess.CompletedProcess:
     """``cmd`` run to its end or to ``--timeout``; one that runs out is an answer (exit ``None``, what it printed so
     far and a line saying so), not an exception: part 1's second check still runs (on an H100, 2026-11-25,
-    ``pytest -m gpu`` ran past a 200 s timeout and took doctor's verdict with it)."""
+    ``pytest -m gpu`` ran past a 200 s timeout and took doctor's verdict with it). ``limit_s`` (part 1's
+    ``--checks-timeout``) shortens ``--timeout``, never lengthens it."""
+    limit = min(ctx.timeout_s, limit_s or ctx.timeout_s)
     try:
-        return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=ctx.timeout_s)
+        return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired as e:
         text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
+        flag = "--timeout" if limit == ctx.timeout_s else "--checks-timeout"
         return subprocess.CompletedProcess(cmd, None, text(e.stdout),
-                                           text(e.stderr) + f"\ntimed out after {ctx.timeout_s:.0f} s (--timeout)")
+                                           text(e.stderr) + f"\ntimed out after {limit:.0f} s ({flag})")
 
 
 def part1_checks(ctx: Sitting) -> dict:
@@ -342,14 +382,14 @@ def part1_checks(ctx: Sitting) -> dict:
     where = ["tests/test_gpu_real.py"] if ctx.quick else ["tests", "--ignore=tests/test_gpu_truth.py"]
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *where]
     ctx.log(f"  $ {shlex.join(cmd[1:])}")
-    p = _bounded(cmd, ctx)
+    p = _bounded(cmd, ctx, ctx.checks_timeout_s)
     tests = {"command": shlex.join(cmd[1:]), "exit": p.returncode,
              **(junit_counts(xml) if xml.is_file() else {"why": p.stdout[-1500:] + p.stderr[-1500:]})}
     if ctx.rehearsal:
         tests["note"] = "every gpu test skips without CUDA"
     dcmd = scheduler_cmd("doctor", "--json", *(["--no-gain"] if ctx.quick else []))
     ctx.log(f"  $ {shlex.join(dcmd[1:])}")
-    d = _bounded(dcmd, ctx)
+    d = _bounded(dcmd, ctx, ctx.checks_timeout_s)
     answer = _last_json(d.stdout) or {}
     checks = {c["name"]: c["status"] for c in answer.get("checks", [])}
     return {"pytest_gpu": tests,
@@ -391,11 +431,38 @@ def part4_competition(ctx: Sitting) -> dict:
     t0 = time.time()
     build(data, n)
     made = round(time.time() - t0, 1)
-    out = submit(ctx.plan("option1_competition"), ctx.workdir / "option1_competition", HARDWARE, ctx, data=data)
+    plan = ctx.plan("option1_competition")
+    out = submit(plan, ctx.workdir / "option1_competition", HARDWARE, ctx, data=data)
     out["data"] = {"images": n, "dir": str(data), "built_s": made,
                    "how": "benchmarks/competitions.py build(root, n): derived from scikit-learn's 8x8 digits "
                           "(enlarged, moved, stroke and contrast varied, noise), split by source digit"}
+    out["wall_predicted_vs_actual"] = predicted_vs_actual(plan, data, ctx, Path(out["run_dir"]))
     return _judged(out, ctx, busy_goal=GOAL_BUSY)
+
+
+def predicted_vs_actual(plan: Path, data: Path | None, ctx: Sitting, run_dir: Path) -> dict:
+    """The dry run's predicted wall (``submit --dry-run --json``: ``timeline.predicted_wall_s``) against the run's
+    actual one (its ``time_actual`` event with no job: ``actual.wall_s``), and their ratio; a figure that is missing
+    is ``None`` beside a ``why``. On a rehearsal both are the CPU's, not the card's."""
+    from scheduler.policy.timerecord import of_events
+
+    cmd = scheduler_cmd("submit", plan, "--hardware", HARDWARE, "--dry-run", "--json",
+                        *(["--data", str(data)] if data is not None else []))
+    ctx.log(f"  $ {shlex.join(cmd[1:])}")
+    p = _bounded(cmd, ctx)
+    predicted = ((_last_json(p.stdout) or {}).get("timeline") or {}).get("predicted_wall_s")
+    actual = of_events(read_events(run_dir)).actual_wall_s
+    out = {"command": shlex.join(cmd[1:]), "exit": p.returncode, "predicted_wall_s": predicted,
+           "actual_wall_s": actual, "actual_over_predicted": round(actual / predicted, 3) if predicted and actual
+           else None}
+    whys = [w for w, missing in ((f"the dry run gave no timeline.predicted_wall_s (exit {p.returncode})",
+                                  predicted is None), ("the run wrote no time_actual event for the run",
+                                                       actual is None)) if missing]
+    if whys:
+        out["why"] = "; ".join(whys)
+    if ctx.rehearsal:
+        out["note"] = f"{ctx.why}: a CPU run's wall, not the card's"
+    return out
 
 
 def _judged(out: dict, ctx: Sitting, busy_goal: float | None = None) -> dict:
@@ -531,7 +598,138 @@ def part6_small_card(ctx: Sitting) -> dict:
     return _judged(out, ctx)
 
 
-PARTS = {1: "checks", 2: "option1", 3: "sequential", 4: "competition", 5: "service", 6: "small_card"}
+# --- part 7: MPS, measured -----------------------------------------------------------------------------------------
+
+MPS_CONTROL = "nvidia-cuda-mps-control"
+NO_MPS = f"no {MPS_CONTROL} on this machine"
+MPS_NO_CUDA = "no CUDA: a CPU rehearsal"
+MPS_LIMIT_WHY = ("gpupack sets no per-task environment ({which}), and MPS is built into nothing until it is "
+                 "measured to gain (issue 40)")
+
+
+def mps_why(ctx: Sitting) -> str | None:
+    """Why the MPS part cannot measure here (no daemon binary, or no CUDA), or None."""
+    if not shutil.which(MPS_CONTROL):
+        return NO_MPS
+    return MPS_NO_CUDA if ctx.rehearsal else None
+
+
+def mps_limits(plan: Path, records: dict[str, dict], card_name: str | None) -> list[dict]:
+    """Per task, the ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` its client would get: the same cap as its allocator
+    (``core.memcap``: the allocator's MiB plus the context outside it, i.e. what NVML counts), on its one visible
+    device (ordinal 0); whether it was applied, and why not."""
+    import yaml
+
+    from scheduler.core import kinds
+    from scheduler.core.memcap import memory_cap
+    from scheduler.policy.overhead import outside_allocator_mib
+
+    job_kind = {j["name"]: j.get("kind", "timm") for j in yaml.safe_load(plan.read_text()).get("jobs", [])}
+    rows = []
+    for task, rec in sorted(records.items()):
+        share = rec.get("gpu_memory_mib")
+        if not share:
+            continue
+        cap = memory_cap(share, rec.get("card_mib") or share, outside_allocator_mib(card_name))
+        kind = job_kind.get(rec.get("job") or task.split("/")[0], "timm")
+        has_env = "env" in kinds.get(kind).spec.model_fields
+        which = (f"a {kind} job's env is one per job, not per task" if has_env
+                 else f"a {kind} job has no env in the plan schema")
+        rows.append({"task": task, "allocator_mib": cap.allocator_mib, "outside_mib": cap.outside_mib,
+                     "limit": f"0={cap.allocator_mib + cap.outside_mib}M", "applied": False,
+                     "why": MPS_LIMIT_WHY.format(which=which)})
+    return rows
+
+
+class MpsDaemon:
+    """An MPS control daemon of this sitting's own (``nvidia-cuda-mps-control -d``), its pipe and log folders under
+    ``root``; ``env`` is what a client needs to find it. Stopped with ``echo quit | nvidia-cuda-mps-control``."""
+
+    def __init__(self, root: Path, ctx: Sitting):
+        pipe, logs = root / "pipe", root / "log"
+        pipe.mkdir(parents=True, exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        self.env = {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(logs)}
+        self.ctx, self.started = ctx, None
+
+    def __enter__(self) -> "MpsDaemon":
+        self.ctx.log(f"  $ {MPS_CONTROL} -d  ({self.env})")
+        p = subprocess.run([MPS_CONTROL, "-d"], env={**env(), **self.env}, capture_output=True, text=True, timeout=60)
+        self.started = p.returncode == 0
+        if not self.started:
+            raise RuntimeError(f"{MPS_CONTROL} -d exited {p.returncode}: {p.stderr[-500:]}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.ctx.log(f"  $ echo quit | {MPS_CONTROL}")
+        subprocess.run([MPS_CONTROL], input="quit\n", env={**env(), **self.env}, capture_output=True, text=True,
+                       timeout=60)
+
+
+PAIRED = ("side_by_side_gain", "busy_share", "nvml_peak_mib", "wall_s")  # each with and without MPS
+
+
+def _pair_figures(par: dict | None, seq: dict | None) -> dict:
+    """One pair's side-by-side gain (one after another over side by side), busy shares and NVML peaks."""
+    ok = bool(par and seq and par.get("exit") == 0 and seq.get("exit") == 0 and par.get("wall_s"))
+    return {"side_by_side_gain": round(seq["wall_s"] / par["wall_s"], 3) if ok else None,
+            "busy_share": (par or {}).get("busy_share"),
+            "nvml_peak_mib": {t["task"]: t["nvml_peak_mib"] for t in (par or {}).get("tasks", [])},
+            "wall_s": {"side_by_side": (par or {}).get("wall_s"), "one_after_another": (seq or {}).get("wall_s")}}
+
+
+def part7_mps(ctx: Sitting, sections: dict) -> dict:
+    """Part 3's pair (side by side, then one after another) again under an MPS daemon this part starts and stops;
+    the gain, busy shares and NVML peaks with and without MPS (without: parts 2 and 3 of this sitting, run here if
+    they did not run). Without the binary or without CUDA every figure is None beside the reason."""
+    why = mps_why(ctx)
+    out: dict = {"mps_control": shutil.which(MPS_CONTROL), "why": why}
+    if why is not None:
+        for key in PAIRED:
+            out[key] = {"without_mps": None, "with_mps": None, "why": why}
+        for key in ("mps_gain_over_plain", "gains", "client_limits"):
+            out[key], out[f"{key}_why"] = None, why
+        return out
+    plain_par = sections.get(PARTS[2]) or part2_option1(ctx)
+    plain_seq = sections.get(PARTS[3]) or part3_sequential(ctx, plain_par)
+    daemon = MpsDaemon(ctx.workdir / "mps", ctx)
+    with daemon:
+        par_plan = ctx.plan("option1_mps")
+        par = submit(par_plan, ctx.workdir / "option1_mps", HARDWARE, ctx, extra_env=daemon.env)
+        seq = submit(ctx.plan("option1_mps_sequential", fold_parallel=False), ctx.workdir / "option1_mps_sequential",
+                     HARDWARE, ctx, extra_env=daemon.env)
+    without, with_ = _pair_figures(plain_par, plain_seq), _pair_figures(par, seq)
+    for key in without:
+        out[key] = {"without_mps": without[key], "with_mps": with_[key]}
+    g0, g1 = without["side_by_side_gain"], with_["side_by_side_gain"]
+    w0, w1 = without["wall_s"]["side_by_side"], with_["wall_s"]["side_by_side"]
+    out["mps_gain_over_plain"] = round(w0 / w1, 3) if (w0 and w1 and par["exit"] == 0) else None
+    out["gains"] = None if g0 is None or g1 is None else g1 > g0
+    out["client_limits"] = mps_limits(par_plan, launch_records(ctx.workdir / "option1_mps"), ctx.card["name"])
+    out["runs"] = {"with_mps": {"side_by_side": _judged(par, ctx), "one_after_another": seq}}
+    return out
+
+
+PARTS = {1: "checks", 2: "option1", 3: "sequential", 4: "competition", 5: "service", 6: "small_card", 7: "mps"}
+# A 15-minute lease: part 4 first (8,000 images: the only part where training dominates, never run on a card), then
+# part 6 (the small-share cap fix), part 1 (pytest -m gpu and doctor, each bounded by --checks-timeout), part 2 right
+# before the part 3 that compares with it (the side-by-side gain), the MPS part after them (it reuses both), part 5
+# last (its figures are in from 2026-11-25).
+DEFAULT_ORDER = (4, 6, 1, 2, 3, 7, 5)
+
+
+def _run_part(n: int, ctx: Sitting, sections: dict) -> dict:
+    """Part ``n``, given what the parts before it brought back (part 3 runs part 2 first if it did not run: its
+    gain is of two runs of the same sitting, never of a missing one)."""
+    if n == 3:
+        side = sections.get(PARTS[2])
+        if side is None:
+            side = sections[PARTS[2]] = part2_option1(ctx)
+            side["run_by"] = "part 3: part 2 did not run before it"
+        return part3_sequential(ctx, side)
+    if n == 7:
+        return part7_mps(ctx, sections)
+    return {1: part1_checks, 2: part2_option1, 4: part4_competition, 5: part5_service, 6: part6_small_card}[n](ctx)
 
 
 def run_parts(ctx: Sitting, parts: list[int], done: Callable[[dict], None] = lambda sections: None) -> dict:
@@ -545,18 +743,7 @@ def run_parts(ctx: Sitting, parts: list[int], done: Callable[[dict], None] = lam
         ctx.log(f"part {n}: {name}")
         t0 = time.time()
         try:
-            if n == 1:
-                sec = part1_checks(ctx)
-            elif n == 2:
-                sec = part2_option1(ctx)
-            elif n == 3:
-                sec = part3_sequential(ctx, sections.get(PARTS[2]))
-            elif n == 4:
-                sec = part4_competition(ctx)
-            elif n == 5:
-                sec = part5_service(ctx)
-            else:
-                sec = part6_small_card(ctx)
+            sec = _run_part(n, ctx, sections)
         except Exception as e:
             import traceback
 
@@ -571,7 +758,7 @@ def run_parts(ctx: Sitting, parts: list[int], done: Callable[[dict], None] = lam
 
 
 def document(ctx: Sitting, argv: list[str], sections: dict) -> dict:
-    return {"card": {k: ctx.card[k] for k in ("name", "memory_mib", "devices", "cuda")},
+    return {"card": {k: ctx.card.get(k) for k in ("name", "memory_mib", "devices", "cuda", "driver", "driver_why")},
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "command": shlex.join(["python", "benchmarks/gpu_truth.py", *argv]),
             "rehearsal": ctx.rehearsal, "why": ctx.why, "quick": ctx.quick, "host": socket.gethostname(),
@@ -585,7 +772,8 @@ def _f(v, spec: str = "") -> str:
 def table(doc: dict) -> str:
     """The short table printed after the JSON is written: one line per run and per task."""
     card_ = doc["card"]
-    lines = [f"card: {card_['name'] or 'none'} ({_f(card_['memory_mib'], ',')} MiB), {doc['date']}, "
+    lines = [f"card: {card_['name'] or 'none'} ({_f(card_['memory_mib'], ',')} MiB, driver "
+             f"{card_.get('driver') or '—'}), {doc['date']}, "
              f"{'CPU REHEARSAL: ' + doc['why'] if doc['rehearsal'] else 'on the card'}"]
     parts = doc["parts"]
     c = parts.get("checks")
@@ -603,6 +791,10 @@ def table(doc: dict) -> str:
         cv = ", ".join(f"{j} {_f(s, '.3f')}" for j, s in r["cv"].items())
         lines.append(f"{n} {key}: exit {r['exit']}, wall {r['wall_s']:.0f} s, held-out {_f(r['held_out'], '.4f')}, "
                      f"CV {cv}")
+        pva = r.get("wall_predicted_vs_actual")
+        if pva:
+            lines.append(f"  wall predicted {_f(pva['predicted_wall_s'], '.0f')} s, actual "
+                         f"{_f(pva['actual_wall_s'], '.0f')} s (x{_f(pva['actual_over_predicted'], '.2f')})")
         if key == "sequential":
             g = r["gain"]
             lines.append(f"  side-by-side gain {_f(g['ratio'], '.2f')}x (goal {g['goal']}x, time model "
@@ -610,6 +802,11 @@ def table(doc: dict) -> str:
         for t in r["tasks"]:
             lines.append(f"  {t['task']:<18} share {t['share_mib']:>6,} MiB (+{t['outside_mib']} context)  NVML peak "
                          f"{_f(t['nvml_peak_mib'], ','):>6}  busy {_f(r['busy_share'].get(t['task']), '.0%')}")
+    m = parts.get("mps")
+    if m:
+        gain = m.get("side_by_side_gain") or {}
+        lines.append(f"7 mps: {m.get('error') or m.get('why') or 'measured'}; side-by-side gain without "
+                     f"{_f(gain.get('without_mps'), '.2f')}x, with {_f(gain.get('with_mps'), '.2f')}x")
     s = parts.get("service")
     if s:
         if "error" in s:
@@ -628,11 +825,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="gpu_truth.json", help="the JSON's path (default gpu_truth.json)")
     ap.add_argument("--quick", action="store_true", help="small plans and sizes (the CPU rehearsal of the tests)")
     ap.add_argument("--images", type=int, help="part 4's competition size (default 8000; --quick 300)")
-    ap.add_argument("--parts", default="1,2,3,4,5,6",
-                    help="which parts, run in the order given, e.g. 2 or 1,2,6,5,3,4 (default all, in order)")
-    ap.add_argument("--advise-budget", default="10m", help="part 6's `advise --budget` (default 10m)")
+    ap.add_argument("--parts", default=",".join(map(str, DEFAULT_ORDER)),
+                    help="which parts, run in the order given, e.g. 2 or 4,6,1 (default all, in the order a "
+                         f"15-minute lease allows: {','.join(map(str, DEFAULT_ORDER))})")
+    ap.add_argument("--advise-budget", default="3m",
+                    help="part 6's `advise --budget` (default 3m: the H100's 87 s run, within a 15-minute lease)")
     ap.add_argument("--every", type=float, default=0.5, help="seconds between NVML readings (default 0.5)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds any one command may take (default 3600)")
+    ap.add_argument("--checks-timeout", type=float, default=CHECKS_TIMEOUT_S,
+                    help=f"seconds each of part 1's commands (pytest -m gpu, doctor) may take, within --timeout "
+                         f"(default {CHECKS_TIMEOUT_S:.0f}: part 1 must leave a 15-minute lease time for part 3)")
     ap.add_argument("--workdir", help="where runs and the competition go (default a new temp folder)")
     args = ap.parse_args(argv)
     try:

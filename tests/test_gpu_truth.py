@@ -1,4 +1,4 @@
-"""benchmarks/gpu_truth.py (issue 30): its pure pieces against the fake NVML and made-up run folders, its CPU
+"""benchmarks/gpu_truth.py (issues 30 and 40): its pure pieces against the fake NVML and made-up run folders, its CPU
 rehearsal end to end (slow), and its part 2 for real on a card (gpu)."""
 
 import importlib
@@ -197,11 +197,169 @@ def test_the_sequential_copy_sets_fold_parallel_false_on_every_timm_job_and_quic
     assert quick["lgbm"].kind == "lightgbm" and quick["lgbm"].folds == lgbm["folds"]  # quick shrinks only timm jobs
 
 
+ORDER_NAMES = ["competition", "small_card", "checks", "option1", "sequential", "mps", "service"]
+
+
+def _fake_parts(gt, monkeypatch, seen):
+    """Every part replaced by one that says it ran (and what it was handed)."""
+    def fake(n):
+        def part(ctx, *given):
+            seen.append(n)
+            return {"fake": n, "given": [sorted(g) if isinstance(g, dict) else g for g in given]}
+        return part
+
+    for n, name in ((1, "part1_checks"), (2, "part2_option1"), (3, "part3_sequential"), (4, "part4_competition"),
+                    (5, "part5_service"), (6, "part6_small_card"), (7, "part7_mps")):
+        monkeypatch.setattr(gt, name, fake(n))
+
+
+def test_the_default_order_is_the_one_a_15_minute_lease_allows(gt, tmp_path, monkeypatch):
+    """Issue 40: part 4 first (the 8,000 images), then 6 (the cap fix), 1 (the checks), 2 right before the 3 that
+    compares with it, the MPS part, the service last; the JSON's parts are in the order they ran."""
+    assert gt.DEFAULT_ORDER == (4, 6, 1, 2, 3, 7, 5) and set(gt.DEFAULT_ORDER) == set(gt.PARTS)
+    seen: list[int] = []
+    _fake_parts(gt, monkeypatch, seen)
+    monkeypatch.setattr(gt, "table", lambda doc: "")  # the fake sections have none of the table's figures
+    out = tmp_path / "truth.json"
+    assert gt.main(["--out", str(out), "--workdir", str(tmp_path / "w")]) == 0
+    doc = json.loads(out.read_text())
+    assert seen == [4, 6, 1, 2, 3, 7, 5] and list(doc["parts"]) == ORDER_NAMES
+    assert doc["parts"]["sequential"]["given"] == [["fake", "given", "part_s"]]  # part 2's section, handed to 3
+    assert doc["parts"]["mps"]["given"] == [sorted(ORDER_NAMES[:5])]  # the MPS part sees parts 2 and 3 of the sitting
+
+
+def test_part_3_without_part_2_before_it_runs_part_2_itself(gt, tmp_path, monkeypatch):
+    """The side-by-side gain is of two runs of one sitting: ``--parts 3`` runs part 2 first and says so."""
+    seen: list[int] = []
+    _fake_parts(gt, monkeypatch, seen)
+    sections = gt.run_parts(_ctx(gt, tmp_path, gt.NO_CUDA), [3])
+    assert seen == [2, 3] and list(sections) == ["option1", "sequential"]
+    assert sections["option1"]["run_by"].startswith("part 3")
+
+
+def test_the_checks_timeout_bounds_part_1_within_the_whole_timeout(gt, tmp_path, monkeypatch):
+    """Part 1's commands stop at ``--checks-timeout`` (a 15-minute lease leaves part 3 its time), never past
+    ``--timeout``."""
+    ctx = _ctx(gt, tmp_path, gt.NO_CUDA)
+    ctx.timeout_s, ctx.checks_timeout_s = 60.0, 1.0
+    p = gt._bounded(["sleep", "30"], ctx, ctx.checks_timeout_s)
+    assert p.returncode is None and "timed out after 1 s (--checks-timeout)" in p.stderr
+    ctx.timeout_s = 1.0
+    assert "(--timeout)" in gt._bounded(["sleep", "30"], ctx, 600).stderr
+
+
+@pytest.mark.parametrize("binary, why", [(None, "no nvidia-cuda-mps-control on this machine"),
+                                         ("/usr/bin/nvidia-cuda-mps-control", "no CUDA: a CPU rehearsal")])
+def test_the_mps_part_in_a_cpu_rehearsal_gives_every_figure_null_beside_its_why(gt, tmp_path, monkeypatch,
+                                                                                 binary, why):
+    """Without the daemon's binary, or with it but without CUDA: no run, no daemon, every figure (with and without
+    MPS) null beside the reason."""
+    monkeypatch.setattr(gt.shutil, "which", lambda name: binary if name == gt.MPS_CONTROL else None)
+    monkeypatch.setattr(gt, "submit", lambda *a, **k: pytest.fail("a rehearsal runs nothing for MPS"))
+    monkeypatch.setattr(gt, "MpsDaemon", lambda *a, **k: pytest.fail("a rehearsal starts no daemon"))
+    sec = gt.part7_mps(_ctx(gt, tmp_path, gt.NO_CUDA), {})
+    assert sec["why"] == why and sec["mps_control"] == binary
+    for key in ("side_by_side_gain", "busy_share", "nvml_peak_mib", "wall_s"):
+        assert sec[key] == {"without_mps": None, "with_mps": None, "why": why}, key
+    for key in ("mps_gain_over_plain", "gains", "client_limits"):
+        assert sec[key] is None and sec[f"{key}_why"] == why, key
+    doc = gt.document(_ctx(gt, tmp_path, gt.NO_CUDA), [], {"mps": sec})
+    assert f"7 mps: {why}; side-by-side gain without —x, with —x" in gt.table(doc)
+
+
+def test_on_a_card_the_mps_part_starts_its_own_daemon_and_stops_it_even_when_a_run_fails(gt, tmp_path, monkeypatch):
+    """A stand-in ``nvidia-cuda-mps-control`` on PATH writes what it was asked and where its pipe is: ``-d`` with the
+    pipe and log folders under the workdir, each run given them, then ``quit`` on its stdin, also after a run
+    raised."""
+    bin_dir, said = tmp_path / "bin", tmp_path / "said.txt"
+    bin_dir.mkdir()
+    control = bin_dir / gt.MPS_CONTROL
+    control.write_text(f'#!/bin/sh\necho "args=$* pipe=$CUDA_MPS_PIPE_DIRECTORY stdin=$(cat)" >> {said}\n')
+    control.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    ctx = _ctx(gt, tmp_path, None)
+    runs = []
+
+    def submit(plan, run_dir, hardware, ctx_, data=None, *, extra_env=None):
+        runs.append((run_dir.name, extra_env))
+        if len(runs) == 2:
+            raise RuntimeError("the card fell over")
+        return {"exit": 0, "wall_s": 10.0, "tasks": [], "busy_share": {}}
+
+    monkeypatch.setattr(gt, "submit", submit)
+    plain = {"option1": {"exit": 0, "wall_s": 12.0}, "sequential": {"exit": 0, "wall_s": 18.0}}
+    with pytest.raises(RuntimeError):
+        gt.part7_mps(ctx, plain)
+    pipe = tmp_path / "mps" / "pipe"
+    lines = said.read_text().splitlines()
+    assert lines == [f"args=-d pipe={pipe} stdin=", f"args= pipe={pipe} stdin=quit"]
+    assert [r[0] for r in runs] == ["option1_mps", "option1_mps_sequential"]
+    assert all(env["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe) and "CUDA_MPS_LOG_DIRECTORY" in env for _, env in runs)
+
+
+def test_each_mps_client_limit_is_the_tasks_cap_recorded_not_applied_with_the_reason(gt, tmp_path):
+    """``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` from the same ``core.memcap`` cap as the allocator (allocator plus the
+    context outside it); a timm job has no env in the plan schema, so the limit is recorded, not applied."""
+    from scheduler.core.memcap import memory_cap
+    from scheduler.policy.overhead import outside_allocator_mib
+
+    plan = gt.plan_copy(gt.PLAN, tmp_path / "p.yaml", False)
+    records = {"effnet_b4/f0": {"job": "effnet_b4", "gpu_memory_mib": 6727, "card_mib": 40960},
+               "lgbm": {"job": "lgbm", "gpu_memory_mib": None}}
+    rows = gt.mps_limits(plan, records, "NVIDIA H100 80GB HBM3")
+    cap = memory_cap(6727, 40960, outside_allocator_mib("NVIDIA H100 80GB HBM3"))
+    assert [r["task"] for r in rows] == ["effnet_b4/f0"]
+    assert rows[0]["limit"] == f"0={cap.allocator_mib + cap.outside_mib}M" and rows[0]["applied"] is False
+    assert "timm job has no env" in rows[0]["why"]
+
+
+def test_the_driver_is_nvmls_version_or_null_beside_a_why(gt):
+    """``nvmlSystemGetDriverVersion`` names the driver in the JSON's card; without NVML, or a driver that does not
+    say, it is null beside the reason."""
+    class Said(FakeNVML):
+        def nvmlSystemGetDriverVersion(self):
+            return b"550.54.15"
+
+    assert gt.driver(Said([])) == {"driver": "550.54.15", "driver_why": None}
+    none = gt.driver(FakeNVML(fail_init=True))
+    assert none["driver"] is None and "NVML could not start" in none["driver_why"]
+    mute = gt.driver(FakeNVML([]))  # the fake has no nvmlSystemGetDriverVersion: a driver that does not say
+    assert mute["driver"] is None and "no driver version" in mute["driver_why"]
+    card = gt.card(FakeNVML(fail_init=True))
+    assert card["driver"] is None and card["driver_why"] and card["why"]
+
+
+def test_part_4s_predicted_wall_is_the_dry_runs_and_the_actual_the_runs_time_actual(gt, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    events = [{"event": "time_actual", "job": "r/f0", "actual": {"wall_s": 50.0}},
+              {"event": "time_actual", "actual": {"wall_s": 120.0}}]
+    (run / "events.jsonl").write_text("\n".join(map(json.dumps, events)) + "\n")
+    asked = []
+
+    def bounded(cmd, ctx, limit_s=None):
+        asked.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, json.dumps({"timeline": {"predicted_wall_s": 100.0}}), "")
+
+    monkeypatch.setattr(gt, "_bounded", bounded)
+    ctx = _ctx(gt, tmp_path, None)
+    got = gt.predicted_vs_actual(tmp_path / "p.yaml", tmp_path / "data", ctx, run)
+    assert "--dry-run" in asked[0] and "--json" in asked[0] and str(tmp_path / "data") in asked[0]
+    assert (got["predicted_wall_s"], got["actual_wall_s"], got["actual_over_predicted"]) == (100.0, 120.0, 1.2)
+    assert "why" not in got
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setattr(gt, "_bounded", lambda cmd, ctx, limit_s=None: subprocess.CompletedProcess(cmd, 2, "", "x"))
+    none = gt.predicted_vs_actual(tmp_path / "p.yaml", None, ctx, empty)
+    assert none["actual_over_predicted"] is None and "exit 2" in none["why"] and "time_actual" in none["why"]
+
+
 @pytest.mark.slow
 def test_the_cpu_rehearsal_runs_every_part_end_to_end(tmp_path):
-    """``gpu_truth.py --quick`` on this machine (no card): all six parts run (no part's error), every run exits 0
-    with a held-out score, every image task has a share from its record and a null NVML peak with the reason, the
-    service ran two jobs, the A10 plan's records are of 24 GB, and the JSON's top says rehearsal."""
+    """``gpu_truth.py --quick`` on this machine (no card): all seven parts run in the default order (no part's
+    error), every run exits 0 with a held-out score, every image task has a share from its record and a null NVML
+    peak with the reason, the service ran two jobs, the A10 plan's records are of 24 GB, the MPS part's figures are
+    null beside its reason, part 4 has the dry run's predicted wall, and the JSON's top says rehearsal."""
     out = tmp_path / "gpu_truth.json"
     p = subprocess.run([sys.executable, "benchmarks/gpu_truth.py", "--quick", "--out", str(out), "--workdir",
                         str(tmp_path / "work")], cwd=ROOT, capture_output=True, text=True, timeout=1500)
@@ -209,7 +367,11 @@ def test_the_cpu_rehearsal_runs_every_part_end_to_end(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["rehearsal"] is True and "no CUDA" in doc["why"]
     parts = doc["parts"]
-    assert set(parts) == {"checks", "option1", "sequential", "competition", "service", "small_card"}
+    assert list(parts) == ORDER_NAMES  # the default order (issue 40)
+    assert parts["mps"]["why"] and all(parts["mps"][k]["with_mps"] is None for k in ("side_by_side_gain",
+                                                                                    "nvml_peak_mib"))
+    assert doc["card"]["driver"] is None and doc["card"]["driver_why"]
+    assert parts["competition"]["wall_predicted_vs_actual"]["predicted_wall_s"] is not None
     assert not [n for n, s in parts.items() if "error" in s], {n: s.get("error") for n, s in parts.items()}
     assert parts["checks"]["pytest_gpu"]["failed"] == 0 and parts["checks"]["doctor"]["exit"] in (0, 1)
     for name in ("option1", "sequential", "competition", "small_card"):
