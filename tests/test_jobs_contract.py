@@ -5,6 +5,8 @@ import pickle
 import numpy as np
 import pytest
 
+from scheduler.core.errors import UserError
+
 from jobs import FoldOutput, JobContext, JobOutput, run_job
 
 
@@ -48,7 +50,7 @@ def test_deadline_counts_as_a_stop(tmp_path):
 
 def test_run_job_rejects_an_unknown_kind(tmp_path):
     class Spec:
-        kind, name = "xgboost", "x"
+        kind, name = "catboost", "x"
 
-    with pytest.raises(ValueError, match="allowed: timm, lightgbm, command"):
+    with pytest.raises(UserError, match="unknown job kind 'catboost'; known: timm, lightgbm, command, xgboost"):
         run_job(Spec(), None, JobContext("x", tmp_path))
