@@ -73,6 +73,16 @@ else:
             pass
 os.close(w)
 pump.join(2.0)  # the rest of its output; a child it left running that holds the pipe is not waited for
+if pump.is_alive():  # that child holds the pipe: take what is in it now (a starved pump may lag), wait for no more
+    os.set_blocking(r, False)
+    while True:
+        try:
+            data = os.read(r, 1 << 16)
+        except (BlockingIOError, InterruptedError, OSError):
+            break
+        if not data:
+            break
+        boundedlog.append(log_path, data, limit)
 with open(os.open(exit_path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
     f.write(str(rc))
 os.replace(exit_path + ".tmp", exit_path)
