@@ -13,6 +13,7 @@ import pytest
 
 from conftest import Capture, FAKE_TRAIN
 from scheduler.policy import timerecord as tr
+from scheduler.policy.tasktime import where_learned
 from scheduler.store import runview, timings
 
 PLAN = f"""name: timed
@@ -90,7 +91,8 @@ def of(evs: list[dict], kind: str) -> dict:
 
 
 def card() -> str:
-    return "A100-40GB" if timings.sees_cuda() else "cpu"
+    """Where the run's figures are learned: its card, apart for an in-process run (this file's)."""
+    return where_learned("A100-40GB" if timings.sees_cuda() else "cpu", ray_process=False)
 
 
 def test_every_task_has_its_prediction_at_the_start_and_its_actuals_at_its_end(ran):
@@ -226,6 +228,13 @@ def test_the_next_dry_run_predicts_with_what_was_learned(here, run_cli, tmp_path
     assert learned["startup_s"] == pytest.approx(was["actual"]["startup_s"], abs=0.06)
     assert learned["time"]["validation_s"] + learned["time"]["precise_bn_s"] == pytest.approx(
         was["actual"]["validation_s"], rel=1e-3)
+
+
+def test_what_an_in_process_run_learned_leaves_an_actors_prediction_alone(here, run_cli):
+    code, out, err = run_cli("submit", "plan.yaml", "--dry-run", "--json")  # the same plan, its tasks in Ray actors
+    assert code == 0, err
+    ray = {r["task"]: r for r in json.loads(out)["timeline"]["tasks"]}["mnv3"]
+    assert not [f for f, src in ray["time"]["sources"].items() if "learned" in src]
 
 
 def test_a_learned_prediction_is_recorded_against_the_packaged_figure(tmp_path):

@@ -37,7 +37,7 @@ def test_folds_mostly_start_up_get_one_lane_long_folds_get_three(tmp_path):
     assert [t.lanes for t in short.tasks.values()] == [1]
     assert short.times["r18"].startup.total_s > short.times["r18"].fold_s  # mostly start-up
     assert short.lanes_why["r18"].startswith("one after another: the plan is predicted to end at")
-    long = _dry(plan, 30000)
+    long = _dry(_plan(tmp_path, epochs=6), 30000)
     assert sorted(t.name for t in long.tasks.values()) == ["r18/f0", "r18/f1", "r18/f2"]
     assert long.times["r18/f0"].fold_s > 2 * long.times["r18/f0"].startup.total_s  # long folds
     assert "3 of 3 folds side by side: the plan is predicted to end at" in long.lanes_why["r18"]
@@ -102,6 +102,41 @@ def test_a_learned_ratio_moves_each_field(tmp_path):
     assert t.step_s == pytest.approx(2 * base.step_s) and t.startup.total_s == pytest.approx(base.startup.total_s / 2)
     assert t.validation_s == pytest.approx(base.validation_s)
     assert "learned from 3 task(s)" in t.sources["step_s"]
+
+
+def test_what_was_learned_in_process_moves_only_in_process_predictions():
+    """A task in the driver's process has no process and no imports: an actor's start-up ratio made its prediction
+    70 % off, and its own would make an actor's far too short. Each is kept under its own key."""
+    from dataclasses import replace
+
+    from scheduler.policy import tasktime as tt
+
+    w = tt.TaskWork("t", "timm", 1, 1000, 200, job_folds=5, model="resnet18", image_size=224, batch=8)
+    learned = {("timm", "resnet18", "cpu in process", "startup"): (3.0, "learned from 4 task(s) on this machine")}
+    find = lambda *k: learned.get(k)  # noqa: E731
+    inproc = replace(w, ray_process=False)
+    assert tt.predict(inproc, card=None, cores=2, learned=find).startup.total_s == pytest.approx(
+        3 * tt.predict(inproc, card=None, cores=2).startup.total_s)
+    assert tt.predict(w, card=None, cores=2, learned=find) == tt.predict(w, card=None, cores=2)
+
+
+def test_start_up_decodes_every_image_only_when_they_go_on_the_device():
+    """Images kept on the device are all decoded before the first step, each file at a fixed cost whatever its size
+    (1,437 digits of 8×8 px took 0.6–1.3 s); a loader decodes only the first batch before it."""
+    from dataclasses import replace
+
+    from scheduler.core import rehearsal
+    from scheduler.policy import tasktime as tt
+
+    w = tt.TaskWork("t", "timm", 1, 6000, 1000, job_folds=5, model="resnet50", image_size=224, batch=32)
+    size = rehearsal.IMAGE_SIZE
+    assert tt.predict(w, card=None, cores=2).startup.data_s == pytest.approx(tt.decode_s(32, size))
+    on_device = tt.predict(replace(w, images_on_device=True), card=None, cores=2)
+    assert on_device.startup.data_s == pytest.approx(tt.decode_s(6000, size, 1))
+    assert on_device.startup.data_s >= 6000 * tt.DECODE_S_PER_IMAGE >= 2.0  # seconds, for images of any size
+    card = tt.predict(replace(w, images_on_device=True, cpus=4), card="A100-40GB", cores=8)
+    assert card.startup.data_s == pytest.approx(tt.decode_s(6000, 224, 4))  # all of them, at full size, 4 threads
+    assert tt.decode_s(6000, 224, 4) < tt.decode_s(6000, 224, 1)
 
 
 def test_dry_run_prints_the_predicted_wall_and_a_timeline(run_cli):

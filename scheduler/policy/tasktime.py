@@ -47,21 +47,34 @@ PROCESS_S = 1.5  # a Ray actor's worker process, up to the job's first line (NOT
 CUDA_CONTEXT_S = 2.0  # the card's context and cuDNN/cuBLAS handles (first CUDA call), on a card only
 MODEL_BUILD_S_PER_MPARAM = 0.02  # building a timm model, initialising its weights: ~0.4 s for ResNet-50's 25.6 M
 FIRST_STEP_STEPS = 3.0  # the first step costs about this many steady ones (kernel choice, optimizer state, allocator)
-DECODE_S_PER_MPIXEL = 0.004  # decoding and resizing one megapixel of image (PIL, one core)
+# decoding an image (PIL): a fixed cost per file (opening it, its header, the decoder), whatever its size — digits'
+# 8×8 PNGs, 1,437 to 32 px: 0.59–1.28 s with two threads, no faster than one (the copies hold the GIL), 2026-11-27 —
+# and a cost per megapixel it is resized to (0.29 ms an image at 32 px, 0.74 ms at 224 px, one thread)
+DECODE_S_PER_IMAGE = 0.0004
+DECODE_S_PER_MPIXEL = 0.009
 # --- the CPU rehearsal ----------------------------------------------------------------------------------------------
 CPU_FIXED_STEP_S = 0.2  # Python, the optimizer and the loader per step, whatever the batch (one core; ResNet-50 0.36–0.5)
 CPU_PER_IMAGE = 1000.0  # one core trains an image this many times slower than the RTX 3090 (the benchmark's card)
 CPU_EVAL_SPEEDUP = 5.0  # on the CPU a forward at the evaluation batch costs a fifth of a training image
-# The rehearsal's own figures for the default shortlist, measured on one core of the 2-core development machine
-# (2026-11-27, 32 px, AdamW, channels last; load 1.4–1.9, so ±25 %): a training step's fixed seconds and seconds per
-# image (from batches 8 and 32), a forward's fixed seconds and seconds per image (from batches 32 and 128). A model not
-# listed takes the benchmark's per-image cost × CPU_PER_IMAGE; either is corrected by what this machine learned.
+# the first step on the CPU costs about this many steady ones (its buffers allocated, oneDNN's kernels made for each
+# shape, the optimizer's state): in process, resnet18 at batch 8 took 0.43–0.67 s against a steady 0.39 s; in a
+# Ray actor beside two others, resnet50's about 4 s against a steady 1.4 s (2026-11-27)
+CPU_FIRST_STEP_STEPS = 2.0
+# the job's evaluation pass (validation, precise BN, prediction) costs this many bare forwards of CPU_REHEARSAL: the
+# batches gathered, normalised and collated, the outputs kept (resnet18 in process 2.4–2.8 ms an image against a bare
+# 1.8; resnet50 in a Ray actor 10 ms against 6.5, 2026-11-27)
+CPU_EVAL_LOOP = 1.4
+# The rehearsal's own figures for the default shortlist, measured on one core of the 2-core development machine by
+# ``benchmarks/rehearsal_steps.py`` (2026-11-27, 32 px, AdamW, channels last, the job's Trainer; load 0.5–0.9): a
+# training step's fixed seconds and seconds per image (from batches 8 and 32), a forward's fixed seconds and seconds
+# per image (from batches 32 and 128). A model not listed takes the benchmark's per-image cost × CPU_PER_IMAGE; either
+# is corrected by what this machine learned.
 CPU_REHEARSAL = {
-    "resnet18": (0.25, 0.0060, 0.016, 0.0011), "resnet34": (0.45, 0.0140, 0.068, 0.0020),
-    "resnet50": (0.42, 0.0120, 0.103, 0.0028), "efficientnet_b0": (0.08, 0.0136, 0.025, 0.0013),
-    "efficientnet_b2": (0.07, 0.0196, 0.064, 0.0013), "efficientnet_b3": (0.16, 0.0225, 0.044, 0.0024),
-    "efficientnet_b4": (0.10, 0.0350, 0.052, 0.0036), "regnety_016": (0.17, 0.0124, 0.057, 0.0022),
-    "mobilenetv3_small_050": (0.04, 0.0029, 0.018, 0.0001),
+    "resnet18": (0.297, 0.0065, 0.017, 0.0013), "resnet34": (0.58, 0.0173, 0.058, 0.0024),
+    "resnet50": (0.458, 0.0252, 0.081, 0.0040), "efficientnet_b0": (0.082, 0.0133, 0.031, 0.0011),
+    "efficientnet_b2": (0.231, 0.0140, 0.021, 0.0019), "efficientnet_b3": (0.26, 0.0194, 0.084, 0.0017),
+    "efficientnet_b4": (0.017, 0.0476, 0.016, 0.0048), "regnety_016": (0.234, 0.0114, 0.038, 0.0024),
+    "mobilenetv3_small_050": (0.041, 0.0027, 0.017, 0.0001),
 }
 # --- tree kinds -----------------------------------------------------------------------------------------------------
 TREE_S_PER_CELL_ROUND = 1.6e-7  # LightGBM: seconds per (row × feature × boosting round) on one core (digits, 5 folds:
@@ -210,8 +223,8 @@ def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
         steps = min(math.ceil(train / b), rehearsal.STEPS_PER_EPOCH)
         step, forward, src["step_s"] = _rehearsal_step(w.model, row, size, b, threads)
         planned_steps = min(optimizer_steps(train, b, epochs), rehearsal.STEPS_PER_EPOCH * epochs)
-        first = step  # no context, no kernel choice on the CPU: the first step is a step, and the model's build
-        data = (train + val) * size * size / 1e6 * DECODE_S_PER_MPIXEL
+        first = CPU_FIRST_STEP_STEPS * step  # no context on the CPU, but kernels and buffers made: and the model's build
+        data = decode_s(train + val, size, threads) if w.images_on_device else decode_s(b, size)
     else:
         size, b, epochs = w.image_size, batch, w.epochs
         steps = math.ceil(train / b)
@@ -224,14 +237,17 @@ def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
             src["step_s"] = f"the card's time model ({sp.source}): {sp.images_per_s:.0f} images/s at batch {b}"
         planned_steps = optimizer_steps(train, b, epochs)
         first = CUDA_CONTEXT_S + FIRST_STEP_STEPS * step
-        # decoded on the host by the job's cores (loader workers), then onto the card once when they live there
-        data = (train + val) * size * size / 1e6 * DECODE_S_PER_MPIXEL / (threads if not w.images_on_device else 1)
+        # before the first step: every training image decoded once when they live on the card (one process, threads
+        # that share the GIL), else the first batch, by the loader's workers
+        data = decode_s(train + val, size, threads) if w.images_on_device else decode_s(b, size) / threads
     first += MODEL_BUILD_S_PER_MPARAM * params_m
     bn_rows = min(PRECISE_BN_MAX_SAMPLES, train) if planned_steps < PRECISE_BN_UNDER_STEPS else 0
     validations = _validated_epochs(epochs, w.patience)
     imports = _imports(w)
-    src["startup"] = (f"process {_process(w):.1f} s, imports {imports:.1f} s, {train + val:,} images decoded at "
-                      f"{size} px, the first step ≈ {FIRST_STEP_STEPS:.0f} steady ones + the model's build"
+    decoded = train + val if w.images_on_device else b
+    src["startup"] = (f"process {_process(w):.1f} s, imports {imports:.1f} s, {decoded:,} images decoded at {size} px"
+                      f"{' (all, onto the device)' if w.images_on_device else ' (the first batch)'}, the first step ≈ "
+                      f"{FIRST_STEP_STEPS if card else CPU_FIRST_STEP_STEPS:.0f} steady ones + the model's build"
                       + (" + the CUDA context" if card else ""))
     src["validation_s"] = f"{val:,} rows × {passes} view(s) forwarded at a third of a training image's cost"
     return TaskTime(w.task, w.kind, Startup(_process(w), imports, data, first), step, steps, epochs, w.folds,
@@ -241,6 +257,12 @@ def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
                     threads=threads, sources=src)
 
 
+def decode_s(images: int, size: int, threads: int = 1) -> float:
+    """Seconds to decode ``images`` image files and resize them to ``size`` px with ``threads`` threads of one
+    process: the per-file part holds the GIL, the pixels' part is shared (PIL releases it while it decodes)."""
+    return images * (DECODE_S_PER_IMAGE + size * size / 1e6 * DECODE_S_PER_MPIXEL / max(1, threads))
+
+
 def _rehearsal_step(model: str, row, size: int, batch: int, threads: int) -> tuple[float, float, str]:
     """(seconds a step, seconds a forward image at the evaluation batch, the source) in the CPU rehearsal."""
     from scheduler.policy.inputs import EVAL_BATCH_FACTOR
@@ -248,7 +270,7 @@ def _rehearsal_step(model: str, row, size: int, batch: int, threads: int) -> tup
     eval_batch = EVAL_BATCH_FACTOR * batch  # the job's evaluation batch
     if model in CPU_REHEARSAL:
         fixed, per, efixed, eper = CPU_REHEARSAL[model]
-        return ((fixed + batch * per) / threads, (eper + efixed / eval_batch) / threads,
+        return ((fixed + batch * per) / threads, CPU_EVAL_LOOP * (eper + efixed / eval_batch) / threads,
                 f"CPU rehearsal at {size} px, batch {batch}: {fixed} s + {batch} × {per} s (measured on the "
                 f"development machine's core) ÷ {threads} core(s)")
     per_image = (timemodel.per_image_s(row[0], size) if row else 0.0005) * CPU_PER_IMAGE
@@ -289,11 +311,21 @@ def _command(w: TaskWork) -> TaskTime:
                     fold_change_s=wall, threads=1, sources=src)
 
 
+IN_PROCESS = " in process"
+
+
+def where_learned(where: str, ray_process: bool) -> str:
+    """The key a task's learned ratios are kept under: its card (``cpu`` in the rehearsal), apart for a task run in
+    the driver's process, whose start-up has no process and no imports (an actor's ratio, 3× another, was used for
+    it before)."""
+    return where if ray_process else where + IN_PROCESS
+
+
 def _learn(t: TaskTime, w: TaskWork, card: str | None, learned: Learned | None) -> TaskTime:
     """Each field times what this machine measured against its prediction before (``Learned``)."""
     if learned is None:
         return t
-    model, where = w.model or "-", card or "cpu"
+    model, where = w.model or "-", where_learned(card or "cpu", w.ray_process)
     changes: dict = {}
     sources = dict(t.sources)
     for f in LEARNED_FIELDS:

@@ -3,7 +3,8 @@
 At the run's start, one ``time_predicted`` event per task (the dry run's ``TaskTime`` where the timeline runs it) and
 one for the run (its predicted wall); when a task ends, whatever its end, one ``time_actual`` (what it took, from what
 it reported, and the error of each figure), and the figures learned into ``store/timings`` under its kind, model and
-card ("cpu" in the CPU rehearsal): the next dry run on this machine and card predicts with them. When every task has
+card ("cpu" in the CPU rehearsal; "… in process" for ``--in-process``, ``tasktime.where_learned``): the next dry run
+on this machine and card predicts with them. When every task has
 ended, one ``time_actual`` for the run (its wall).
 
 A run without a timeline (a dry run made without a time model) or a resumed one (its timeline is the whole plan's from
@@ -16,6 +17,7 @@ from scheduler.core import kinds
 from scheduler.core.states import JobState
 from scheduler.policy import timerecord as tr
 from scheduler.policy.dryrun import DryRun
+from scheduler.policy.tasktime import where_learned
 from scheduler.store import timings
 from scheduler.store.record import RunRecord
 
@@ -40,8 +42,9 @@ class TimeKeeper:
         card = dry.hardware.profile if cuda else "cpu"
         predicted_on = "cpu" if dry.timing.rehearsal else dry.hardware.profile
         # a prediction made for another card than the run's (NVML and the time model disagree) teaches nothing
-        keeper = cls(dry, record, started_at, card, learn=predicted_on == card)
-        keeper.write_predictions(predicted_on)
+        where = where_learned(card, not dry.timing.in_process)  # an in-process run's figures are kept apart
+        keeper = cls(dry, record, started_at, where, learn=predicted_on == card)
+        keeper.write_predictions(where_learned(predicted_on, not dry.timing.in_process))
         return keeper
 
     def write_predictions(self, predicted_on: str) -> None:
