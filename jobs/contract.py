@@ -116,7 +116,7 @@ class JobContext:
     limits: Callable[[], dict] = _no_limits  # the budget's cuts: {"folds": n, "epochs": m}, read at each fold/epoch
     kept_folds: dict[int, FoldOutput] = field(default_factory=dict)  # finished before: an earlier attempt or run
     folds: tuple[int, ...] | None = None  # the folds this task runs (one lane of the job's); None: all of them
-    started_at: float | None = None  # time.perf_counter() when the job began, before its imports (its set-up)
+    started_at: float | None = None  # time.perf_counter() when its process was up, before its imports (its set-up)
 
     def fold_limit(self, planned: int) -> int:
         return min(planned, int(self.limits().get("folds", planned)))

@@ -79,6 +79,21 @@ def test_simulate_waits_for_room_runs_in_process_one_after_another_and_shares_co
     assert tl.spans["b"].start == pytest.approx(35.0)  # it waited for a's room
 
 
+def test_a_tasks_start_up_counts_from_its_process_up_as_the_task_measures_it():
+    """Ray makes the process first (``spawn_s``, part of the start-up the timeline runs): the span says when the
+    process is up, and its ``startup_s`` — the figure held against what the task reports — starts there."""
+    from scheduler.policy.timeline import Item, simulate
+
+    ray = Item("a", 0, "n", None, 0, 1, startup_s=5.0, work_s=10.0, spawn_s=1.5)
+    inproc = Item("b", 0, "n", None, 0, 1, startup_s=3.5, work_s=10.0)
+    tl = simulate([ray], capacity_mib={}, cores={"n": 1})
+    span = tl.spans["a"]
+    assert (span.start, span.up, span.startup_end, span.startup_s) == pytest.approx((0.0, 1.5, 5.0, 3.5))
+    assert span.to_json()["up_s"] == 1.5
+    tl = simulate([inproc], capacity_mib={}, cores={"n": 1}, sequential=True)
+    assert tl.spans["b"].up == tl.spans["b"].start == 0.0 and tl.spans["b"].startup_s == pytest.approx(3.5)
+
+
 def test_the_card_counts_start_ups_there_as_busy():
     """Two tasks starting on one card at once: their first steps share it (the H100's 15.6 s first step with seven
     processes starting), so each start-up on the card takes longer than alone."""

@@ -103,9 +103,13 @@ def enter_device(visible_devices: str | None, env: dict) -> None:
 
 
 def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: Callable[[], bool],
-        limits: Callable[[], dict], cuda: bool | None = None, own_process: bool = True):
+        limits: Callable[[], dict], cuda: bool | None = None, own_process: bool = True,
+        started_at: float | None = None):
     """Run the record's job in this process; its events go to ``report``; returns its ``JobOutput``.
-    ``own_process=False`` (the in-process backend) leaves this process's thread settings alone."""
+    ``own_process=False`` (the in-process backend) leaves this process's thread settings alone. ``started_at``: a
+    ``time.perf_counter()`` reading when the task's process was up (default now): the task's clock, its start-up
+    counted from it (``policy/timerecord``), this module's imports and the competition's reading included."""
+    started_at = time.perf_counter() if started_at is None else started_at
     from jobs import run_job, shelf
     from jobs.contract import JobContext
     from jobs.data import load_competition
@@ -124,7 +128,7 @@ def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: 
         hold_to(cap)
     ctx = JobContext(
         name=record.job, workdir=Path(record.workdir), cpus=threads, device="cuda" if cuda else "cpu",
-        rehearsal=not cuda, metric=record.metric, seed=record.seed, deadline=record.deadline,
+        rehearsal=not cuda, metric=record.metric, seed=record.seed, deadline=record.deadline, started_at=started_at,
         gpu_memory_mib=None if record.devices else record.gpu_memory_mib, cap=cap, max_batch=record.max_batch,
         simulated_peak=simulated_device_model(record, cuda, torch_job), report=report, should_stop=should_stop,
         limits=limits, kept_folds=dict(record.kept_folds), folds=record.folds)
@@ -136,6 +140,5 @@ def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: 
         if kinds.get(record.kind).script:  # a script: a process of the one process backend, run from here
             from scheduler.execute import command
 
-            ctx.started_at = ctx.started_at or time.perf_counter()
             return command.run(record.spec, comp, ctx)
         return run_job(record.spec, comp, ctx)

@@ -18,6 +18,8 @@ import time
 import traceback
 from pathlib import Path
 
+UP = time.perf_counter()  # the process is up, before its imports: the task's clock (``apply.run``'s started_at)
+
 
 def main() -> int:
     from scheduler.execute import apply
@@ -50,7 +52,7 @@ def main() -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
     print(f"gpupack: {record.kind} job {record.job!r} on {record.data_dir} ({record.metric})", flush=True)
     try:
-        out = apply.run(record, report, stop.is_set, limits)
+        out = apply.run(record, report, stop.is_set, limits, started_at=UP)
     except Exception as e:
         traceback.print_exc()
         sys.stdout.flush()

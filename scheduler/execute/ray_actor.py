@@ -70,6 +70,7 @@ class JobActor:
                  folds: int | None = None):
         from scheduler.execute.apply import enter_device
 
+        self._up = time.perf_counter()  # the process is up: the task's clock starts (its start-up's first second)
         enter_device(visible_devices, env)
         self.task = task
         self._deadline: float | None = None
@@ -121,7 +122,7 @@ class JobActor:
         self._line.show(state="RUNNING",
                         folds=len(record.folds) if record.folds else getattr(record.spec, "folds", None))
         try:
-            out = run(record, self._report, self._should_stop, lambda: dict(self._limits))
+            out = run(record, self._report, self._should_stop, lambda: dict(self._limits), started_at=self._up)
         except BaseException:
             self._buffer.report("log", {"line": traceback.format_exc()})
             self._line.show(state="FAILED")

@@ -192,7 +192,7 @@ class DryRun:
         for name, span in sorted(self.timeline.spans.items(), key=lambda kv: (kv[1].start, kv[0])):
             t = self.times[name]
             rows.append({"task": name, "job": self.tasks[name].job if name in self.tasks else name, **span.to_json(),
-                         "startup_s": round(span.startup_end - span.start, 1),
+                         "startup_s": round(span.startup_s, 1),
                          "time": t.to_json()})
         return rows
 

@@ -93,7 +93,8 @@ def items(times: dict[str, tt.TaskTime], assignments, *, remaining: dict[str, fl
         out.append(Item(a.job, a.wave, a.node, a.device, a.gpu_memory_mib or 0, a.cpus,
                         0.0 if running else t.startup.total_s - card,
                         remaining[a.job] if running and a.job in remaining else t.total_s - t.startup.total_s,
-                        threads=t.threads, on_device=t.on_device, fixed=running and a.job in remaining,
+                        threads=t.threads, spawn_s=0.0 if running else t.startup.process_s,
+                        on_device=t.on_device, fixed=running and a.job in remaining,
                         started_at=started.get(a.job), startup_card_s=0.0 if running else card))
     return out
 

@@ -42,6 +42,7 @@ class Item:
     startup_s: float  # alone, on the host (process, imports, data)
     work_s: float  # alone: everything after its first step
     threads: int = 1  # cores its work keeps busy (start-up: ``threads`` too)
+    spawn_s: float = 0.0  # alone: the first part of ``startup_s``, its process made (launch → the process is up)
     on_device: bool = False  # its steady work runs on the card
     fixed: bool = False  # running: ``work_s`` is its remaining time as measured, neighbours already counted
     started_at: float | None = None  # running since (then it needs no room: it holds it)
@@ -50,14 +51,25 @@ class Item:
 
 @dataclass(frozen=True)
 class Span:
-    start: float
+    start: float  # launched with room for it
     startup_end: float
     end: float
     slowdown: float  # its steady work's mean slowdown from its neighbours (1: alone)
+    up: float | None = None  # its process up (after ``Item.spawn_s``): where a task's own clock starts
+
+    @property
+    def process_up(self) -> float:
+        return self.start if self.up is None else self.up
+
+    @property
+    def startup_s(self) -> float:
+        """Its process up → the end of its first step: the start-up a task measures itself (``timerecord``)."""
+        return self.startup_end - self.process_up
 
     def to_json(self) -> dict:
-        return {"start_s": round(self.start, 1), "startup_end_s": round(self.startup_end, 1),
-                "end_s": round(self.end, 1), "slowdown": round(self.slowdown, 3)}
+        return {"start_s": round(self.start, 1), "up_s": round(self.process_up, 1),
+                "startup_end_s": round(self.startup_end, 1), "end_s": round(self.end, 1),
+                "slowdown": round(self.slowdown, 3)}
 
 
 @dataclass
@@ -89,10 +101,13 @@ def simulate(items: list[Item], *, capacity_mib: dict[tuple[str, int], int], cor
     device_slowdown = device_slowdown or (lambda names, starting: 1.0)
     # the run loop launches in wave order, the placement's order within a wave (``items`` come in it)
     order = [i for _, i in sorted(enumerate(items), key=lambda ki: (ki[1].started_at is None, ki[1].wave, ki[0]))]
-    # what each task has left: [start-up on the host, start-up on the card, its work], alone seconds
-    left = {i.name: [0.0, 0.0, i.work_s] if i.started_at is not None else [i.startup_s, i.startup_card_s, i.work_s]
+    # what each task has left (``PHASES``): [its process made, the rest of its start-up on the host, its start-up on
+    # the card, its work], alone seconds
+    left = {i.name: [0.0, 0.0, 0.0, i.work_s] if i.started_at is not None
+            else [min(i.spawn_s, i.startup_s), max(0.0, i.startup_s - i.spawn_s), i.startup_card_s, i.work_s]
             for i in order}
     start: dict[str, float] = {}
+    up: dict[str, float] = {}
     startup_end: dict[str, float] = {}
     slowed: dict[str, list[float]] = {i.name: [0.0, 0.0] for i in order}  # [seconds at work, Σ slowdown × seconds]
     running: list[Item] = []
@@ -100,7 +115,7 @@ def simulate(items: list[Item], *, capacity_mib: dict[tuple[str, int], int], cor
     tl = Timeline()
     for i in order:
         if i.started_at is not None:
-            start[i.name] = startup_end[i.name] = i.started_at
+            start[i.name] = up[i.name] = startup_end[i.name] = i.started_at
     t = now
 
     def admit() -> None:
@@ -115,6 +130,8 @@ def simulate(items: list[Item], *, capacity_mib: dict[tuple[str, int], int], cor
             pending.remove(i)
             running.append(i)
             start.setdefault(i.name, t)
+            if _phase(left[i.name]) > SPAWN:  # no process to make (in process): up as it starts
+                up.setdefault(i.name, t)
             if sequential:
                 return
 
@@ -125,28 +142,32 @@ def simulate(items: list[Item], *, capacity_mib: dict[tuple[str, int], int], cor
         for i in running:
             phase = _phase(left[i.name])
             done = step * rates[i.name]
-            if phase == 2 and not i.fixed:
+            if phase == WORK and not i.fixed:
                 slowed[i.name][0] += step
                 slowed[i.name][1] += step / max(rates[i.name], EPS)
             left[i.name][phase] = max(0.0, left[i.name][phase] - done)
         t += step
         for i in list(running):
-            if _phase(left[i.name]) == 2 and i.name not in startup_end:
+            if _phase(left[i.name]) > SPAWN and i.name not in up:
+                up[i.name] = t
+            if _phase(left[i.name]) == WORK and i.name not in startup_end:
                 startup_end[i.name] = t
             if all(x <= EPS for x in left[i.name]):
                 running.remove(i)
                 secs, weighted = slowed[i.name]
                 tl.spans[i.name] = Span(start[i.name], startup_end.get(i.name, t), t,
-                                        weighted / secs if secs > 0 else 1.0)
+                                        weighted / secs if secs > 0 else 1.0, up.get(i.name, t))
         admit()
     for i in pending:  # nothing running and still waiting: it never fits
         tl.never.setdefault(i.name, f"needs {i.mib:,} MiB and {i.cpus} cores; its device or node never has them")
     return tl
 
 
+SPAWN, HOST, CARD, WORK = PHASES = range(4)  # a task's process made, its start-up on the host, on the card, its work
+
+
 def _phase(left: list[float]) -> int:
-    """0: start-up on the host, 1: start-up on the card, 2: at work."""
-    return next((k for k, x in enumerate(left) if x > EPS), 2)
+    return next((k for k, x in enumerate(left) if x > EPS), WORK)
 
 
 def _fits(i: Item, running: list[Item], capacity: dict, ray_cpus: dict) -> bool:
@@ -170,13 +191,16 @@ def _rates(running: list[Item], left: dict, cores: dict[str, int], device_slowdo
     starting: dict[tuple, int] = {}
     for i in running:
         phase = _phase(left[i.name])
-        if i.fixed and phase == 2:
+        if i.fixed and phase == WORK:
             continue
-        if phase == 0 or (phase == 2 and not i.on_device):
+        if phase == SPAWN:
+            threads[i.node] = threads.get(i.node, 0) + 1  # one interpreter starting
+            continue
+        if phase == HOST or (phase == WORK and not i.on_device):
             threads[i.node] = threads.get(i.node, 0) + i.threads
             continue
         threads[i.node] = threads.get(i.node, 0) + 1  # the Python loop feeding the card
-        if phase == 1:
+        if phase == CARD:
             starting[i.node, i.device] = starting.get((i.node, i.device), 0) + 1
         else:
             on_card.setdefault((i.node, i.device), []).append(i.name)
@@ -186,9 +210,9 @@ def _rates(running: list[Item], left: dict, cores: dict[str, int], device_slowdo
     rates = {}
     for i in running:
         phase = _phase(left[i.name])
-        if i.fixed and phase == 2:
+        if i.fixed and phase == WORK:
             rates[i.name] = 1.0
-        elif phase == 0 or (phase == 2 and not i.on_device):
+        elif phase in (SPAWN, HOST) or (phase == WORK and not i.on_device):
             rates[i.name] = 1.0 / max(1.0, threads.get(i.node, 0) / max(1, cores.get(i.node, 1))) ** OVERSUBSCRIPTION
         else:
             rates[i.name] = 1.0 / card_slow.get((i.node, i.device), 1.0)

@@ -31,11 +31,13 @@ PREDICTED, ACTUAL = "time_predicted", "time_actual"  # the events' names
 
 # the figures, each with what it means as predicted and as measured (the schema's descriptions come from here)
 FIELDS: dict[str, str] = {
-    "start_s": "when the task started, seconds from the run's start: the timeline's start; measured, its first "
-               "RUNNING",
-    "startup_s": "launch → the end of the task's first step: the timeline's start-up span (its process, imports, data "
-                 "and first step, neighbours counted); measured, as the task reported it (a tree kind: until its first "
-                 "fold began)",
+    "start_s": "when the task's process was up, seconds from the run's start: the timeline's start and its "
+               "process made (a Ray actor's; in process, its turn); measured, its first RUNNING (the actor's first "
+               "answer)",
+    "startup_s": "its process up → the end of its first step: the timeline's start-up after the process is made (its "
+                 "imports, the competition read, its data and first step, neighbours counted); measured, as the task "
+                 "reported it on its own clock, which starts when its process is up (a tree kind: to its first "
+                 "boosting round's end)",
     "step_s": "one steady optimizer step (a boosting round for a tree kind), neighbours counted; measured, the "
               "median of its epochs' steady step (a tree kind: its folds' boosting seconds ÷ rounds)",
     "epoch_s": "one epoch's training steps at the steady pace, neighbours counted, its validation apart; measured, "
@@ -69,11 +71,11 @@ def predicted(t: TaskTime, span: Span) -> dict[str, float | None]:
     def slowed(x: float) -> float | None:
         return _r(x * span.slowdown) if x > 0 else None
 
-    return {"start_s": _r(span.start, 3), "startup_s": _r(span.startup_end - span.start, 3),
+    return {"start_s": _r(span.process_up, 3), "startup_s": _r(span.startup_s, 3),
             "step_s": slowed(t.step_s) if t.steps_per_epoch else None,
             "epoch_s": slowed(t.epoch_s), "validation_s": slowed(t.validation_s + t.precise_bn_s)
             if t.validations else None, "prediction_s": slowed(t.prediction_s), "fold_s": slowed(t.fold_s),
-            "end_s": _r(span.end, 3), "wall_s": _r(span.end - span.start, 3)}
+            "end_s": _r(span.end, 3), "wall_s": _r(span.end - span.process_up, 3)}
 
 
 def _median(values: list) -> float | None:

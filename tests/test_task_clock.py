@@ -1,0 +1,50 @@
+"""A task's clock starts when its process is up, not when its job's code begins: the start-up a task reports (its first
+step's end on that clock) holds its runner's imports and the competition's reading, as the time model predicts it
+(``Span.startup_s``: the timeline's start-up after the process is made). Each backend hands ``apply.run`` the moment
+its process came up; the value is checked where it lands, in the task's first ``epoch`` event."""
+
+import pickle
+import time
+
+import pytest
+
+from scheduler.core.plan import LightGBMJob
+from scheduler.execute import apply
+from scheduler.execute.launch import LaunchRecord
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    from jobs.data import write_digits
+
+    return write_digits(tmp_path_factory.mktemp("digits"))
+
+
+def _record(data_dir, tmp_path) -> LaunchRecord:
+    spec = LightGBMJob(name="lgbm", kind="lightgbm", folds=2, resources={"cpus": 1},
+                       params={"num_leaves": 7, "n_estimators": 60})
+    return LaunchRecord(task="lgbm", job="lgbm", spec=spec, data_dir=str(data_dir), workdir=str(tmp_path / "work"),
+                        metric="accuracy", seed=0, node="local", device=None, gpu_memory_mib=0, threads=1)
+
+
+def _first_startup(events) -> float:
+    return next(f["startup_s"] for k, f in events if k == "epoch" and f.get("startup_s") is not None)
+
+
+def test_in_process_the_clock_is_the_one_handed_to_apply_run(digits, tmp_path):
+    events = []
+    up = time.perf_counter() - 30.0  # its process came up 30 s ago (imports, a wait for its turn)
+    apply.run(_record(digits, tmp_path), lambda k, f: events.append((k, f)), lambda: False, dict, own_process=False,
+              started_at=up)
+    assert _first_startup(events) >= 30.0
+
+
+def test_a_ray_actors_task_counts_from_its_actor_being_made(digits, tmp_path):
+    from scheduler.execute.ray_actor import JobActor
+
+    actor = JobActor("lgbm", None, {})  # the class Ray runs, here in this process
+    actor._up -= 30.0  # made 30 s ago: Ray's worker, then the actor's own start
+    actor.poll(0)  # the driver's first poll answered: the task may begin
+    actor.run(pickle.dumps(_record(digits, tmp_path)))
+    events = [(e["event"], e) for e in actor._buffer.since(0)]
+    assert _first_startup(events) >= 30.0
