@@ -103,7 +103,7 @@ def enter_device(visible_devices: str | None, env: dict) -> None:
 
 
 def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: Callable[[], bool],
-        limits: Callable[[], dict], cuda: bool | None = None, own_process: bool = True,
+        limits: Callable[[], dict], cuda: bool | None = None, own_process: bool = True, *,
         started_at: float | None = None):
     """Run the record's job in this process; its events go to ``report``; returns its ``JobOutput``.
     ``own_process=False`` (the in-process backend) leaves this process's thread settings alone. ``started_at``: a
