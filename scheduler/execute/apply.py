@@ -108,7 +108,7 @@ def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: 
     """Run the record's job in this process; its events go to ``report``; returns its ``JobOutput``.
     ``own_process=False`` (the in-process backend) leaves this process's thread settings alone. ``started_at``: a
     ``time.perf_counter()`` reading when the task's process was up (default now): the task's clock, its start-up
-    counted from it (``policy/timerecord``), this module's imports and the competition's reading included."""
+    counted from it (``policy/timerecord``), its kind's imports and the competition's reading included."""
     started_at = time.perf_counter() if started_at is None else started_at
     from jobs import run_job, shelf
     from jobs.contract import JobContext

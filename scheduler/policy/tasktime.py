@@ -43,10 +43,10 @@ from scheduler.policy import timemodel
 from scheduler.policy.autotune import PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS, optimizer_steps
 
 # --- start-up, alone (each learned per machine once a run has measured it) ---------------------------------------
-PROCESS_S = 1.5  # a Ray actor's worker process, launch → its process up (NOTES.md: actor create + call 0.3–0.6 s,
-#                 a fresh worker's interpreter and Ray's imports ~1 s here; 1.6–2.6 s with three starting on 2 cores)
-RUNNER_IMPORTS_S = 0.8  # then, in its process, gpupack's runner: pandas, the kinds' registry, the plan's schema (1.03 s
-#                        at load 3 on the development machine, 2026-11-27), before the kind's own imports
+PROCESS_S = 1.5  # a Ray actor's worker process, launch → its process up: the actor's class loaded (with it gpupack's
+#                 runner, pandas and the kinds' registry), then made (NOTES.md: actor create + call 0.3–0.6 s, a fresh
+#                 worker's interpreter and Ray's imports ~1 s here; launch → first answer 1.6–2.6 s with three starting
+#                 on 2 cores, 2026-11-27)
 CUDA_CONTEXT_S = 2.0  # the card's context and cuDNN/cuBLAS handles (first CUDA call), on a card only
 MODEL_BUILD_S_PER_MPARAM = 0.02  # building a timm model, initialising its weights: ~0.4 s for ResNet-50's 25.6 M
 FIRST_STEP_STEPS = 3.0  # the first step costs about this many steady ones (kernel choice, optimizer state, allocator)
@@ -207,7 +207,7 @@ def _process(w: TaskWork) -> float:
 def _imports(w: TaskWork) -> float:
     """A task's imports: in its own process each time; in process once, by the driver before any task (its dry run
     imports torch and timm to estimate memory)."""
-    return RUNNER_IMPORTS_S + kinds.get(w.kind).imports_s if w.ray_process else 0.0
+    return kinds.get(w.kind).imports_s if w.ray_process else 0.0
 
 
 def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
