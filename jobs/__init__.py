@@ -29,5 +29,10 @@ def run_job(spec, comp, ctx: JobContext) -> JobOutput:
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     if ctx.started_at is None:  # the kind's imports (torch and timm: seconds) are the job's set-up
         ctx.started_at = time.perf_counter()
-    module, function = kind.run.split(":")
-    return getattr(importlib.import_module(module), function)(spec, comp, ctx)
+    return load(kind.name)(spec, comp, ctx)
+
+
+def load(kind_name: str):
+    """The run function of a kind trained in this process, its module imported (torch and timm for ``timm``)."""
+    module, function = registry.get(kind_name).run.split(":")
+    return getattr(importlib.import_module(module), function)

@@ -48,3 +48,39 @@ def test_a_ray_actors_task_counts_from_its_actor_being_made(digits, tmp_path):
     actor.run(pickle.dumps(_record(digits, tmp_path)))
     events = [(e["event"], e) for e in actor._buffer.since(0)]
     assert _first_startup(events) >= 30.0
+
+
+FROZEN = """
+import gc, sys
+sys.path.insert(0, {root!r})
+from scheduler.core.plan import LightGBMJob
+from scheduler.execute import apply
+from scheduler.execute.launch import LaunchRecord
+spec = LightGBMJob(name="lgbm", kind="lightgbm", folds=2, resources={{"cpus": 1}}, params={{"num_leaves": 7}})
+record = LaunchRecord(task="lgbm", job="lgbm", spec=spec, data_dir={data!r}, workdir={work!r}, metric="accuracy",
+                      seed=0, node="local", device=None, gpu_memory_mib=0, threads=1)
+seen = []
+def report(kind, fields):
+    if kind == "epoch" and not seen:
+        seen.append((gc.get_freeze_count(), gc.isenabled()))
+apply.run(record, report, lambda: False, dict, own_process={own})
+print(seen[0][0], seen[0][1])
+"""
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_a_tasks_own_process_freezes_its_imports_and_the_driver_never_does(digits, tmp_path, own):
+    """In its own process a task imports with the collector off and freezes what it imported (no later collection
+    walks torch's objects again); in the driver's process (in process) nothing is frozen: an earlier task's garbage
+    would stay for good. Read where it lands: in the job's first epoch, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    code = FROZEN.format(root=str(ROOT), data=str(digits), work=str(tmp_path / "work"), own=own)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    frozen, enabled = p.stdout.split()[-2:]
+    assert enabled == "True"  # the collector runs again for what the task makes
+    assert (int(frozen) > 10_000) if own else (int(frozen) == 0)
