@@ -138,7 +138,7 @@ def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_d
     figures say EPOCH_S too, validation included (the budget's time model issue: its cuts are sized to the overshoot,
     so the folds kept followed this machine's own steady pace, measured on the CPU, until made to agree with the
     clock)."""
-    from scheduler.execute import apply
+    from scheduler.execute import apply, inprocess
     from scheduler.runtime.driver import InProcessDriver
 
     # its own learned store: what earlier tests' runs taught the time model would move the cuts (in a full run the
@@ -151,9 +151,12 @@ def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_d
     def run(record, job_report, *args, **kw):  # every kind's job, the command's script included, is run by apply.run
         def report(kind, fields):
             if record.job == "r18" and kind == "epoch":
-                clock.advance(EPOCH_S)
                 if fields.get("steady_epoch_s") is not None:  # the epoch's EPOCH_S on the clock, validation inside
                     fields = {**fields, "steady_epoch_s": EPOCH_S, "val_s": 0.0}
+                # stamped EPOCH_S on; the clock gets there when the driver takes the epoch (``taken`` below), so no
+                # look of the driver reads the new time without it (one did in a full run under load, when the job's
+                # thread moved the clock: it saw fold 1's two epochs still ahead and cut folds 2 → 1)
+                fields = {**fields, "time": clock.time() + EPOCH_S}
             elif record.job == "hangs" and str(fields.get("message", "")).startswith("started pid"):
                 # its script's process runs: the training window ends now
                 clock.at_least(record.deadline)
@@ -161,7 +164,17 @@ def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_d
 
         return real_run(record, report, *args, **kw)
 
+    real_events = inprocess.InProcessHandle.events
+
+    def taken(handle, since=0):  # the driver takes a task's events: an epoch of r18 moves the clock to its stamp
+        out = real_events(handle, since)
+        for e in out:
+            if handle.record.job == "r18" and e["event"] == "epoch":
+                clock.at_least(e["time"])
+        return out
+
     monkeypatch.setattr(apply, "run", run)
+    monkeypatch.setattr(inprocess.InProcessHandle, "events", taken)
     jobs_ = [
         {"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 30, "resources": {"cpus": 1}},
         {"name": "r18", "kind": "timm", "model": "resnet18", "image_size": 64, "batch_size": 32, "epochs": 20,
