@@ -20,7 +20,8 @@ reason, never a crash.
 The competition is ``benchmarks/competitions.py``'s (derived from scikit-learn's digits, written to a temp folder).
 The machine's load (``os.getloadavg``) is printed before and after: a shared machine stretches every run.
 
-    python benchmarks/budget.py [--images 6000] [--budget-fraction 0.5] [--repeats 1] [--workdir DIR] [--json]
+    python benchmarks/budget.py [--images 6000] [--budget-fraction 0.5] [--repeats 1] [--workdir DIR [--reuse-uncut]]
+        [--json]
 """
 
 from __future__ import annotations
@@ -387,6 +388,21 @@ def report(result: dict, as_json: bool, table_of) -> int:
     return 0
 
 
+def _earlier_uncut(work: Path, args) -> dict | None:
+    """The uncut run an earlier sitting left in ``work`` (its ``result.json``), when it ran the same plan on the same
+    competition; None otherwise. Its figures are from that sitting (the machine's load then), and say so."""
+    try:
+        before = json.loads((work / "result.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    uncut = (before.get("runs") or {}).get("uncut")
+    same = before.get("images") == args.images and before.get("plan") == str(args.plan) and before.get(
+        "seed", args.seed) == args.seed
+    if not same or not uncut or uncut.get("exit") != 0 or not Path(uncut.get("run_dir", "")).is_dir():
+        return None
+    return {**uncut, "started": before.get("started"), "reused": True}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=6000, help="images in the competition (at least 5,000 for the "
@@ -399,12 +415,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, help="the budgeted run's --budget in seconds (instead of the fraction)")
     ap.add_argument("--repeats", type=int, default=1, help="budgeted runs (each printed)")
     ap.add_argument("--no-floor", action="store_true", help="skip the folds: 1 run")
+    ap.add_argument("--reuse-uncut", action="store_true", help="take the uncut run an earlier sitting left in "
+                                                               "--workdir (same plan and competition) instead of "
+                                                               "running it again; its wall is that sitting's")
     ap.add_argument("--workdir", type=Path, help="where the competition and run folders go (default: a temp "
                                                  "folder, removed at the end)")
     ap.add_argument("--json", action="store_true", help="print one JSON document at the end instead of the table")
     args = ap.parse_args(argv)
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
-    result = {"images": args.images, "plan": str(args.plan), "budget_fraction": args.budget_fraction,
+    result = {"images": args.images, "seed": args.seed, "plan": str(args.plan), "budget_fraction": args.budget_fraction,
               "load_before": load(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": {}}
     with sitting(args.workdir, "gpupack-budget-") as work:
         data = competition(work, args.images, args.seed, args.size, log)
@@ -414,7 +433,10 @@ def main(argv: list[str] | None = None) -> int:
             runs[name] = fig
             (work / "result.json").write_text(json.dumps(result, indent=2))
 
-        keep("uncut", run_plan("uncut", args.plan, data, work / "uncut", None, log))
+        earlier = _earlier_uncut(work, args) if args.reuse_uncut else None
+        if earlier is not None:
+            log(f"[uncut] from an earlier sitting in {work} ({earlier.get('started')}): wall {earlier['wall_s']} s")
+        keep("uncut", earlier or run_plan("uncut", args.plan, data, work / "uncut", None, log))
         budget_s = args.budget_s or args.budget_fraction * runs["uncut"]["wall_s"]
         for k in range(args.repeats):
             name = "budgeted" if args.repeats == 1 else f"budgeted{k + 1}"

@@ -159,14 +159,39 @@ def test_a_cut_is_undone_when_time_comes_back_and_not_before():
     both = job("a", folds=3, epochs=5, epoch=2, spe=1.0, planned_epochs=10)
     assert [(r.what, r.old, r.new) for r in decide_restores([both], {"a": (5, 10)}, 10.0, START, DEADLINE)] == [
         ("epochs", 5, 10)]
-    # still slow: nothing restored; at a pace where 3 folds fit with one margin but not two, they do not come back
-    # (hysteresis): one fold does, 1 → 2, which fits with two
-    assert decide_restores([job("a", folds=1, epochs=10, epoch=2, spe=4.0)], {"a": (5, 10)}, 10.0, START,
+    # still slow: nothing restored (its fold under way alone, 8 epochs × 8 s, ends past the window with two margins)
+    assert decide_restores([job("a", folds=1, epochs=10, epoch=2, spe=8.0)], {"a": (5, 10)}, 10.0, START,
                            DEADLINE) == []
-    edge = job("a", folds=1, epochs=10, epoch=2, spe=2.4)  # 3 folds: 28 epochs × 2.4 = 67 s; ×1.25 fits, ×1.5 not
+    # at a pace where 3 folds at its epochs fit with one margin but not two, they do not come back at 10 epochs
+    # (hysteresis: 28 epochs × 2.4 = 67 s, × 1.5 = 101 s): 2 folds would (18 × 2.4 = 43 s, × 1.5 = 65 s), but 5
+    # folds at 5 epochs keep more work (25 epochs against 20) and fit with two margins (23 × 2.4 = 55 s, × 1.5 = 83 s)
+    edge = job("a", folds=1, epochs=10, epoch=2, spe=2.4)
     assert decide_cuts([job("a", folds=3, epochs=10, epoch=2, spe=2.4)], 10.0, START, DEADLINE) == []
-    assert [(r.what, r.old, r.new) for r in decide_restores([edge], {"a": (5, 10)}, 10.0, START, DEADLINE)] == [
-        ("folds", 1, 2)]  # 18 epochs × 2.4 = 43 s, × 1.5 = 65 s
+    back = decide_restores([edge], {"a": (5, 10)}, 10.0, START, DEADLINE)
+    assert [(r.what, r.old, r.new) for r in back] == [("epochs", 10, 5), ("folds", 1, 5)]
+    assert back[1].estimated_finish_s == round(10.0 + 23 * 2.4, 1)
+
+
+def test_folds_come_back_at_fewer_epochs_where_only_that_fits():
+    """A skipped fold is given back at fewer epochs a fold (down to half the planned) where at its epochs it would
+    not fit with two margins, when that keeps more work (folds × epochs): the budget benchmark's window, left a third
+    idle after 1 fold × 3 epochs, with a second fold at 2 epochs that fitted."""
+    # 1 fold × 10 epochs at 4 s, at epoch 2: 2 folds at 10 epochs (8 + 10 epochs × 4 s = 72 s, × 1.5 = 108 s) do not
+    # fit; 3 folds × 5 (3 + 10 epochs × 4 s = 52 s, × 1.5 = 78 s) do, and keep 15 epochs of work against 10
+    slow = job("a", folds=1, epochs=10, epoch=2, spe=4.0)
+    back = decide_restores([slow], {"a": (5, 10)}, 10.0, START, DEADLINE)
+    assert [(r.what, r.old, r.new) for r in back] == [("epochs", 10, 5), ("folds", 1, 3)]
+    assert back[0].estimated_finish_s == back[1].estimated_finish_s == 10.0 + 3 * 4 + 2 * 5 * 4
+    assert "folds 1 → 3 at 5 epoch(s) a fold" in back[1].reason
+    # never less work: at 6.5 s an epoch no form with more folds keeps more than its 10 epochs and fits
+    assert decide_restores([job("a", folds=1, epochs=10, epoch=2, spe=6.5)], {"a": (5, 10)}, 10.0, START,
+                           DEADLINE) == []
+    # a job that ended after 1 fold × 3 epochs is started again for a second fold at 2 epochs: its start-up paid again
+    ended = JobProgress("a", folds=1, epochs=3, folds_done=1, seconds_per_epoch=10.0, finished=True, startup_s=10.0,
+                        planned_epochs=3)
+    back = decide_restores([ended], {"a": (3, 3)}, 45.0, START, DEADLINE)  # at 3 epochs: 45 + (10 + 30) × 1.5 > 100
+    assert [(r.what, r.old, r.new) for r in back] == [("epochs", 3, 2), ("folds", 1, 2)]  # 45 + (10 + 20) × 1.5 = 90
+    assert back[1].estimated_finish_s == 45.0 + 10 + 2 * 10
 
 
 def test_a_job_that_ended_short_gets_its_folds_back_first():
@@ -177,5 +202,6 @@ def test_a_job_that_ended_short_gets_its_folds_back_first():
     assert [(r.what, r.new) for r in back] == [("folds", 3)]
     assert back[0].estimated_finish_s == 20.0 + 5.0 + 2 * 6  # its start-up is paid again
     slow_start = JobProgress("a", folds=1, epochs=6, folds_done=1, seconds_per_epoch=1.0, finished=True,
-                             startup_s=50.0)
-    assert decide_restores([slow_start], {"a": (3, 10)}, 20.0, START, DEADLINE) == []  # 20 + (50 + 12) × 1.5 > 100
+                             startup_s=60.0)
+    # 20 + (60 + 6) × 1.5 > 100, and even a fold at 3 epochs: 20 + (60 + 3) × 1.5 > 100
+    assert decide_restores([slow_start], {"a": (3, 10)}, 20.0, START, DEADLINE) == []

@@ -87,6 +87,21 @@ def test_the_budget_at_the_start_projects_the_dry_runs_timeline(tmp_path):
     assert set(ends) == {"r18", "r34"} and all(state._progress(n, j).waiting for n, j in state.jobs.items())
     first = min(span.start for span in dry.timeline.spans.values())  # the dry run's clock may start before the run's
     assert max(ends.values()) == pytest.approx(dry.timeline.wall_s - first)
+    # the model's measured error comes with it: none on a card (never measured there), the time benchmark's in the
+    # CPU rehearsal, where the budget's margin starts from it
+    assert state.timing_model.error is None
+    rehearsed = dryrun.prepare(plan, hw.from_profile("A100-40GB", cpus=4), train_rows=3000, test_rows=500,
+                               lanes={"r18": 1, "r34": 1}, timing=plantime.Timing(rehearsal=True, cores=4))
+    assert TimeModel.of(rehearsed).error == plantime.MEASURED_ERROR["rehearsal"] == 0.10
+
+
+def test_the_margin_before_epochs_are_compared_is_the_time_models_measured_error():
+    """The in-process plan's first cut (b's folds, before b starts) stands on the model's measured error where it is
+    known — its record says so (margin 10 %, "model") — and on the assumed 25 % where it is not."""
+    for error, margin, source in ((0.10, 0.10, "model"), (None, budget.DEFAULT_MARGIN, "assumed")):
+        _, log, _ = run_in_process(replace(model(TIMES), error=error))
+        first = next(i for i in log if isinstance(i, rl.Record) and i.kind == "budget_cut")
+        assert (first.fields["margin"], first.fields["margin_source"], first.fields["errors"]) == (margin, source, 0)
 
 
 # --- cuts ---------------------------------------------------------------------------------------------------------
@@ -138,13 +153,13 @@ def test_a_job_not_started_is_cut_before_anything_has_steady_figures():
 def test_no_undo_whose_work_would_not_end_in_time():
     """x ended short, 1 of its 3 folds run, its start-up never reported (0 on its own figures). Alone, its 2 skipped
     folds (20 s) fit the window: the view without a model gives them back. Started again it pays its TaskTime's
-    60 s start-up first: it would not end in time, so no undo; with a 5 s start-up it would, and it is undone. In
-    process, behind y (60 s left), even that one does not fit: no undo."""
+    62 s start-up first: it would not end in time, not even one fold at 3 epochs, so no undo; with a 5 s start-up it
+    would, and it is undone. In process, behind y (60 s left), even that one does not fit: no undo."""
     x = JobProgress("x", 1, 5, folds_done=1, seconds_per_epoch=2.0, finished=True)
     planned = {"x": (3, 5)}
     assert [(r.what, r.new) for r in decide_restores([x], planned, 0.0, 0.0, 100.0)] == [("folds", 3)]
-    slow_start = model({"x": timm_time("x", startup_s=60.0)}, SIDE_BY_SIDE)
-    assert decide_restores([x], planned, 0.0, 0.0, 100.0, projection=slow_start) == []  # (60 + 20) × 1.5 > 100
+    slow_start = model({"x": timm_time("x", startup_s=62.0)}, SIDE_BY_SIDE)
+    assert decide_restores([x], planned, 0.0, 0.0, 100.0, projection=slow_start) == []  # (62 + 2 × 3) × 1.5 > 100
     quick = {"x": timm_time("x"), "y": timm_time("y", folds=1, epochs=30)}
     y = running("y", folds=1, epochs=30, epoch=0)  # 30 epochs × 2 s = 60 s left
     back = decide_restores([x, y], planned, 0.0, 0.0, 100.0, projection=model(quick, SIDE_BY_SIDE))
@@ -233,7 +248,8 @@ def test_an_in_process_plan_cuts_a_waiting_jobs_folds_instead_of_cancelling_what
     b_starts = log.index(rl.Transition("b", JobState.RUNNING, {"attempt": 1}))
     assert cuts and cuts[0].job == "b" and log.index(cuts[0]) < b_starts
     assert (cuts[0].fields["what"], cuts[0].fields["old"], cuts[0].fields["new"]) == ("folds", 3, 2)  # as needed
-    assert s.jobs["b"].timing["folds_done"] + s.jobs["a"].timing["folds_done"] < 6  # c, never cut, kept its turn
+    ran = sum(s.jobs["a"].timing["fold_epochs"]) + sum(s.jobs["b"].timing["fold_epochs"])
+    assert ran < 30  # a and b gave up work (folds, or epochs of them) so that c, never cut, kept its turn
     assert not [i for i in log if isinstance(i, rl.Record) and i.kind == "cancel"]
     assert s.states == dict.fromkeys(TIMES, JobState.SUCCEEDED) and end <= s.window.deadline
     # the same plan without the time model: the scenario is one the old budget loses

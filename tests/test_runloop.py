@@ -238,6 +238,28 @@ def test_a_task_that_ended_short_is_started_again_for_its_skipped_folds():
     assert s.jobs["r18"].progress["folds_done"] == 0  # the new attempt reports its kept fold again
 
 
+def test_a_skipped_fold_given_back_at_fewer_epochs_restarts_with_every_limit():
+    """A task that ended short (1 fold of 5) with 43 s of its 85 s window left, at 4 s an epoch: a second fold of
+    10 epochs does not fit with two margins (40 s × 1.5), one of 7 does (28 s × 1.5 = 42 s). The look cuts its epochs
+    (a record, no limit sent to the ended task) and gives back the fold: the new attempt is sent both limits."""
+    s = machine(timm("r18"), budget="100s")
+    started(s, "r18")  # at T0 + 1
+    s.jobs["r18"].limits.update({"folds": 1, "planned_folds": 5})  # cut earlier
+    s.handle(*(rl.JobReported("r18", "epoch", {"epoch": k, "epochs": 10, "steady_epoch_s": 4.0, "steady_steps": 20},
+                              T0 + 1 + 4 * k) for k in range(1, 11)),
+             rl.JobReported("r18", "fold", {"fold": 0, "epochs": 10}, T0 + 41))
+    s.handle(rl.JobFinished("r18", 1, 0.9, T0 + 41))
+    out = s.handle(rl.Tick(T0 + 42))
+    cut, back = _records(out, "budget_cut"), _records(out, "budget_restore")
+    assert [(c.fields["what"], c.fields["old"], c.fields["new"]) for c in cut] == [("epochs", 10, 7)]
+    assert [(r.fields["what"], r.fields["old"], r.fields["new"]) for r in back] == [("folds", 1, 2)]
+    assert "at 7 epoch(s) a fold" in back[0].fields["reason"]
+    launch = out.index(next(i for i in out if isinstance(i, rl.Launch)))
+    limits = [i for i in out if isinstance(i, rl.SetLimits)]
+    assert limits == [rl.SetLimits("r18", {"folds": 2, "epochs": 7})] and out.index(limits[0]) > launch
+    assert s.jobs["r18"].limits == {"folds": 2, "planned_folds": 5, "epochs": 7, "planned_epochs": 10}
+
+
 def test_the_live_table_and_the_final_table_show_a_cut_with_its_reason():
     from io import StringIO
 

@@ -16,7 +16,8 @@ from now (``plan_finish``'s view), and a task without them is not projected.
 
 The estimate is only as good as its record: every epoch is compared with what the estimate said it would take, and
 the **margin** is the 90th percentile of those relative errors (at least 5 %), *measured* once ``MIN_ERRORS`` epochs
-have been compared and *assumed* (``DEFAULT_MARGIN``) before. A task is **late** when its projected end, its time
+have been compared; before, it is the **time model's** own measured error where the time benchmark measured it
+(``TimeModel.error``: ``plantime.MEASURED_ERROR``, 10 % in the CPU rehearsal), else *assumed* (``DEFAULT_MARGIN``). A task is **late** when its projected end, its time
 from now stretched by the margin, passes the window's end; a task still waiting can be late too, and it loses
 folds before it starts rather than being cancelled unstarted at the deadline. While one is, a look makes one
 decision after another, each projected with the earlier ones made, until the plan fits or no job is left to cut (a
@@ -38,7 +39,8 @@ cut.
 
 A cut is **undone** when time comes back, one decision per look, epochs first, then folds, the strongest job first:
 the largest step back after which the restored task and every task it moves still end inside the window with
-``RESTORE_FACTOR`` margins (the hysteresis that keeps a restore from being cut again at once). A running or waiting
+``RESTORE_FACTOR`` margins (the hysteresis that keeps a restore from being cut again at once). Folds come back at the
+job's epochs, or at fewer a fold where only that fits (1 fold × 3 epochs → 2 × 2: more work, a window not left idle). A running or waiting
 job gets its limit back; a job that already ended short is started again for the folds it skipped (its finished
 folds are kept): the projection counts its start-up from its ``TaskTime`` and places it after every task launched
 before it, and epochs given back are counted in full (folds that ran to their cut say nothing of early stopping), so
@@ -58,7 +60,7 @@ from scheduler.policy.inputs import validates
 from scheduler.policy.tasktime import TaskTime
 from scheduler.policy.timeline import Timeline
 
-DEFAULT_MARGIN = 0.25  # assumed until MIN_ERRORS epochs have been compared with their estimate
+DEFAULT_MARGIN = 0.25  # assumed until MIN_ERRORS epochs have been compared, where the time model's error is unknown
 MIN_MARGIN = 0.05
 MAX_MARGIN = 1.0
 MIN_ERRORS = 3
@@ -229,6 +231,7 @@ class TimeModel:
     times: dict[str, TaskTime]
     timeline: Callable[..., Timeline]
     assignments: tuple = ()
+    error: float | None = None  # the model's measured error where it runs (the margin before epochs are compared)
 
     @classmethod
     def of(cls, dry) -> "TimeModel | None":
@@ -243,7 +246,7 @@ class TimeModel:
             return plantime.project(times, dry.placement, dry.hardware, dry.plan.band[1], dry.timing,
                                     device_slowdown=slow, **kw)
 
-        return cls(dict(dry.times), timeline, tuple(dry.placement.assignments))
+        return cls(dict(dry.times), timeline, tuple(dry.placement.assignments), dry.timing.error)
 
     def placed(self, assignments) -> "TimeModel":
         return replace(self, assignments=tuple(assignments))
@@ -318,19 +321,21 @@ def weakest_first(jobs: list[JobProgress], projection: Projection = ALONE, now: 
     return sorted(jobs, key=lambda p: (-left(p), p.name))
 
 
-def margin(errors: list[float]) -> float:
+def margin(errors: list[float], before: float | None = None) -> float:
     """The estimate's measured error: the 90th percentile of |actual − estimated| ÷ estimated over the epochs
-    compared so far, within [MIN_MARGIN, MAX_MARGIN]; DEFAULT_MARGIN before MIN_ERRORS of them."""
+    compared so far, within [MIN_MARGIN, MAX_MARGIN]; before MIN_ERRORS of them, ``before`` (the time model's
+    measured error, ``TimeModel.error``), else DEFAULT_MARGIN."""
     if len(errors) < MIN_ERRORS:
-        return DEFAULT_MARGIN
+        return DEFAULT_MARGIN if before is None else min(MAX_MARGIN, max(MIN_MARGIN, before))
     ranked = sorted(abs(e) for e in errors)
     p90 = ranked[min(len(ranked) - 1, int(0.9 * len(ranked)))]
     return min(MAX_MARGIN, max(MIN_MARGIN, p90))
 
 
-def margin_source(errors: list[float]) -> str:
-    """"measured" once MIN_ERRORS epochs were compared with their estimate, "assumed" (DEFAULT_MARGIN) before."""
-    return "measured" if len(errors) >= MIN_ERRORS else "assumed"
+def margin_source(errors: list[float], before: float | None = None) -> str:
+    """"measured" once MIN_ERRORS epochs were compared with their estimate; before, "model" (the time model's
+    measured error) where it is known, else "assumed" (DEFAULT_MARGIN)."""
+    return "measured" if len(errors) >= MIN_ERRORS else ("assumed" if before is None else "model")
 
 
 def _fits(finish: float | None, now: float, deadline: float, m: float) -> bool:
@@ -509,27 +514,62 @@ def decide_restores(jobs: list[JobProgress], planned: dict[str, tuple[int, int]]
     """At most one cut undone: ``planned`` gives each cut job's (folds, epochs) before its cuts; the largest step
     back (epochs first, then folds; the strongest job first) after which it and every task it moves still end inside
     the window with RESTORE_FACTOR margins. A job that ended is projected started again: its start-up paid once
-    more, after the tasks launched before it. Returned as a Cut whose ``new`` is the raised limit."""
+    more, after the tasks launched before it. Returned as a Cut whose ``new`` is the raised limit; folds given back at
+    fewer epochs a fold (``_fold_back``) come as two: the epochs cut (``new`` < ``old``), then the folds raised."""
     m = error_margin * RESTORE_FACTOR
     look = _Look(jobs, now, deadline, m, projection, projection.ends(jobs, now),
                  beyond_rescue(jobs, now, deadline, m, projection))
     cut = [p for p in jobs if p.name in planned and p.cuttable]
     for what in ("epochs", "folds"):
         for p in reversed(weakest_first(cut, projection, now)):
-            for new in _restore_rungs(p, what, planned[p.name]):
-                change = {what: new, "finished": False, "waiting": p.waiting or p.finished}
-                if what == "epochs" and (p.epochs_per_finished_fold or 0) >= p.epochs:
-                    change["epochs_per_finished_fold"] = None  # its folds ran to their cut: no early stopping seen
-                after = look.trial(p, **change)
-                if not look.holds(p, after):
-                    continue
-                finish = max(after.values())
-                return [Cut(p.name, what, getattr(p, what), new,
-                            f"time came back: with {what} {getattr(p, what)} → {new}, {p.name} is estimated to end at "
-                            f"{after[p.name] - window_start:.0f}s (+{m:.0%}) inside the {deadline - window_start:.0f}s "
-                            f"window, and no task it moves ends later than the window (the plan's estimated finish "
-                            f"{finish - window_start:.0f}s)", round(finish - window_start, 1))]
+            back = _fold_back(look, p, planned[p.name]) if what == "folds" else next((
+                (p.folds, new, after) for new in _restore_rungs(p, what, planned[p.name])
+                if look.holds(p, after := look.trial(p, **_back(p, epochs=new)))), None)
+            if back is None:
+                continue
+            folds, epochs, after = back
+            finish = max(after.values())
+            old, new = (p.folds, folds) if what == "folds" else (p.epochs, epochs)
+            text = f"{what} {old} → {new}" + (f" at {epochs} epoch(s) a fold" if what == "folds" and epochs != p.epochs
+                                               else "")
+            reason = (f"time came back: with {text}, {p.name} is estimated to end at "
+                      f"{after[p.name] - window_start:.0f}s (+{m:.0%}) inside the {deadline - window_start:.0f}s "
+                      f"window, and no task it moves ends later than the window (the plan's estimated finish "
+                      f"{finish - window_start:.0f}s)")
+            decision = [Cut(p.name, what, old, new, reason, round(finish - window_start, 1))]
+            if what == "folds" and epochs != p.epochs:  # a fold given back at fewer epochs: its epochs are cut first, one decision
+                decision.insert(0, Cut(p.name, "epochs", p.epochs, epochs, reason, round(finish - window_start, 1)))
+            return decision
     return []
+
+
+def _back(p: JobProgress, **change) -> dict:
+    """A job's change when something is given back: no longer finished; one that ended waits to start again; epochs
+    given back to folds that ran to their cut say nothing of early stopping."""
+    out = {**change, "finished": False, "waiting": p.waiting or p.finished}
+    if (p.epochs_per_finished_fold or 0) >= p.epochs:
+        out["epochs_per_finished_fold"] = None
+    return out
+
+
+def _fold_back(look: _Look, p: JobProgress, planned: tuple[int, int]) -> tuple[int, int, dict] | None:
+    """The folds given back that keep the most work (folds × epochs; more folds at a tie) and fit with the look's
+    margins: each rung of ``_restore_rungs`` at the job's epochs, or at fewer (down to EPOCH_FLOOR of the planned,
+    never below the epochs its fold under way has run; a job that ended runs its new folds at them) where only that
+    fits — a skipped fold that fits at two thirds of its epochs is given back rather than left idle. Only a gain of
+    work: 1 fold × 3 epochs may become 2 × 2, never 2 × 1."""
+    done = p.folds_done
+    best = None
+    for folds in _restore_rungs(p, "folds", planned):
+        for e in [p.epochs] + (_epoch_rungs(p, True) if p.steady or p.waiting or p.finished else []):
+            work = done * p.epochs + (folds - done) * e
+            if work <= p.folds * p.epochs or (best is not None and (work, folds) <= best[0]):
+                continue
+            after = look.trial(p, **_back(p, folds=folds, epochs=e))
+            if look.holds(p, after):
+                best = ((work, folds), (folds, e, after))
+                break  # the most epochs at which this many folds fit
+    return best[1] if best else None
 
 
 @dataclass(frozen=True)
@@ -576,6 +616,7 @@ def describe(s: dict | None) -> str:
     """One line of ``summary``: "budget: 2 ✂ 1 ↺; last decision on a measured margin of 12% (9 epochs compared)"."""
     if not s:
         return "budget: nothing cut"
-    basis = (f"a measured margin of {s['margin']:.0%} ({s['errors']} epochs compared)" if s["margin_source"] == "measured"
-             else f"an assumed margin of {s['margin']:.0%} (too few epochs compared yet)")
+    basis = {"measured": f"a measured margin of {s['margin']:.0%} ({s['errors']} epochs compared)",
+             "model": f"the time model's measured error, {s['margin']:.0%} (too few epochs compared yet)"}.get(
+        s["margin_source"], f"an assumed margin of {s['margin']:.0%} (too few epochs compared yet)")
     return f"budget: {s['cuts']} ✂ {s['restores']} ↺; the last decision on {basis}"

@@ -418,6 +418,11 @@ class RunState:
             dataclasses.replace(a, wave=self._launch_order.get(n, last) if self.jobs[n].launched else last)
             for n, a in self.where.items())
 
+    @property
+    def _model_error(self) -> float | None:
+        """The time model's measured error (the budget's margin before epochs are compared), where it is known."""
+        return self.timing_model.error if self.timing_model is not None else None
+
     def _cut_short(self, j: JobRun) -> bool:
         """A task that ended with folds the budget cut still to run."""
         return (j.state == JobState.SUCCEEDED and j.limits.get("folds") is not None
@@ -436,19 +441,11 @@ class RunState:
             eta = budget.remaining_s(p)
             if eta is not None:
                 self.jobs[p.name].progress["eta_s"] = round(eta, 1)
-        margin = budget.margin(self.errors)
+        margin = budget.margin(self.errors, self._model_error)
         out: list = []
         for cut in budget.decide_cuts(progress + waiting, now, self.window.started_at, self.window.deadline, margin,
                                       projection=projection):
-            j = self.jobs[cut.job]
-            j.limits.setdefault(f"planned_{cut.what}", cut.old)
-            j.limits[cut.what] = cut.new
-            j.timing["cut_at_epoch"] = len(j.timing.get("epoch_s", ()))  # cut again only on a newer measurement
-            j.progress.update({"folds" if cut.what == "folds" else "epochs_limit": cut.new,
-                               "cut": self._cut_text(j), "cut_reason": cut.reason})
-            out += [SetLimits(cut.job, {cut.what: cut.new}),
-                    Record("budget_cut", cut.job, self._decision(cut, margin)),
-                    Progress(cut.job, dict(j.progress))]
+            out += self._cut(cut, margin)
         if out:
             return out
         short = [self._progress(n, j, finished=True) for n, j in self.jobs.items() if self._cut_short(j)
@@ -458,14 +455,26 @@ class RunState:
                for p in progress + waiting + short if self.jobs[p.name].limits}
         for r in budget.decide_restores(progress + waiting + short, cut, now, self.window.started_at,
                                         self.window.deadline, margin, projection=projection):
-            out += self._restore(r, margin)
+            out += self._cut(r, margin) if r.new < r.old else self._restore(r, margin)  # a fold back at fewer epochs
         return out
+
+    def _cut(self, cut: budget.Cut, margin: float) -> list:
+        """A budget cut made: the job's limit, its record, its progress (a job that ended takes the limit when it is
+        started again: ``_restore``)."""
+        j = self.jobs[cut.job]
+        j.limits.setdefault(f"planned_{cut.what}", cut.old)
+        j.limits[cut.what] = cut.new
+        j.timing["cut_at_epoch"] = len(j.timing.get("epoch_s", ()))  # cut again only on a newer measurement
+        j.progress.update({"folds" if cut.what == "folds" else "epochs_limit": cut.new,
+                           "cut": self._cut_text(j), "cut_reason": cut.reason})
+        live = [] if j.state == JobState.SUCCEEDED else [SetLimits(cut.job, {cut.what: cut.new})]
+        return live + [Record("budget_cut", cut.job, self._decision(cut, margin)), Progress(cut.job, dict(j.progress))]
 
     def _decision(self, c: budget.Cut, margin: float) -> dict:
         """A cut's or an undo's record: what, old → new, why, and the estimate it stood on (``budget_cut`` /
         ``budget_restore``; the live view, the report, ``status`` and the benchmark read these names)."""
         return {"what": c.what, "old": c.old, "new": c.new, "reason": c.reason, "margin": round(margin, 3),
-                "margin_source": budget.margin_source(self.errors), "errors": len(self.errors),
+                "margin_source": budget.margin_source(self.errors, self._model_error), "errors": len(self.errors),
                 "estimated_finish_s": c.estimated_finish_s}
 
     @staticmethod
@@ -498,7 +507,9 @@ class RunState:
             j.timing["folds_kept"] = kept
             j.progress["folds_done"] = 0
             out += [self._set(r.job, JobState.PENDING, reason=f"restarted: {r.reason}"), self._launch(r.job)]
-            out.append(SetLimits(r.job, {r.what: r.new}))
+            # the new attempt takes every limit still standing (an epochs cut too), not only the one given back
+            out.append(SetLimits(r.job, {**{w: j.limits[w] for w in ("folds", "epochs") if w in j.limits},
+                                         r.what: r.new}))
         else:
             out.append(SetLimits(r.job, {r.what: r.new}))
         return out + [Progress(r.job, dict(j.progress))]
