@@ -250,6 +250,40 @@ def test_a_learned_prediction_is_recorded_against_the_packaged_figure(tmp_path):
     assert timings.learned(path=path)("timm", "resnet18", "cpu", "step_s")[0] == pytest.approx(2.0)
 
 
+def test_ratios_learned_against_other_packaged_figures_are_not_read(tmp_path, monkeypatch):
+    """A ratio is actual ÷ the packaged figure of its day: once the packaged figures change (a new gpupack, a
+    re-measured rehearsal) it corrects what is no longer there, so only ratios learned against the current figures
+    are read — and a store from before the fingerprint was kept (no column) is read as learned against none."""
+    import sqlite3
+
+    from scheduler.policy import tasktime
+
+    packaged = tasktime._packaged()
+    assert packaged == tasktime.PACKAGED
+    with monkeypatch.context() as m:  # any packaged figure changed changes the fingerprint
+        m.setattr(tasktime, "CPU_FIRST_STEP_STEPS", tasktime.CPU_FIRST_STEP_STEPS + 0.5)
+        assert tasktime._packaged() != packaged
+    path = tmp_path / "m.sqlite"
+    timings.record("timm", "resnet50", "cpu", {"step_s": (0.8, 1.33)}, path=path)
+    assert timings.learned(path=path)("timm", "resnet50", "cpu", "step_s")[0] == pytest.approx(1.33 / 0.8)
+    monkeypatch.setattr(tasktime, "PACKAGED", "figures-re-measured")
+    assert timings.ratios("timm", "resnet50", "cpu", "step_s", path=path) == []
+    assert timings.learned(path=path)("timm", "resnet50", "cpu", "step_s") is None  # the packaged figure stands
+    timings.record("timm", "resnet50", "cpu", {"step_s": (1.26, 1.3)}, path=path)
+    assert timings.ratios("timm", "resnet50", "cpu", "step_s", path=path) == [pytest.approx(1.3 / 1.26)]
+    # an older store: its table without the column, its rows learned against figures nobody knows
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as conn:
+        conn.execute("CREATE TABLE task_times (id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, model TEXT "
+                     "NOT NULL, card TEXT NOT NULL, field TEXT NOT NULL, predicted REAL NOT NULL, actual REAL NOT "
+                     "NULL, run TEXT, task TEXT, time REAL NOT NULL)")
+        conn.execute("INSERT INTO task_times (kind, model, card, field, predicted, actual, time) VALUES "
+                     "('timm', 'resnet50', 'cpu', 'step_s', 0.8, 1.33, 0)")
+    assert timings.ratios("timm", "resnet50", "cpu", "step_s", path=old) == []
+    assert timings.record("timm", "resnet50", "cpu", {"step_s": (1.26, 1.3)}, path=old) == ["step_s"]
+    assert timings.ratios("timm", "resnet50", "cpu", "step_s", path=old) == [pytest.approx(1.3 / 1.26)]
+
+
 def test_a_run_without_a_timeline_records_no_time_and_runs(tmp_path):
     """A dry run made without a time model (no ``timing``): no prediction, so no time events; the run is as
     before."""

@@ -32,6 +32,7 @@ Pure: the learned ratios are passed in.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
@@ -363,3 +364,19 @@ def _rounds(job) -> int | None:
     if getattr(job, "early_stopping_rounds", None):
         return None
     return getattr(job, "num_boost_round", None)
+
+
+def _packaged() -> str:
+    """A fingerprint of the packaged figures the model predicts from: this module's constants and the rehearsal's
+    scale. A ratio learned on this machine is actual ÷ the packaged figure of its day (``store/timings``); once a
+    figure changes (a new gpupack, a re-measured rehearsal), ratios learned against the old one would correct what is
+    no longer there — resnet50's CPU step, re-measured 0.80 → 1.26 s, was multiplied by 1.66 learned against 0.80
+    and predicted at 2.14 s against the 1.3 s it took. The store keeps each ratio's fingerprint and reads only those
+    learned against the current figures."""
+    consts = {n: v for src in (globals(), vars(rehearsal)) for n, v in src.items()
+              if n.isupper() and isinstance(v, (int, float, dict, tuple))}
+    return hashlib.sha1(repr(sorted(consts.items())).encode()).hexdigest()[:12]
+
+
+PACKAGED = _packaged()
+

@@ -6,6 +6,10 @@ the same kind, model and card multiplies each field by the median of its ``RECEN
 predicted): a machine slower than the packaged figures, or a contention the timeline undercounts, is learned after
 one run. A command job's wall is kept the same way, by job name.
 
+A ratio is kept with the fingerprint of the packaged figures it was measured against (``tasktime.PACKAGED``), and
+only those learned against the current figures are read: a new gpupack, or a re-measured figure, starts learning
+again rather than correcting its new figures by what was wrong with the old ones.
+
 Stored beside the memory measurements (``store/measurements``: same SQLite file, its own table), so a user's cache
 holds both; every function takes ``path=`` (tests).
 """
@@ -20,6 +24,7 @@ from pathlib import Path
 
 from scheduler.core import hardware as hw
 from scheduler.policy import plantime
+from scheduler.policy import tasktime as tt
 from scheduler.store import measurements
 
 RECENT = 5  # ratios a field's correction is the median of: recent enough to follow a change of the machine
@@ -30,7 +35,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS task_times (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     kind TEXT NOT NULL, model TEXT NOT NULL, card TEXT NOT NULL, field TEXT NOT NULL,
-    predicted REAL NOT NULL, actual REAL NOT NULL, run TEXT, task TEXT, time REAL NOT NULL
+    predicted REAL NOT NULL, actual REAL NOT NULL, run TEXT, task TEXT, time REAL NOT NULL, packaged TEXT
 );
 CREATE INDEX IF NOT EXISTS task_times_key ON task_times (kind, model, card, field);
 """
@@ -41,6 +46,8 @@ def _connect(path) -> sqlite3.Connection:
     p.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(p), timeout=30)
     conn.executescript(_SCHEMA)
+    if "packaged" not in {row[1] for row in conn.execute("PRAGMA table_info(task_times)")}:  # a store from before
+        conn.execute("ALTER TABLE task_times ADD COLUMN packaged TEXT")  # its rows: learned against unknown figures
     return conn
 
 
@@ -55,20 +62,22 @@ def keeps(field: str, predicted: float | None, actual: float | None) -> bool:
 def record(kind: str, model: str | None, card: str, figures: dict[str, tuple[float, float]], *, run: str = "",
            task: str = "", path=None) -> list[str]:
     """Store ``figures`` ({field: (predicted, actual)}) that ``keeps``; returns the fields kept."""
-    rows = [(kind, model or "-", card, f, float(p), float(a), run, task, time.time())
+    rows = [(kind, model or "-", card, f, float(p), float(a), run, task, time.time(), tt.PACKAGED)
             for f, (p, a) in figures.items() if keeps(f, p, a)]
     if rows:
         with _connect(path) as conn:
-            conn.executemany("INSERT INTO task_times (kind, model, card, field, predicted, actual, run, task, time) "
-                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            conn.executemany("INSERT INTO task_times (kind, model, card, field, predicted, actual, run, task, time, "
+                             "packaged) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     return sorted(r[3] for r in rows)
 
 
 def ratios(kind: str, model: str | None, card: str, field: str, *, path=None) -> list[float]:
-    """The newest ``RECENT`` actual ÷ predicted ratios of one field (newest first)."""
+    """The newest ``RECENT`` actual ÷ predicted ratios of one field (newest first), learned against the current
+    packaged figures (``tasktime.PACKAGED``)."""
     with _connect(path) as conn:
         rows = conn.execute("SELECT predicted, actual FROM task_times WHERE kind=? AND model=? AND card=? AND field=? "
-                            "ORDER BY id DESC LIMIT ?", (kind, model or "-", card, field, RECENT)).fetchall()
+                            "AND packaged=? ORDER BY id DESC LIMIT ?",
+                            (kind, model or "-", card, field, tt.PACKAGED, RECENT)).fetchall()
     return [a / p for p, a in rows]
 
 
