@@ -51,7 +51,7 @@ def test_a_ray_actors_task_counts_from_its_actor_being_made(digits, tmp_path):
 
 
 FROZEN = """
-import gc, sys
+import gc, sys, weakref
 sys.path.insert(0, {root!r})
 from scheduler.core.plan import LightGBMJob
 from scheduler.execute import apply
@@ -59,20 +59,27 @@ from scheduler.execute.launch import LaunchRecord
 spec = LightGBMJob(name="lgbm", kind="lightgbm", folds=2, resources={{"cpus": 1}}, params={{"num_leaves": 7}})
 record = LaunchRecord(task="lgbm", job="lgbm", spec=spec, data_dir={data!r}, workdir={work!r}, metric="accuracy",
                       seed=0, node="local", device=None, gpu_memory_mib=0, threads=1)
+class Garbage:  # an earlier task's: a cycle only the collector frees
+    pass
+junk = Garbage()
+junk.me = junk
+gone = weakref.ref(junk)
+del junk
 seen = []
 def report(kind, fields):
     if kind == "epoch" and not seen:
-        seen.append((gc.get_freeze_count(), gc.isenabled()))
+        seen.append((gc.get_freeze_count(), gc.isenabled(), gone() is None))
 apply.run(record, report, lambda: False, dict, own_process={own})
-print(seen[0][0], seen[0][1])
+print(*seen[0])
 """
 
 
 @pytest.mark.parametrize("own", [True, False])
-def test_a_tasks_own_process_freezes_its_imports_and_the_driver_never_does(digits, tmp_path, own):
-    """In its own process a task imports with the collector off and freezes what it imported (no later collection
-    walks torch's objects again); in the driver's process (in process) nothing is frozen: an earlier task's garbage
-    would stay for good. Read where it lands: in the job's first epoch, in a fresh interpreter."""
+def test_a_task_freezes_its_imports_and_never_an_earlier_tasks_garbage(digits, tmp_path, own):
+    """A task imports with the collector off and freezes what it imported (no later collection walks torch's objects
+    again), in its own process and in the driver's (in process); it collects first, so an earlier task's garbage (a
+    cycle made before it) is freed, not frozen for good. Read where it lands: in the job's first epoch, in a fresh
+    interpreter."""
     import subprocess
     import sys
 
@@ -81,6 +88,25 @@ def test_a_tasks_own_process_freezes_its_imports_and_the_driver_never_does(digit
     code = FROZEN.format(root=str(ROOT), data=str(digits), work=str(tmp_path / "work"), own=own)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
-    frozen, enabled = p.stdout.split()[-2:]
+    frozen, enabled, collected = p.stdout.split()[-3:]
     assert enabled == "True"  # the collector runs again for what the task makes
-    assert (int(frozen) > 10_000) if own else (int(frozen) == 0)
+    assert int(frozen) > 10_000 and collected == "True"
+
+
+def test_an_in_process_run_freezes_the_drivers_objects_before_its_first_task(digits, tmp_path, monkeypatch):
+    """The in-process executor collects and freezes the driver's own objects once, when its first task is submitted
+    (before that task's clock starts): the full collection that landed inside the first task's start-up is not
+    there. Its later tasks freeze nothing more at submission."""
+    import gc
+
+    from scheduler.execute import inprocess
+
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append("collect") or 0)
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    ex = inprocess.InProcessExecutor(cuda=False)
+    monkeypatch.setattr(ex, "_work", lambda: None)  # no task runs: what submission does
+    ex.submit(_record(digits, tmp_path))
+    first = list(calls)
+    ex.submit(_record(digits, tmp_path))
+    assert first == ["collect", "freeze"] and calls == first

@@ -18,7 +18,7 @@ from __future__ import annotations
 import gc
 import os
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -110,8 +110,10 @@ def imports_frozen():
     torch and timm leave ~450,000 objects that each full collection walked again, during the imports and during the
     task's start. In a fresh process on the development machine (2026-11-27, three runs each): ray, gpupack's runner
     and the timm kind imported in 4.63–5.19 s before, 3.93–4.32 s after; a ResNet-50 built and 300,000 objects made
-    after them 4.64–4.88 s before, 3.98–4.15 s after. Never in the driver's process (``--in-process``): freezing
-    there would keep an earlier task's garbage for good."""
+    after them 4.64–4.88 s before, 3.98–4.15 s after. It collects first: in the driver's process (``--in-process``)
+    an earlier task's garbage is collected, not frozen with the imports (the driver's own objects were frozen before
+    any task ran: ``inprocess.InProcessExecutor``, so that collection walks little)."""
+    gc.collect()
     gc.disable()
     try:
         yield
@@ -128,7 +130,7 @@ def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: 
     ``time.perf_counter()`` reading when the task's process was up (default now): the task's clock, its start-up
     counted from it (``policy/timerecord``), its kind's imports and the competition's reading included."""
     started_at = time.perf_counter() if started_at is None else started_at
-    with imports_frozen() if own_process else nullcontext():
+    with imports_frozen():
         from jobs import load, run_job, shelf
         from jobs.contract import JobContext
         from jobs.data import load_competition
