@@ -136,6 +136,9 @@ def test_the_margin_follows_the_estimates_measured_error():
     assert margin([]) == margin([0.5, 0.5]) == DEFAULT_MARGIN  # too few epochs compared yet
     assert margin([0.01, -0.02, 0.01, 0.0]) == 0.05  # an estimate this good still keeps 5 %
     assert margin([0.1] * 9 + [0.4]) == 0.4 and margin([0.3, -0.3, 0.1]) == 0.3
+    # one-sided: epochs faster than their estimate cannot pass the window (they ran 35 % faster once a neighbour
+    # ended): they keep no wider margin than epochs on time
+    assert margin([-0.35, -0.3, -0.35, 0.02]) == 0.05 and margin([-0.5, 0.2, -0.5]) == 0.2
     # the same job, the same window: a 10 % error cuts nothing, a 40 % error cuts
     p = job("a", folds=1, epochs=10, epoch=1, spe=8.0)  # 9 epochs × 8 s = 72 s more at t=8: ends at 80 s
     assert decide_cuts([p], 8.0, START, DEADLINE, error_margin=0.1) == []
