@@ -39,7 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-GOAL_SHARE = 0.75  # of the training window, used by the budgeted run
+GOAL_SHARE = 0.85  # of the training window, used by the budgeted run (issue 41; 75 % in issue 32)
+GOAL_ESTIMATE = 0.15  # the first cut's estimated finish, within this of what happened
 GOAL_SCORE_GAP = 0.01  # the budgeted run's held-out, at most this below the uncut run's
 TRAINING_EVENTS = ("sample", "epoch", "fold")  # a task at work
 DONE = "SUCCEEDED"  # a task's end that is work finished (a cancelled task's last work is its last sample)
@@ -124,6 +125,39 @@ def estimate_error(events: list[dict], status: dict | None = None) -> dict:
             "margin_source": first.get("margin_source"), "why": None}
 
 
+def unstarted_cancelled(events: list[dict]) -> list[str]:
+    """The tasks cancelled that never ran (a state CANCELLED with no RUNNING before it): work the budget let wait
+    until the deadline instead of cutting it before it started."""
+    ran, out = set(), []
+    for e in events:
+        if e.get("event") != "state" or e.get("job") is None:
+            continue
+        if e.get("new") == "RUNNING":
+            ran.add(e["job"])
+        elif e.get("new") == "CANCELLED" and e["job"] not in ran:
+            out.append(e["job"])
+    return out
+
+
+def late_undos(events: list[dict], status: dict | None = None) -> list[dict]:
+    """Each undo (``budget_restore``) whose task did not then end its work before the window's end: its next end
+    (a terminal state) came at or after the deadline, or never came. ``at_s`` and ``ended_s`` from the window's
+    start."""
+    w = window(events, status)
+    if w is None:
+        return []
+    out = []
+    for i, e in enumerate(events):
+        if e.get("event") != "budget_restore":
+            continue
+        end = next((x for x in events[i + 1:] if x.get("event") == "state" and x.get("job") == e.get("job")
+                    and x.get("new") in ("SUCCEEDED", "FAILED", "CANCELLED")), None)
+        if end is None or end["time"] >= w[1]:
+            out.append({"task": e.get("job"), "what": e.get("what"), "at_s": round(e["time"] - w[0], 1),
+                        "ended_s": None if end is None else round(end["time"] - w[0], 1)})
+    return out
+
+
 def held_out(events: list[dict], summary: dict | None = None) -> float | None:
     """The submission's held-out score: ``submit --json``'s ``held_out_score``, else the ``ensemble`` event's."""
     if summary and summary.get("held_out_score") is not None:
@@ -142,7 +176,8 @@ def figures(events: list[dict], status: dict | None = None, summary: dict | None
            "submission_source": end.get("submission_source"),
            "window_s": None, "last_activity_s": None, "share_used": None,
            "decisions": decisions(events, w[0] if w else None),
-           "first_cut_estimate": estimate_error(events, status)}
+           "first_cut_estimate": estimate_error(events, status),
+           "unstarted_cancelled": unstarted_cancelled(events), "late_undos": late_undos(events, status)}
     if w is not None:
         out["window_s"] = round(w[1] - w[0], 1)
         if last is not None:
@@ -152,8 +187,9 @@ def figures(events: list[dict], status: dict | None = None, summary: dict | None
 
 
 def goals(runs: dict[str, dict]) -> dict:
-    """The issue's goals, each True, False or None (a figure missing): the budgeted run used ≥ 75 % of its window,
-    its held-out is within 0.01 of the uncut run's and not below the floor's."""
+    """The issue's goals, each True, False or None (a figure missing): the budgeted run used ≥ 85 % of its window,
+    its held-out is within 0.01 of the uncut run's and not below the floor's, its first cut's estimate within ±15 % of
+    what happened, no task cancelled without having run, no undo whose work did not end inside the window."""
     uncut, floor = runs.get("uncut"), runs.get("floor")
     out = {}
     for name, r in runs.items():
@@ -163,9 +199,13 @@ def goals(runs: dict[str, dict]) -> dict:
         ref = uncut.get("held_out") if uncut else None
         low = floor.get("held_out") if floor else None
         out[name] = {
-            "share_used_at_least_75pct": None if share is None else share >= GOAL_SHARE,
+            "share_used_at_least_85pct": None if share is None else share >= GOAL_SHARE,
             "held_out_within_0.01_of_uncut": None if score is None or ref is None else score >= ref - GOAL_SCORE_GAP,
             "held_out_not_below_floor": None if score is None or low is None else score >= low,
+            "first_cut_estimate_within_15pct": None if (est := (r.get("first_cut_estimate") or {}).get("error"))
+            is None else abs(est) <= GOAL_ESTIMATE,
+            "no_task_cancelled_unstarted": None if "unstarted_cancelled" not in r else not r["unstarted_cancelled"],
+            "no_late_undo": None if "late_undos" not in r else not r["late_undos"],
         }
     return out
 

@@ -158,12 +158,21 @@ def test_budget_figures_come_from_the_runs_events():
     assert b._last_json(json.dumps({"held_out_score": 0.9, "jobs": [{"a": 1}]}, indent=2))["held_out_score"] == 0.9
 
     runs = {"uncut": {"held_out": 0.955, "share_used": 0.1}, "floor": {"held_out": 0.94}, "budgeted": fig}
-    assert b.goals(runs)["budgeted"] == {"share_used_at_least_75pct": True, "held_out_within_0.01_of_uncut": True,
-                                         "held_out_not_below_floor": True}
+    # effnet_b4 was given epochs back at 100 s and ended cancelled at 210 s, past the 200 s window: a late undo
+    assert fig["late_undos"] == [{"task": "effnet_b4", "what": "epochs", "at_s": 100.0, "ended_s": 210.0}]
+    assert fig["unstarted_cancelled"] == ["effnet_b4"]  # and it never ran (no RUNNING before its CANCELLED)
+    assert b.goals(runs)["budgeted"] == {"share_used_at_least_85pct": True, "held_out_within_0.01_of_uncut": True,
+                                         "held_out_not_below_floor": True, "first_cut_estimate_within_15pct": True,
+                                         "no_task_cancelled_unstarted": False, "no_late_undo": False}
     runs["uncut"]["held_out"] = 0.97
     runs["floor"]["held_out"] = 0.952
-    assert b.goals(runs)["budgeted"] == {"share_used_at_least_75pct": True, "held_out_within_0.01_of_uncut": False,
-                                         "held_out_not_below_floor": False}
+    ran = [{"time": 1005.0, "event": "state", "job": "effnet_b4", "new": "RUNNING"}]
+    kept = b.figures(events[:1] + ran + [e if e.get("new") != "CANCELLED" else {**e, "time": 1190.0, "new": "SUCCEEDED"}
+                                         for e in events[1:]])
+    assert kept["late_undos"] == [] and kept["unstarted_cancelled"] == []
+    assert b.goals({**runs, "budgeted": kept})["budgeted"] == {
+        "share_used_at_least_85pct": True, "held_out_within_0.01_of_uncut": False, "held_out_not_below_floor": False,
+        "first_cut_estimate_within_15pct": False, "no_task_cancelled_unstarted": True, "no_late_undo": True}
     assert "estimate's error at the first cut: +13.3%" in b.table(
         {"runs": {"budgeted": {**fig, "wall_s": 230.0, "budget_s": 235, "status": "deadline"}},
          "goals": b.goals(runs), "images": 6000, "load_before": [1.0], "load_after": [2.0]})
