@@ -278,7 +278,9 @@ def test_an_in_process_task_that_ended_short_is_not_started_again_behind_work_th
                  rl.JobFinished("x", 1, 0.9, T0 + 15))
         return s.handle(rl.Tick(T0 + 15))
 
-    assert not [i for i in ended_short(model(times)) if isinstance(i, rl.Record)]
+    # x's epochs (on their estimate) no longer make the margin once x ended: y, on the model alone, is judged on the
+    # assumed 25 % and may be cut; x is not started again
+    assert not [i for i in ended_short(model(times)) if isinstance(i, rl.Record) and i.kind == "budget_restore"]
     assert [i.kind for i in ended_short(None) if isinstance(i, rl.Record)] == ["budget_restore"]
 
 
