@@ -16,10 +16,10 @@ from now (``plan_finish``'s view), and a task without them is not projected.
 
 The estimate is only as good as its record: every epoch is compared with what the estimate said it would take, and
 the **margin** is the 90th percentile of how much longer than estimated they took (an epoch faster than its estimate
-counts 0: it cannot pass the window; at least 5 %), *measured* once ``MIN_ERRORS`` epochs
-have been compared; before, it is the **time model's** own measured error where the time benchmark measured it
-(``TimeModel.error``: ``plantime.MEASURED_ERROR``, 10 % in the CPU rehearsal), else *assumed* (``DEFAULT_MARGIN``). A task is **late** when its projected end, its time
-from now stretched by the margin, passes the window's end; a task still waiting can be late too, and it loses
+counts 0: it cannot pass the window; at least 5 %), over the tasks still to end, *measured* once ``MIN_ERRORS``
+epochs have been compared; before, it is the **time model's** own measured error where the time benchmark measured
+it (``TimeModel.error``: ``plantime.MEASURED_ERROR``, 10 % in the CPU rehearsal), else *assumed*
+(``DEFAULT_MARGIN``). A task is **late** when its projected end, its time from now stretched by the margin, passes the window's end; a task still waiting can be late too, and it loses
 folds before it starts rather than being cancelled unstarted at the deadline. While one is, a look makes one
 decision after another, each projected with the earlier ones made, until the plan fits or no job is left to cut (a
 job at most once a look); every cut of the look records the finish the look expects with all of them made. The
@@ -41,10 +41,10 @@ cut.
 A cut is **undone** when time comes back, one decision per look, epochs first, then folds, the strongest job first:
 the largest step back after which the restored task and every task it moves still end inside the window with
 ``RESTORE_FACTOR`` margins (the hysteresis that keeps a restore from being cut again at once). Folds come back at the
-job's epochs, or at fewer a fold where only that fits (1 fold × 3 epochs → 2 × 2: more work, a window not left idle). A running or waiting
-job gets its limit back; a job that already ended short is started again for the folds it skipped (its finished
-folds are kept): the projection counts its start-up from its ``TaskTime`` and places it after every task launched
-before it, and epochs given back are counted in full (folds that ran to their cut say nothing of early stopping), so
+job's epochs, or at fewer a fold where only that fits (1 fold × 3 epochs → 2 × 2: more work, a window not left
+idle). A running or waiting job gets its limit back; a job that already ended short is started again for the folds
+it skipped (its finished folds are kept, and every limit still standing goes with it): the projection counts its
+start-up from its ``TaskTime`` and places it after every task launched before it, and epochs given back are counted in full (folds that ran to their cut say nothing of early stopping), so
 an undo is never made that could not end in time. At the training deadline every job is asked to stop
 (it keeps its finished folds); a job that has not answered ``grace_s`` later is stopped by force, so ensembling and
 writing always keep their reserve.
@@ -534,14 +534,14 @@ def decide_restores(jobs: list[JobProgress], planned: dict[str, tuple[int, int]]
             folds, epochs, after = back
             finish = max(after.values())
             old, new = (p.folds, folds) if what == "folds" else (p.epochs, epochs)
-            text = f"{what} {old} → {new}" + (f" at {epochs} epoch(s) a fold" if what == "folds" and epochs != p.epochs
-                                               else "")
+            fewer = what == "folds" and epochs != p.epochs  # a fold back at fewer epochs: its epochs are cut first
+            text = f"{what} {old} → {new}" + (f" at {epochs} epoch(s) a fold" if fewer else "")
             reason = (f"time came back: with {text}, {p.name} is estimated to end at "
                       f"{after[p.name] - window_start:.0f}s (+{m:.0%}) inside the {deadline - window_start:.0f}s "
                       f"window, and no task it moves ends later than the window (the plan's estimated finish "
                       f"{finish - window_start:.0f}s)")
             decision = [Cut(p.name, what, old, new, reason, round(finish - window_start, 1))]
-            if what == "folds" and epochs != p.epochs:  # a fold given back at fewer epochs: its epochs are cut first, one decision
+            if fewer:  # one decision: the epochs cut, then the folds given back
                 decision.insert(0, Cut(p.name, "epochs", p.epochs, epochs, reason, round(finish - window_start, 1)))
             return decision
     return []

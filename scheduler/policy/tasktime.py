@@ -379,4 +379,3 @@ def _packaged() -> str:
 
 
 PACKAGED = _packaged()
-
