@@ -44,7 +44,8 @@ the largest step back after which the restored task and every task it moves stil
 job's epochs, or at fewer a fold where only that fits (1 fold × 3 epochs → 2 × 2: more work, a window not left
 idle). A running or waiting job gets its limit back; a job that already ended short is started again for the folds
 it skipped (its finished folds are kept, and every limit still standing goes with it): the projection counts its
-start-up from its ``TaskTime`` and places it after every task launched before it, and epochs given back are counted in full (folds that ran to their cut say nothing of early stopping), so
+start-up from its ``TaskTime`` and places it after every task launched before it, and epochs given back are
+counted in full (folds that ran to their cut say nothing of early stopping), so
 an undo is never made that could not end in time. At the training deadline every job is asked to stop
 (it keeps its finished folds); a job that has not answered ``grace_s`` later is stopped by force, so ensembling and
 writing always keep their reserve.
