@@ -68,6 +68,21 @@ def test_pids_records_and_busy_shares_come_from_the_run_folder(gt, tmp_path):
     assert gt.busy_shares(run, records) == {"effnet_b4/f0": 0.93}
 
 
+def test_a_tasks_startup_share_is_of_its_first_folds_wall_from_its_time_actual(gt, tmp_path):
+    """Issue 41's "start-up < 10 % of a fold's wall": start-up ÷ (start-up + one fold), from the task's last
+    ``time_actual`` (a restarted task ends again); a task without a fold figure has no share, not a zero."""
+    run = tmp_path / "run"
+    run.mkdir()
+    events = [{"event": "time_actual", "job": "r50", "actual": {"startup_s": 30.0, "fold_s": 10.0}},
+              {"event": "time_actual", "job": "r50", "actual": {"startup_s": 6.0, "fold_s": 54.0}},
+              {"event": "time_actual", "job": "lgbm", "actual": {"startup_s": 2.0, "fold_s": None}},
+              {"event": "time_actual", "actual": {"wall_s": 80.0}}]
+    (run / "events.jsonl").write_text("\n".join(map(json.dumps, events)) + "\n")
+    got = gt.startup_shares(run)
+    assert got["r50"] == {"startup_s": 6.0, "fold_s": 54.0, "share": 0.1}
+    assert got["lgbm"]["share"] is None and set(got) == {"r50", "lgbm"}
+
+
 def test_a_peak_is_judged_against_the_share_and_the_cuda_context_memcap_names(gt):
     """Within the share, within share + context (``core.memcap``'s ``Cap.outside_mib`` for the card), or over both;
     a task with no share (LightGBM) has no row; without peaks every figure is None beside the reason."""
@@ -343,14 +358,14 @@ def test_part_4s_predicted_wall_is_the_dry_runs_and_the_actual_the_runs_time_act
 
     monkeypatch.setattr(gt, "_bounded", bounded)
     ctx = _ctx(gt, tmp_path, None)
-    got = gt.predicted_vs_actual(tmp_path / "p.yaml", tmp_path / "data", ctx, run)
+    got = gt.predicted_vs_actual(gt.dry_run(tmp_path / "p.yaml", tmp_path / "data", ctx), ctx, run)
     assert "--dry-run" in asked[0] and "--json" in asked[0] and str(tmp_path / "data") in asked[0]
     assert (got["predicted_wall_s"], got["actual_wall_s"], got["actual_over_predicted"]) == (100.0, 120.0, 1.2)
     assert "why" not in got
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.setattr(gt, "_bounded", lambda cmd, ctx, limit_s=None: subprocess.CompletedProcess(cmd, 2, "", "x"))
-    none = gt.predicted_vs_actual(tmp_path / "p.yaml", None, ctx, empty)
+    none = gt.predicted_vs_actual(gt.dry_run(tmp_path / "p.yaml", None, ctx), ctx, empty)
     assert none["actual_over_predicted"] is None and "exit 2" in none["why"] and "time_actual" in none["why"]
 
 
