@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
@@ -86,7 +87,11 @@ class Trainer:
         self.samples_seen = 0
         self.total_samples = max(1, total_samples)
         self.batch_size = batch_size  # the samples one optimizer step will take next (micro-batch × grad_accum)
-        self.schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _step: self.lr_factor())
+        # by a weak reference: a lambda holding the trainer would make a cycle (trainer -> schedule -> lambda ->
+        # trainer), and a fold's model and optimizer would outlive ``del fold`` until the cycle collector ran: on an
+        # H100 they sat on the card through the next fold, which ran out of memory (tests/test_fold_release.py)
+        me = weakref.ref(self)
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _step: me().lr_factor())
 
     def lr_factor(self) -> float:
         """Warm-up then cosine, by the share of the fold's samples seen, for the step about to be taken."""
