@@ -154,6 +154,26 @@ def test_start_up_decodes_every_image_only_when_they_go_on_the_device():
     assert tt.decode_s(6000, 224, 4) < tt.decode_s(6000, 224, 1)
 
 
+def test_an_efficientnets_first_use_on_a_card_is_in_each_lanes_start_up_and_keeps_it_to_one_lane(tmp_path):
+    """On an H100 an EfficientNet's first step took 12.8-19.9 s whatever its batch (B0 at 4, B4 at 192), a ResNet's
+    about 1 s (docs/gpu.md, 2026-11-28): paid once per process, so in the start-up, not in a fold's change, and
+    every extra lane pays it again. The same plan that puts three ResNet-18 folds side by side keeps an
+    EfficientNet-B0's folds in one lane; the CPU rehearsal has no such cost."""
+    from scheduler.policy import tasktime as tt
+
+    w = tt.TaskWork("t", "timm", 3, 3000, 500, job_folds=3, model="efficientnet_b0", image_size=64, batch=16)
+    card = tt.predict(w, card="A100-40GB", cores=8)
+    resnet = tt.predict(tt.TaskWork("t", "timm", 3, 3000, 500, job_folds=3, model="resnet18", image_size=64,
+                                    batch=16), card="A100-40GB", cores=8)
+    assert card.startup.first_step_s - resnet.startup.first_step_s > tt.FIRST_USE_S["efficientnet"] - 1
+    assert card.fold_change_s < 1 and "first use" in card.sources["startup"]
+    assert tt.predict(w, card=None, cores=8).startup.first_step_s < 5
+    assert [t.lanes for t in _dry(_plan(tmp_path), 3000).tasks.values()] == [3, 3, 3]
+    effnet = _dry(_plan(tmp_path, model="efficientnet_b0"), 3000)
+    assert [t.lanes for t in effnet.tasks.values()] == [1]
+    assert "another lane's start-up" in effnet.lanes_why["r18"]
+
+
 def test_dry_run_prints_the_predicted_wall_and_a_timeline(run_cli):
     code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run")
     assert code == 0, err

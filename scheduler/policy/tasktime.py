@@ -51,6 +51,11 @@ PROCESS_S = 1.5  # a Ray actor's worker process, launch → its process up: the 
 CUDA_CONTEXT_S = 2.0  # the card's context and cuDNN/cuBLAS handles (first CUDA call), on a card only
 MODEL_BUILD_S_PER_MPARAM = 0.02  # building a timm model, initialising its weights: ~0.4 s for ResNet-50's 25.6 M
 FIRST_STEP_STEPS = 3.0  # the first step costs about this many steady ones (kernel choice, optimizer state, allocator)
+# on a card, a network family's first step pays once per process for what it compiles and loads the first time its
+# kernels run (whatever the batch, so not a number of steps); later folds of the process do not. On an H100 (torch
+# 2.11, CUDA 13; docs/gpu.md): EfficientNet-B0 at batch 4 12.8 s, B4 at batch 192 19.9 s (2026-11-28) and 15.6 s with
+# seven processes starting at once (2026-11-25); ResNet-18/34/50 0.7-1.1 s, which the steady steps already cover
+FIRST_USE_S = {"efficientnet": 16.0}
 # decoding an image (PIL): a fixed cost per file (opening it, its header, the decoder), whatever its size — digits'
 # 8×8 PNGs, 1,437 to 32 px: 0.59–1.28 s with two threads, no faster than one (the copies hold the GIL), 2026-11-27 —
 # and a cost per megapixel it is resized to (0.29 ms an image at 32 px, 0.74 ms at 224 px, one thread)
@@ -211,6 +216,11 @@ def _imports(w: TaskWork) -> float:
     return kinds.get(w.kind).imports_s if w.ray_process else 0.0
 
 
+def first_use_s(model: str | None) -> float:
+    """The once-per-process cost of a network family's first step on a card (``FIRST_USE_S``; 0 for the others)."""
+    return next((s for family, s in FIRST_USE_S.items() if family in (model or "")), 0.0)
+
+
 def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
     job_folds = max(1, w.job_folds)
     train = fold_train_rows(w.rows, job_folds) or w.rows or 1000
@@ -240,7 +250,7 @@ def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
             step, forward = sp.step_s, 1.0 / (sp.images_per_s * timemodel.EVAL_SPEEDUP)
             src["step_s"] = f"the card's time model ({sp.source}): {sp.images_per_s:.0f} images/s at batch {b}"
         planned_steps = optimizer_steps(train, b, epochs)
-        first = CUDA_CONTEXT_S + FIRST_STEP_STEPS * step
+        first = CUDA_CONTEXT_S + FIRST_STEP_STEPS * step + first_use_s(w.model)
         # before the first step: every training image decoded once when they live on the card (one process, threads
         # that share the GIL), else the first batch, by the loader's workers
         data = decode_s(train + val, size, threads) if w.images_on_device else decode_s(b, size) / threads
@@ -252,7 +262,9 @@ def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
     src["startup"] = (f"process {_process(w):.1f} s, imports {imports:.1f} s, {decoded:,} images decoded at {size} px"
                       f"{' (all, onto the device)' if w.images_on_device else ' (the first batch)'}, the first step ≈ "
                       f"{FIRST_STEP_STEPS if card else CPU_FIRST_STEP_STEPS:.0f} steady ones + the model's build"
-                      + (" + the CUDA context" if card else ""))
+                      + (" + the CUDA context" if card else "")
+                      + (f" + {first_use_s(w.model):.0f} s its kernels' first use (measured on an H100)"
+                         if card and first_use_s(w.model) else ""))
     src["validation_s"] = f"{val:,} rows × {passes} view(s) forwarded at a third of a training image's cost"
     return TaskTime(w.task, w.kind, Startup(_process(w), imports, data, first), step, steps, epochs, w.folds,
                     validation_s=val * passes * forward, validations=validations,
