@@ -4,6 +4,7 @@ slots' jobs blended with ``ensemble --data``. The same on a Ray cluster is in te
 
 import asyncio
 import json
+import tempfile
 import time
 
 import httpx
@@ -60,13 +61,17 @@ def test_a_spec_trains_in_a_slot_and_two_slots_blend(served, tmp_path, capsys, m
         assert out["metric"] == "accuracy" and out["cv_score"] > 0.7 and len(out["folds"]) == 2
         assert out["oof"].endswith("oof.csv") and out["test"].endswith("test.csv") and out["result"]
     assert "fold(s) finished" in c.job_logs(a["job_id"])["text"]
-    # blend what the two slots made, as an agent would
+    # blend what the two slots made, as an agent would; the built-in competition written for it is removed after
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     code, out, err = _mini_cli_ensemble([done[0]["outputs"]["dir"], done[1]["outputs"]["dir"], "--data", "iris",
                                          "--out", str(tmp_path / "sub.csv"), "--json"], capsys)
     assert code == 0, err
     summary = json.loads(out)
     assert set(summary["job_scores"]) == {a["job_id"], b["job_id"]} and (tmp_path / "sub.csv").is_file()
     assert summary["held_out_score"] is None or summary["held_out_score"] > 0.7
+    assert list(temp.iterdir()) == []  # each blend used to leave a copy of the competition behind
 
 
 def _mini_cli_ensemble(argv, capsys):

@@ -242,9 +242,16 @@ def blend_outputs(folders: list[Path], data: str, metric: str, method: str, out:
     import tempfile
 
     from jobs import shelf
+
+    if not shelf.is_builtin(data):
+        return _blend(folders, Path(data), metric, method, out)
+    with tempfile.TemporaryDirectory(prefix="gpupack-data-") as tmp:  # a built-in one, written for this blend only
+        return _blend(folders, shelf.write(data, tmp), metric, method, out)
+
+
+def _blend(folders: list[Path], where: Path, metric: str, method: str, out: Path) -> dict:
     from jobs.data import load_competition
 
-    where = shelf.write(data, tempfile.mkdtemp(prefix="gpupack-data-")) if shelf.is_builtin(data) else Path(data)
     comp = load_competition(where, metric)
     saved = []
     for d in map(Path, folders):
