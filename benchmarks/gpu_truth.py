@@ -1,13 +1,13 @@
 """The whole GPU path on a real card, one command, one JSON (issues 30 and 40):
 
     python benchmarks/gpu_truth.py --out docs/gpu_truth/$(date +%F)-h100.json [--quick] [--images 8000]
-        [--parts 4,6,1,2,3,7,5] [--timeout 3600] [--checks-timeout 180]
+        [--parts 4,6,8,1,2,3,7,5] [--timeout 3600] [--checks-timeout 180]
 
 A card's run is saved under ``docs/gpu_truth/<date>-<card>.json`` (the JSON names the card, its driver, the date and
 the command) and summarised in docs/gpu.md. The parts run in the order ``--parts`` gives; the default is the order a
 15-minute lease allows (``DEFAULT_ORDER``): 4 (the 8,000 images, where training dominates), 6 (the small-share cap
-fix), 1 (each command bounded by ``--checks-timeout``), 2 right before the 3 that compares with it, 7 (MPS), 5 last.
-Seven parts, each a function writing its section of the JSON:
+fix), 8 (a minute: a network's first use), 1 (each command bounded by ``--checks-timeout``), 2 right before the 3
+that compares with it, 7 (MPS), 5 last. Eight parts, each a function writing its section of the JSON:
 
 1. ``pytest -m gpu`` (passed / failed / skipped, from its ``--junitxml``) and ``doctor --json`` (its verdict);
 2. ``submit plans/option1.yaml --hardware A100-40GB`` on the built-in digits: wall time; every task's NVML peak (a
@@ -32,7 +32,11 @@ Seven parts, each a function writing its section of the JSON:
    busy shares and NVML peaks with and without MPS. Each task's ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (its
    ``core.memcap`` cap: allocator plus context) is recorded, not applied: gpupack gives no task its own environment
    (a timm job has no ``env`` in the plan schema) and builds nothing for MPS until it is measured to gain. Without the
-   binary or without CUDA every figure is ``null`` beside its ``why``.
+   binary or without CUDA every figure is ``null`` beside its ``why``;
+8. a network's first use: EfficientNet-B0 and ResNet-50, each's first training step (the job's ``Trainer``, bf16,
+   channels last, batch 32) in a fresh process three times — a cold CUDA JIT cache of its own, the same cache warm,
+   the cache disabled: whether the 12.8-19.9 s an EfficientNet's first step took on an H100 is paid once per machine
+   (lanes started one after another would pay it once) or by every process.
 
 Without CUDA (torch sees none, or NVML sees no device) every part runs as a CPU rehearsal (``--in-process`` where
 Ray is not needed; ``--quick`` shrinks the plans: timm jobs at 1 epoch, 2 folds, resnet10t at 32 px, batch 64), and
@@ -698,6 +702,57 @@ def _pair_figures(par: dict | None, seq: dict | None) -> dict:
             "wall_s": {"side_by_side": (par or {}).get("wall_s"), "one_after_another": (seq or {}).get("wall_s")}}
 
 
+# the job's own first step (jobs.trainer: bf16 autocast, channels last, AdamW) in a fresh process, timed; JSON out
+_FIRST_USE = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import timm, torch
+from jobs.trainer import StepSettings, Trainer
+model_name, batch, dev = sys.argv[1], int(sys.argv[2]), torch.device(sys.argv[3] if len(sys.argv) > 3 else "cuda")
+torch.zeros(1, device=dev)
+context_s = time.perf_counter() - t0
+model = timm.create_model(model_name, num_classes=10).to(dev).to(memory_format=torch.channels_last)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+trainer = Trainer(model, opt, StepSettings(dev, torch.bfloat16, 1, True), total_samples=100 * batch,
+                  batch_size=batch)
+x = torch.randint(0, 255, (batch, 3, 224, 224), dtype=torch.uint8)
+y = torch.randint(0, 10, (batch,))
+steps = [trainer.step((x, y)).seconds for _ in range(4)]
+print(json.dumps({"imports_and_context_s": round(context_s, 3), "first_step_s": round(steps[0], 3),
+                  "steady_step_s": round(sum(steps[1:]) / 3, 4)}))
+"""
+FIRST_USE_MODELS = (("efficientnet_b0", 32), ("resnet50", 32))
+
+
+def part8_first_use(ctx: Sitting) -> dict:
+    """What a network's first step pays on the card, and whether a second process pays it again: each model's first
+    step in a fresh process, three times in a row — ``cold`` (an empty CUDA JIT cache of its own, ``CUDA_CACHE_PATH``
+    under the workdir), ``warm`` (the same cache again: what a lane started after another would find), ``no_cache``
+    (``CUDA_CACHE_DISABLE=1``). On an H100 EfficientNets' first steps took 12.8-19.9 s, a ResNet's about 1 s
+    (2026-11-28): if ``warm`` is short, the cost is the driver's JIT, cached per machine, and lanes started one after
+    another pay it once; if not, every process pays it (``tasktime.FIRST_USE_S``)."""
+    if ctx.rehearsal:
+        return {"why": ctx.why, "runs": None}
+    cache = ctx.workdir / "cuda-jit-cache"
+    runs = []
+    for model, batch in FIRST_USE_MODELS:
+        for name, extra in (("cold", {"CUDA_CACHE_PATH": str(cache / model)}),
+                            ("warm", {"CUDA_CACHE_PATH": str(cache / model)}), ("no_cache", {"CUDA_CACHE_DISABLE": "1"})):
+            cmd = [sys.executable, "-c", _FIRST_USE, model, str(batch)]
+            t0 = time.time()
+            try:
+                p = subprocess.run(cmd, cwd=ROOT, env={**env(), **extra}, capture_output=True, text=True,
+                                   timeout=min(ctx.timeout_s, 300))
+                row = {"model": model, "batch": batch, "run": name, "exit": p.returncode,
+                       **(_last_json(p.stdout) or {"stderr_tail": p.stderr[-1500:]})}
+            except subprocess.TimeoutExpired:
+                row = {"model": model, "batch": batch, "run": name, "exit": None, "why": "timed out"}
+            row["process_s"] = round(time.time() - t0, 1)
+            ctx.log(f"  {model} b{batch} {name}: first step {row.get('first_step_s')} s")
+            runs.append(row)
+    return {"runs": runs, "cache": str(cache)}
+
+
 def part7_mps(ctx: Sitting, sections: dict) -> dict:
     """Part 3's pair (side by side, then one after another) again under an MPS daemon this part starts and stops;
     the gain, busy shares and NVML peaks with and without MPS (without: parts 2 and 3 of this sitting, run here if
@@ -730,12 +785,14 @@ def part7_mps(ctx: Sitting, sections: dict) -> dict:
     return out
 
 
-PARTS = {1: "checks", 2: "option1", 3: "sequential", 4: "competition", 5: "service", 6: "small_card", 7: "mps"}
+PARTS = {1: "checks", 2: "option1", 3: "sequential", 4: "competition", 5: "service", 6: "small_card", 7: "mps",
+         8: "first_use"}
 # A 15-minute lease: part 4 first (8,000 images: the only part where training dominates, never run on a card), then
 # part 6 (the small-share cap fix), part 1 (pytest -m gpu and doctor, each bounded by --checks-timeout), part 2 right
 # before the part 3 that compares with it (the side-by-side gain), the MPS part after them (it reuses both), part 5
-# last (its figures are in from 2026-11-25).
-DEFAULT_ORDER = (4, 6, 1, 2, 3, 7, 5)
+# last (its figures are in from 2026-11-25). Part 8 (a minute: whether a network's first-use cost is paid once per
+# machine or once per process) right after part 6: it decides what start-up work is worth doing.
+DEFAULT_ORDER = (4, 6, 8, 1, 2, 3, 7, 5)
 
 
 def _run_part(n: int, ctx: Sitting, sections: dict) -> dict:
@@ -749,7 +806,8 @@ def _run_part(n: int, ctx: Sitting, sections: dict) -> dict:
         return part3_sequential(ctx, side)
     if n == 7:
         return part7_mps(ctx, sections)
-    return {1: part1_checks, 2: part2_option1, 4: part4_competition, 5: part5_service, 6: part6_small_card}[n](ctx)
+    return {1: part1_checks, 2: part2_option1, 4: part4_competition, 5: part5_service, 6: part6_small_card,
+            8: part8_first_use}[n](ctx)
 
 
 def run_parts(ctx: Sitting, parts: list[int], done: Callable[[dict], None] = lambda sections: None) -> dict:

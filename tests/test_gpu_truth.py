@@ -212,7 +212,7 @@ def test_the_sequential_copy_sets_fold_parallel_false_on_every_timm_job_and_quic
     assert quick["lgbm"].kind == "lightgbm" and quick["lgbm"].folds == lgbm["folds"]  # quick shrinks only timm jobs
 
 
-ORDER_NAMES = ["competition", "small_card", "checks", "option1", "sequential", "mps", "service"]
+ORDER_NAMES = ["competition", "small_card", "first_use", "checks", "option1", "sequential", "mps", "service"]
 
 
 def _fake_parts(gt, monkeypatch, seen):
@@ -224,23 +224,24 @@ def _fake_parts(gt, monkeypatch, seen):
         return part
 
     for n, name in ((1, "part1_checks"), (2, "part2_option1"), (3, "part3_sequential"), (4, "part4_competition"),
-                    (5, "part5_service"), (6, "part6_small_card"), (7, "part7_mps")):
+                    (5, "part5_service"), (6, "part6_small_card"), (7, "part7_mps"), (8, "part8_first_use")):
         monkeypatch.setattr(gt, name, fake(n))
 
 
 def test_the_default_order_is_the_one_a_15_minute_lease_allows(gt, tmp_path, monkeypatch):
-    """Issue 40: part 4 first (the 8,000 images), then 6 (the cap fix), 1 (the checks), 2 right before the 3 that
-    compares with it, the MPS part, the service last; the JSON's parts are in the order they ran."""
-    assert gt.DEFAULT_ORDER == (4, 6, 1, 2, 3, 7, 5) and set(gt.DEFAULT_ORDER) == set(gt.PARTS)
+    """Issue 40: part 4 first (the 8,000 images), then 6 (the cap fix), 8 (a minute: a network's first use), 1 (the
+    checks), 2 right before the 3 that compares with it, the MPS part, the service last; the JSON's parts are in the
+    order they ran."""
+    assert gt.DEFAULT_ORDER == (4, 6, 8, 1, 2, 3, 7, 5) and set(gt.DEFAULT_ORDER) == set(gt.PARTS)
     seen: list[int] = []
     _fake_parts(gt, monkeypatch, seen)
     monkeypatch.setattr(gt, "table", lambda doc: "")  # the fake sections have none of the table's figures
     out = tmp_path / "truth.json"
     assert gt.main(["--out", str(out), "--workdir", str(tmp_path / "w")]) == 0
     doc = json.loads(out.read_text())
-    assert seen == [4, 6, 1, 2, 3, 7, 5] and list(doc["parts"]) == ORDER_NAMES
+    assert seen == [4, 6, 8, 1, 2, 3, 7, 5] and list(doc["parts"]) == ORDER_NAMES
     assert doc["parts"]["sequential"]["given"] == [["fake", "given", "part_s"]]  # part 2's section, handed to 3
-    assert doc["parts"]["mps"]["given"] == [sorted(ORDER_NAMES[:5])]  # the MPS part sees parts 2 and 3 of the sitting
+    assert doc["parts"]["mps"]["given"] == [sorted(ORDER_NAMES[:6])]  # the MPS part sees parts 2 and 3 of the sitting
 
 
 def test_part_3_without_part_2_before_it_runs_part_2_itself(gt, tmp_path, monkeypatch):
@@ -383,6 +384,7 @@ def test_the_cpu_rehearsal_runs_every_part_end_to_end(tmp_path):
     assert doc["rehearsal"] is True and "no CUDA" in doc["why"]
     parts = doc["parts"]
     assert list(parts) == ORDER_NAMES  # the default order (issue 40)
+    assert parts["first_use"]["runs"] is None and "no CUDA" in parts["first_use"]["why"]
     assert parts["mps"]["why"] and all(parts["mps"][k]["with_mps"] is None for k in ("side_by_side_gain",
                                                                                     "nvml_peak_mib"))
     assert doc["card"]["driver"] is None and doc["card"]["driver_why"]
@@ -431,3 +433,36 @@ def test_part_6_on_the_card_small_shares_of_a_smaller_card_hold(tmp_path):
     assert run["exit"] == 0 and run["records_of_small_card"], run.get("stderr_tail") or run.get("advise")
     assert run["tasks"] and all(t["nvml_peak_mib"] is not None for t in run["tasks"]), run["tasks"]
     assert all(t["within_share"] for t in run["tasks"]), run["tasks"]
+
+
+def test_part_8s_first_step_script_runs_the_jobs_trainer_and_says_its_seconds(gt):
+    """Part 8's child, on the CPU here (the card's run passes no device): the job's own ``Trainer`` step, four times,
+    the first apart; its JSON is what the part reads."""
+    p = subprocess.run([sys.executable, "-c", gt._FIRST_USE, "resnet10t", "2", "cpu"], cwd=ROOT, env=gt.env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert set(got) == {"imports_and_context_s", "first_step_s", "steady_step_s"}
+    assert got["first_step_s"] > 0 and got["steady_step_s"] > 0
+
+
+def test_part_8_on_a_rehearsal_is_null_beside_its_reason(gt, tmp_path):
+    ctx = _ctx(gt, tmp_path, gt.NO_CUDA)
+    assert gt.part8_first_use(ctx) == {"why": gt.NO_CUDA, "runs": None}
+
+
+def test_part_8_on_a_card_runs_cold_then_warm_on_one_jit_cache_then_without_one(gt, tmp_path, monkeypatch):
+    seen = []
+
+    def run(cmd, env, **kw):
+        seen.append((cmd[3], env.get("CUDA_CACHE_PATH"), env.get("CUDA_CACHE_DISABLE")))
+        return subprocess.CompletedProcess(cmd, 0, json.dumps({"first_step_s": 19.9 if len(seen) % 3 == 1 else 1.0}),
+                                           "")
+
+    monkeypatch.setattr(gt.subprocess, "run", run)
+    out = gt.part8_first_use(_ctx(gt, tmp_path, None))
+    assert [(r["model"], r["run"], r["first_step_s"]) for r in out["runs"][:3]] == [
+        ("efficientnet_b0", "cold", 19.9), ("efficientnet_b0", "warm", 1.0), ("efficientnet_b0", "no_cache", 1.0)]
+    (m, cold, _), (_, warm, _), (_, none, off) = seen[:3]
+    assert m == "efficientnet_b0" and cold == warm and cold.startswith(str(tmp_path)) and (none, off) == (None, "1")
+    assert len(seen) == 6 and seen[3][0] == "resnet50" and seen[3][1] != cold  # each model its own cold cache
