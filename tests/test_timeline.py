@@ -135,6 +135,34 @@ def test_what_was_learned_in_process_moves_only_in_process_predictions():
     assert tt.predict(w, card=None, cores=2, learned=find) == tt.predict(w, card=None, cores=2)
 
 
+def test_in_process_only_the_first_task_of_a_network_pays_its_first_use(tmp_path):
+    """tuning-demo's two ResNet-18 tasks in the driver's process: the first started up in 2.0-2.9 s, the second in
+    1.2-1.4 s (three sittings). The dry run gives the first the network's first use and the second not; a task of
+    another network pays it again; tasks in their own processes all pay it inside their figures."""
+    from scheduler.core import hardware as hw
+    from scheduler.core import plan as planmod
+    from scheduler.policy import dryrun, plantime
+    from scheduler.policy import tasktime as tt
+
+    def first_steps(in_process, *models):
+        jobs = [{"name": f"j{i}", "kind": "timm", "model": m, "image_size": 64, "batch_size": 8, "epochs": 1,
+                 "folds": 2, "fold_parallel": False, "resources": {"cpus": 1, "gpu_memory": "3GB"}}
+                for i, m in enumerate(models)]
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump({"name": "p", "hardware": "A10-24GB", "budget": "1h",
+                                                         "metric": "accuracy", "jobs": jobs}))
+        prep = dryrun.prepare(planmod.load(tmp_path / "p.yaml"), hw.from_profile("A10-24GB", cpus=2),
+                              train_rows=300, test_rows=75,
+                              timing=plantime.Timing(rehearsal=True, cores=2, in_process=in_process))
+        return [prep.times[f"j{i}"].startup.first_step_s for i in range(len(models))]
+
+    a, b, c = first_steps(True, "resnet18", "resnet18", "resnet34")
+    assert a - b == pytest.approx(tt.CPU_FIRST_USE_S)
+    first34, second34 = first_steps(True, "resnet34", "resnet34")
+    assert c == pytest.approx(first34) and c - second34 == pytest.approx(tt.CPU_FIRST_USE_S)  # another network: again
+    ray = first_steps(False, "resnet18", "resnet18")
+    assert ray[0] == ray[1] and b == pytest.approx(ray[0])
+
+
 def test_start_up_decodes_every_image_only_when_they_go_on_the_device():
     """Images kept on the device are all decoded before the first step, each file at a fixed cost whatever its size
     (1,437 digits of 8×8 px took 0.6–1.3 s); a loader decodes only the first batch before it."""

@@ -8,7 +8,7 @@ the runner's record of predicted against actual and the budget's projection of t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from scheduler.core import kinds
@@ -74,15 +74,20 @@ def plan_times(plan, tasks: dict[str, Task], assignments, *, card: str, timing: 
     with the threads the runner will give it."""
     waves = _wave_cpus(assignments)
     out = {}
+    networks_run: set = set()  # in process, in the order the tasks run there: the networks an earlier task ran
     for a in assignments:
         t = tasks.get(a.job) or Task(a.job, a.job, None)
         job = plan.job(t.job)
+        network = (job.kind, getattr(job, "model", None))
         folds = len(t.folds) if t.folds is not None else getattr(job, "folds", 1) or 1
         cpus = rehearsal.threads(a.cpus, waves[a.wave], timing.cores) if timing.rehearsal else a.cpus
         batch = batch_of(t.job) if batch_of else getattr(job, "batch_size", None)
         work = tt.work_of(job, a.job, folds, rows=data.rows, test_rows=data.test_rows, batch=batch, cpus=cpus,
                           features=data.features, ray_process=not timing.in_process,
                           command_s=timing.command_s(t.job) if timing.command_s and kinds.of(job).wall_learned else None)
+        if timing.in_process:
+            work = replace(work, first_of_network=network not in networks_run)
+            networks_run.add(network)
         out[a.job] = tt.predict(work, card=None if timing.rehearsal else card, cores=timing.cores
                                 if timing.rehearsal else max(cpus, 1), learned=timing.learned)
     return out

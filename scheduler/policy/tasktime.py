@@ -69,6 +69,11 @@ CPU_EVAL_SPEEDUP = 5.0  # on the CPU a forward at the evaluation batch costs a f
 # shape, the optimizer's state): in process, resnet18 at batch 8 took 0.43–0.67 s against a steady 0.39 s; in a
 # Ray actor beside two others, resnet50's about 4 s against a steady 1.4 s (2026-11-27)
 CPU_FIRST_STEP_STEPS = 2.0
+# in the driver's process (``--in-process``) only the first task of a network pays its first use (oneDNN's kernels for
+# each shape, torch's first-call set-up): tuning-demo's two ResNet-18 tasks, the first against the second, started up
+# in 2.0 / 1.15 s, 2.86 / 1.38 s and 2.26 / 1.18 s (three sittings, 2026-11-27/28). A task in its own process pays it
+# inside the figures above
+CPU_FIRST_USE_S = 1.0
 # the job's evaluation pass (validation, precise BN, prediction) costs this many bare forwards of CPU_REHEARSAL: the
 # batches gathered, normalised and collated, the outputs kept (resnet18 in process 2.4–2.8 ms an image against a bare
 # 1.8; resnet50 in a Ray actor 10 ms against 6.5, 2026-11-27)
@@ -185,6 +190,8 @@ class TaskWork:
     rounds: int | None = None  # boosting rounds asked (None: early stopping decides)
     command_s: float | None = None  # a command job's wall, when a past run measured it
     ray_process: bool = True  # runs in its own process (an actor); False in process
+    # in process: no task before it in the driver's process ran its network (it pays the network's first use)
+    first_of_network: bool = True
 
 
 def cpu_threads(cpus: int, cores: int) -> int:
@@ -238,6 +245,8 @@ def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
         step, forward, src["step_s"] = _rehearsal_step(w.model, row, size, b, threads)
         planned_steps = min(optimizer_steps(train, b, epochs), rehearsal.STEPS_PER_EPOCH * epochs)
         first = CPU_FIRST_STEP_STEPS * step  # no context on the CPU, but kernels and buffers made: and the model's build
+        if not w.ray_process and w.first_of_network:
+            first += CPU_FIRST_USE_S
         data = decode_s(train + val, size, threads) if w.images_on_device else decode_s(b, size)
     else:
         size, b, epochs = w.image_size, batch, w.epochs
@@ -250,7 +259,7 @@ def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
             step, forward = sp.step_s, 1.0 / (sp.images_per_s * timemodel.EVAL_SPEEDUP)
             src["step_s"] = f"the card's time model ({sp.source}): {sp.images_per_s:.0f} images/s at batch {b}"
         planned_steps = optimizer_steps(train, b, epochs)
-        first = CUDA_CONTEXT_S + FIRST_STEP_STEPS * step + first_use_s(w.model)
+        first = CUDA_CONTEXT_S + FIRST_STEP_STEPS * step + (first_use_s(w.model) if w.first_of_network else 0.0)
         # before the first step: every training image decoded once when they live on the card (one process, threads
         # that share the GIL), else the first batch, by the loader's workers
         data = decode_s(train + val, size, threads) if w.images_on_device else decode_s(b, size) / threads
