@@ -273,7 +273,9 @@ def _timm(w: TaskWork, card: str | None, threads: int) -> TaskTime:
                       f"{FIRST_STEP_STEPS if card else CPU_FIRST_STEP_STEPS:.0f} steady ones + the model's build"
                       + (" + the CUDA context" if card else "")
                       + (f" + {first_use_s(w.model):.0f} s its kernels' first use (measured on an H100)"
-                         if card and first_use_s(w.model) else ""))
+                         if card and first_use_s(w.model) and w.first_of_network else "")
+                      + (f" + {CPU_FIRST_USE_S:.0f} s the network's first use in this process"
+                         if not card and not w.ray_process and w.first_of_network else ""))
     src["validation_s"] = f"{val:,} rows × {passes} view(s) forwarded at a third of a training image's cost"
     return TaskTime(w.task, w.kind, Startup(_process(w), imports, data, first), step, steps, epochs, w.folds,
                     validation_s=val * passes * forward, validations=validations,
