@@ -378,17 +378,20 @@ def junit_counts(path: Path) -> dict:
             "errors": n["errors"], "skipped": n["skipped"]}
 
 
-def _bounded(cmd: list[str], ctx: Sitting, limit_s: float | None = None) -> subprocess.CompletedProcess:
+def _bounded(cmd: list[str], ctx: Sitting, limit_s: float | None = None,
+             extra_env: dict | None = None) -> subprocess.CompletedProcess:
     """``cmd`` run to its end or to ``--timeout``; one that runs out is an answer (exit ``None``, what it printed so
     far and a line saying so), not an exception: part 1's second check still runs (on an H100, 2026-11-25,
     ``pytest -m gpu`` ran past a 200 s timeout and took doctor's verdict with it). ``limit_s`` (part 1's
     ``--checks-timeout``) shortens ``--timeout``, never lengthens it."""
     limit = min(ctx.timeout_s, limit_s or ctx.timeout_s)
     try:
-        return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=limit)
+        return subprocess.run(cmd, cwd=ROOT, env={**env(), **(extra_env or {})}, capture_output=True, text=True,
+                              timeout=limit)
     except subprocess.TimeoutExpired as e:
         text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
-        flag = "--timeout" if limit == ctx.timeout_s else "--checks-timeout"
+        flag = ("--timeout" if limit == ctx.timeout_s else "--checks-timeout" if limit_s == ctx.checks_timeout_s
+                else "the part's own limit")
         return subprocess.CompletedProcess(cmd, None, text(e.stdout),
                                            text(e.stderr) + f"\ntimed out after {limit:.0f} s ({flag})")
 
@@ -740,14 +743,9 @@ def part8_first_use(ctx: Sitting) -> dict:
                             ("warm", {"CUDA_CACHE_PATH": str(cache / model)}), ("no_cache", {"CUDA_CACHE_DISABLE": "1"})):
             cmd = [sys.executable, "-c", _FIRST_USE, model, str(batch)]
             t0 = time.time()
-            try:
-                p = subprocess.run(cmd, cwd=ROOT, env={**env(), **extra}, capture_output=True, text=True,
-                                   timeout=min(ctx.timeout_s, 300))
-                row = {"model": model, "batch": batch, "run": name, "exit": p.returncode,
-                       **(_last_json(p.stdout) or {"stderr_tail": p.stderr[-1500:]})}
-            except subprocess.TimeoutExpired:
-                row = {"model": model, "batch": batch, "run": name, "exit": None, "why": "timed out"}
-            row["process_s"] = round(time.time() - t0, 1)
+            p = _bounded(cmd, ctx, 300, extra_env=extra)  # one that runs out: exit None, "timed out" in its stderr
+            row = {"model": model, "batch": batch, "run": name, "exit": p.returncode,
+                   **(_last_json(p.stdout) or {"stderr_tail": p.stderr[-1500:]}), "process_s": round(time.time() - t0, 1)}
             ctx.log(f"  {model} b{batch} {name}: first step {row.get('first_step_s')} s")
             runs.append(row)
     return {"runs": runs, "cache": str(cache)}
