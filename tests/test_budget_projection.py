@@ -375,3 +375,32 @@ def test_the_first_look_converges_on_a_plan_that_fits_and_gives_back_what_it_nee
         for q in more:
             trial = m.ends([q if r.name == p.name else r for r in final], 0.0)
             assert max(trial.values()) * (1 + margin) > window, (p, q)
+
+
+def test_a_task_that_has_started_but_not_yet_measured_its_pace_is_still_slowed_by_its_neighbours():
+    """In the rehearsal on two cores, effnet, resnet and lgbm start together and share the cores. Before any has
+    steady figures, a running task's time left is the model's, alone: its neighbours slow it as they slowed it while
+    it waited. The projection was counting it at its alone pace the moment it started (``fixed``, as if measured
+    beside its neighbours) and took them off the cores' count, so the plan's finish fell by a third between one look
+    and the next with nothing measured: every budget run gave effnet_b4 an epoch back 1.2 s after its first look cut
+    it, and cut it again at 110-127 s on its real pace. Now the projection is the same before and after the start;
+    once a task's pace is measured, it is taken as measured."""
+    def task(name, folds, epochs, epoch_s, threads=1, startup_s=10.0):
+        return TaskTime(name, "timm", Startup(imports_s=startup_s), step_s=epoch_s, steps_per_epoch=1, epochs=epochs,
+                        folds=folds, threads=threads)
+
+    times = {"effnet": task("effnet", 1, 3, 40.0), "resnet": task("resnet", 1, 3, 30.0),
+             "lgbm": task("lgbm", 5, 6, 3.0, threads=2, startup_s=5.0)}
+    cpu = plantime.Timing(rehearsal=True, cores=2)
+
+    def timeline(ts, **kw):
+        return plantime.project(ts, None, HARDWARE, 0.9, cpu, **kw)
+
+    m = TimeModel(times, timeline, tuple(Where(n, wave=0) for n in times))
+    before = m.ends([waiting(n, folds=t.folds, epochs=t.epochs) for n, t in times.items()], 0.0)
+    started = [JobProgress(n, t.folds, t.epochs, started_at=0.0) for n, t in times.items()]  # nothing reported yet
+    assert m.ends(started, 0.0) == pytest.approx(before, rel=1e-6)
+    assert max(before.values()) > 2 * 120.0  # three tasks on two cores: far slower than effnet's 130 s alone
+    # effnet measured: 2 epochs left at 100 s each, its pace beside the others; it is taken as it was measured
+    measured = [replace(p, seconds_per_epoch=100.0, epoch_in_fold=1) if p.name == "effnet" else p for p in started]
+    assert m.ends(measured, 50.0)["effnet"] == pytest.approx(50.0 + 2 * 100.0)

@@ -229,7 +229,8 @@ def waiting_time(t: TaskTime, p: JobProgress) -> TaskTime:
 class TimeModel:
     """The run as the run loop executes it: ``times``, each task's ``TaskTime`` where the placement puts it (the
     dry run's), and ``timeline``, ``plantime.project`` bound to the run's placement, hardware, band and timing
-    (``(times, *, now, remaining, started, assignments) -> Timeline``). ``assignments`` are where the tasks run now,
+    (``(times, *, now, remaining, started, measured, assignments) -> Timeline``: ``measured``, the running tasks
+    whose ``remaining`` comes from their steady figures). ``assignments`` are where the tasks run now,
     each ``wave`` the order it waits in (the run state gives its launch order)."""
 
     times: dict[str, TaskTime]
@@ -256,7 +257,7 @@ class TimeModel:
         return replace(self, assignments=tuple(assignments))
 
     def ends(self, jobs: list[JobProgress], now: float) -> dict[str, float]:
-        times, remaining, started, alone = {}, {}, {}, {}
+        times, remaining, started, alone, measured = {}, {}, {}, {}, set()
         for p in jobs:
             t = self.times.get(p.name)
             if p.finished:
@@ -269,8 +270,11 @@ class TimeModel:
                 times[p.name] = t
                 remaining[p.name] = running_left_s(t, p, now)
                 started[p.name] = p.started_at if p.started_at is not None else now
+                if p.steady:  # its pace measured beside its neighbours; else the model's, which they slow
+                    measured.add(p.name)
         placed = [a for a in self.assignments if a.job in times]
-        tl = self.timeline(times, now=now, remaining=remaining, started=started, assignments=placed)
+        tl = self.timeline(times, now=now, remaining=remaining, started=started, measured=measured,
+                           assignments=placed)
         return {**alone, **{n: s.end for n, s in tl.spans.items()}}
 
     def left(self, p: JobProgress, now: float) -> float | None:

@@ -94,9 +94,10 @@ def plan_times(plan, tasks: dict[str, Task], assignments, *, card: str, timing: 
 
 
 def items(times: dict[str, tt.TaskTime], assignments, *, remaining: dict[str, float] | None = None,
-          started: dict[str, float] | None = None) -> list[Item]:
+          started: dict[str, float] | None = None, measured: set[str] | None = None) -> list[Item]:
     """The timeline's items: each task's start-up and work; a running task (``started``: since when) with its
-    ``remaining`` seconds as measured."""
+    ``remaining`` seconds: as measured (at the pace its neighbours already slow it to: ``Item.fixed``) where it is in
+    ``measured`` (None: every one), else the model's seconds alone, slowed by its neighbours as a waiting task's are."""
     remaining, started = remaining or {}, started or {}
     out = []
     for a in assignments:
@@ -109,21 +110,23 @@ def items(times: dict[str, tt.TaskTime], assignments, *, remaining: dict[str, fl
                         0.0 if running else t.startup.total_s - card,
                         remaining[a.job] if running and a.job in remaining else t.total_s - t.startup.total_s,
                         threads=t.threads, spawn_s=0.0 if running else t.startup.process_s,
-                        on_device=t.on_device, fixed=running and a.job in remaining,
+                        on_device=t.on_device,
+                        fixed=running and a.job in remaining and (measured is None or a.job in measured),
                         started_at=started.get(a.job), startup_card_s=0.0 if running else card))
     return out
 
 
 def project(times: dict[str, tt.TaskTime], placement, hardware, band_high: float, timing: Timing, *,
             device_slowdown=None, now: float = 0.0, remaining: dict[str, float] | None = None,
-            started: dict[str, float] | None = None, assignments=None) -> Timeline:
+            started: dict[str, float] | None = None, measured: set[str] | None = None,
+            assignments=None) -> Timeline:
     """The run's timeline: every task's start, end of start-up and end (seconds from the run's start)."""
     assignments = placement.assignments if assignments is None else assignments
     capacity = {(d.node, d.index): int(d.memory_mib * band_high) for d in hardware.devices}
     node_cpus = {n.name: n.cpus for n in hardware.nodes}
     cores = {n: timing.cores for n in node_cpus} if timing.rehearsal else node_cpus
-    return simulate(items(times, assignments, remaining=remaining, started=started), capacity_mib=capacity,
-                    cores=cores, ray_cpus=node_cpus, sequential=timing.in_process, now=now,
+    return simulate(items(times, assignments, remaining=remaining, started=started, measured=measured),
+                    capacity_mib=capacity, cores=cores, ray_cpus=node_cpus, sequential=timing.in_process, now=now,
                     device_slowdown=device_slowdown)
 
 
