@@ -10,7 +10,8 @@ projected finish. A running task's remainder comes from its **steady** figures: 
 steady training steps (every step after the task's first, which pays for the process, imports, data decoding and
 compile, reported apart as ``startup_s``), seconds per validation, and seconds per fold change (set-up and test
 prediction) — never from a first epoch that holds the start-up; before it has ``MIN_STEADY_STEPS`` of them (or a
-second epoch when the job reports no steady figures) the time model's figures stand in for it. Without a time model
+second epoch when the job reports no steady figures) the time model's figures stand in for it, slowed by its
+neighbours as a waiting task's are (measured figures already hold that). Without a time model
 (``ALONE``, the view before it, kept for callers that have none) each task with steady figures is projected alone
 from now (``plan_finish``'s view), and a task without them is not projected.
 
