@@ -97,7 +97,7 @@ def items(times: dict[str, tt.TaskTime], assignments, *, remaining: dict[str, fl
           started: dict[str, float] | None = None, measured: set[str] | None = None) -> list[Item]:
     """The timeline's items: each task's start-up and work; a running task (``started``: since when) with its
     ``remaining`` seconds: as measured (at the pace its neighbours already slow it to: ``Item.fixed``) where it is in
-    ``measured`` (None: every one), else the model's seconds alone, slowed by its neighbours as a waiting task's are."""
+    ``measured``, else the model's seconds alone, slowed by its neighbours as a waiting task's are."""
     remaining, started = remaining or {}, started or {}
     out = []
     for a in assignments:
@@ -111,7 +111,7 @@ def items(times: dict[str, tt.TaskTime], assignments, *, remaining: dict[str, fl
                         remaining[a.job] if running and a.job in remaining else t.total_s - t.startup.total_s,
                         threads=t.threads, spawn_s=0.0 if running else t.startup.process_s,
                         on_device=t.on_device,
-                        fixed=running and a.job in remaining and (measured is None or a.job in measured),
+                        fixed=running and a.job in remaining and a.job in (measured or ()),
                         started_at=started.get(a.job), startup_card_s=0.0 if running else card))
     return out
 
