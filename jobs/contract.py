@@ -89,6 +89,9 @@ def _no_limits() -> dict:
     return {}
 
 
+UNTIL_READ_S = 1.0  # ``JobContext.time_over`` reads the limits at most this often (it is asked at every step)
+
+
 @dataclass
 class JobContext:
     """What the runtime gives a job. Module-level defaults keep it picklable."""
@@ -113,10 +116,13 @@ class JobContext:
     simulated_peak: Callable[[int], float] | None = None
     report: Callable[[str, dict], None] = _no_report  # ("epoch" | "fold" | "log", {...}) → the run's events
     should_stop: Callable[[], bool] = _never  # True once cancelled or past the deadline
-    limits: Callable[[], dict] = _no_limits  # the budget's cuts: {"folds": n, "epochs": m}, read at each fold/epoch
+    # the budget's cuts: {"folds": n, "epochs": m}, read at each fold/epoch, and "until" (a time.time()), read at
+    # most once a second through ``time_over``
+    limits: Callable[[], dict] = _no_limits
     kept_folds: dict[int, FoldOutput] = field(default_factory=dict)  # finished before: an earlier attempt or run
     folds: tuple[int, ...] | None = None  # the folds this task runs (one lane of the job's); None: all of them
     started_at: float | None = None  # time.perf_counter() when its process was up, before its imports (its set-up)
+    _until: tuple[float, float | None] = field(default=(-1.0, None), repr=False, compare=False)  # (read at, bound)
 
     def fold_limit(self, planned: int) -> int:
         return min(planned, int(self.limits().get("folds", planned)))
@@ -166,6 +172,17 @@ class JobContext:
     def stop_requested(self) -> bool:
         """``should_stop()``, or the deadline passed even if the runtime has not said so yet."""
         return bool(self.should_stop()) or (self.deadline is not None and time.time() >= self.deadline)
+
+    def time_over(self) -> bool:
+        """Whether the budget's time bound (``limits()["until"]``, a ``time.time()``) has passed: the fold under way
+        then ends its training at the step it is on, validates and predicts as after its last epoch, and no fold
+        starts after it (``policy.budget``: a skipped fold given back for the window's last minutes). Called at every
+        training step, the limits are read at most every UNTIL_READ_S."""
+        now = time.time()
+        if now - self._until[0] >= UNTIL_READ_S:
+            until = self.limits().get("until")
+            self._until = (now, None if until is None else float(until))
+        return self._until[1] is not None and now >= self._until[1]
 
     def check_stop(self) -> None:
         if self.stop_requested():

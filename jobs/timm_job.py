@@ -180,6 +180,9 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
         if i >= ctx.fold_limit(len(mine)):
             notes.append(f"folds cut by the budget: {i} of {len(mine)} run")
             break
+        if ctx.time_over():
+            notes.append(f"the budget's time bound passed: {i} of {len(mine)} folds run")
+            break
         with ledger.phase("setup"):
             fold = _new_fold(job, k, tr, va, y)
         window = ThroughputWindow(ctx.report, ledger=ledger)  # each fold's running totals start at 0 (the counters)
@@ -421,6 +424,7 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
             pred = job.predict(trainer, fold.val_loader, check)
         return pred, job.metric.fn(fold.y_val, pred)
 
+    bounded = False  # the budget's time bound passed during this epoch: it is the fold's last
     for epoch in range(scale.epochs):
         last = ctx.epoch_limit(scale.epochs)
         if epoch >= last:
@@ -435,6 +439,9 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
             waited = time.perf_counter() - fetch_start
             ledger.add("data_wait", waited)
             ctx.check_stop()
+            if micro and ctx.time_over():  # an epoch of at least one step: the fold ends at the bound
+                bounded = True
+                break
             r = guarded(lambda: (tuning.before_step(), trainer.step(batch))[1])
             if isinstance(r, OutOfMemory):  # recovered here, outside the except block that held the step's tensors
                 tuning.after_oom(trainer, sampler, trainer.optimizer_steps, r.message)
@@ -474,6 +481,10 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
             if guarded(trainer.flush) is True:  # the epoch's last, partial accumulation
                 times.append(step_time)
         epochs_run = epoch + 1
+        if bounded:
+            last = epochs_run
+            log.info("%s fold %d: the budget's time bound passed in epoch %d (%d step(s)): the fold's last",
+                     spec.name, k, epochs_run, micro)
         validated = inputs.validates(epochs_run, last, spec.patience)
         val_start = time.perf_counter()
         # the last epoch's validation finishes the fold: it runs on through a stop (within the grace), never dropped
@@ -498,6 +509,8 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
                  **_steady_figures(job, micro, steady_n, steady_wall, val_s if validated else 0.0, wall)}
         if validated:
             event["val_score"] = score
+        if bounded:
+            event["bounded"] = True
         ctx.report("epoch", event)
         log.info("%s fold %d epoch %d/%d: loss %.4f, %s %s, %.1f train samples/s", spec.name, k, epochs_run,
                  scale.epochs, event["loss"] or float("nan"), ctx.metric,
@@ -511,7 +524,9 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
             best_state = _cpu_state(trainer.model)
             tuning.best = (best_state, best_val, best_score, epochs_run)
             torch.save(best_state, ctx.workdir / f"{spec.name}_fold{k}.pt")
-        elif epochs_run - best_epoch >= spec.patience:
+        if bounded:
+            break
+        if epochs_run - best_epoch >= spec.patience:
             log.info("%s fold %d: early stop after epoch %d (no better %s for %d epochs)", spec.name, k,
                      epochs_run, ctx.metric, spec.patience)
             break

@@ -32,5 +32,5 @@ def check(job, comp, where: str) -> None:
 KIND = register(Kind(
     name="timm", spec=TimmJob, gpu="estimated", reads="images", runs_in="torch", time_model="images",
     imports_s=6.0,  # torch + timm ≈ 5–7 s on the development CPU
-    batch=True, lanes=True, cuts=("folds", "epochs"), progress="images/s", best_step="ep",
+    batch=True, lanes=True, cuts=("folds", "epochs", "until"), progress="images/s", best_step="ep",
     host_mib=host_mib, check=check, run="jobs.timm_job:run", docs="an image classifier from timm"))

@@ -404,3 +404,89 @@ def test_a_task_that_has_started_but_not_yet_measured_its_pace_is_still_slowed_b
     # effnet measured: 2 epochs left at 100 s each, its pace beside the others; it is taken as it was measured
     measured = [replace(p, seconds_per_epoch=100.0, epoch_in_fold=1) if p.name == "effnet" else p for p in started]
     assert m.ends(measured, 50.0)["effnet"] == pytest.approx(50.0 + 2 * 100.0)
+
+
+# --- a fold given back bounded by time -------------------------------------------------------------------------
+
+def bounded_job(**kw):
+    """a: cut to 1 of 3 folds, in its fold's first epoch at 60 s; 50 s an epoch, 5 s a validation (every epoch), 10 s
+    a fold change: its fold ends at 60 + 2 × 50 + 2 × 5 + 10 = 180 s."""
+    base = dict(folds=1, epochs=3, epoch=1, spe=50.0, validation_s=5.0, fold_overhead_s=10.0, patience=1,
+                planned_epochs=3, boundable=True)
+    return running("a", **{**base, **kw})
+
+
+def test_a_fold_that_no_longer_fits_whole_is_given_back_bounded_by_time():
+    """In a 262 s window a second fold of a does not fit whole (3 epochs: 180 + 175 s; 2 epochs, the floor: 180 +
+    120 s, each × 1.5). Bounded, it trains until the window's end less its 15 s tail × 1.5 (239.5 s), starting at
+    180 + 10 s: 0.99 epochs — short of one, so nothing in a 262 s window; in a 267 s window 1.09 epochs: given back,
+    and the projection ends a at its bound and tail, inside the window with the margin. A kind that does not honour a
+    bound (``boundable`` False) is not given one; nor is a job whose tail is unmeasured."""
+    planned = {"a": (3, 3)}
+    assert decide_restores([bounded_job()], planned, 60.0, 0.0, 262.0) == []
+    back = decide_restores([bounded_job()], planned, 60.0, 0.0, 267.0)
+    assert [(c.what, c.old, c.new) for c in back] == [("folds", 1, 2)]
+    until = back[0].until
+    assert until == pytest.approx(267.0 - 15.0 * 1.5, abs=0.01)
+    assert back[0].estimated_finish_s == pytest.approx(until + 15.0, abs=0.01)
+    assert "bounded by time" in back[0].reason and "1.1 epoch(s)" in back[0].reason
+    a = replace(bounded_job(), folds=2, until=until)
+    assert budget.ALONE.ends([a], 60.0)["a"] == pytest.approx(until + 15.0)  # not 180 + 175 s
+    assert decide_cuts([a], 60.0, 0.0, 267.0, 0.25) == []  # held to its bound, it is not late
+    assert decide_restores([replace(bounded_job(), boundable=False)], planned, 60.0, 0.0, 267.0) == []
+    assert decide_restores([bounded_job(fold_overhead_s=0.0, validation_s=0.0)], planned, 60.0, 0.0, 267.0) == []
+
+
+def test_a_bounded_fold_whose_job_fell_behind_is_taken_back_before_it_begins():
+    """a's second fold was given back bounded at 244.5 s; its first fold then ran slower (70 s an epoch): the second
+    would start training at 60 + 2 × (70 + 5) + 10 + 10 = 230 s, 0.2 epochs before its bound: taken back, folds 2 → 1.
+    At the pace it was given at, it stays; and a fold already under way is never taken back (its bound ends it)."""
+    a = replace(bounded_job(), folds=2, until=244.5)
+    assert budget.decide_takebacks([a], 60.0, 0.0) == []
+    slow = replace(a, seconds_per_epoch=70.0)
+    takeback = budget.decide_takebacks([slow], 60.0, 0.0)
+    assert [(c.what, c.old, c.new) for c in takeback] == [("folds", 2, 1)] and "0.2 epoch(s)" in takeback[0].reason
+    begun = replace(slow, folds_done=1, epoch_in_fold=1)
+    assert budget.decide_takebacks([begun], 200.0, 0.0) == []
+
+
+def test_a_running_jobs_last_fold_is_held_to_a_time_bound_rather_than_losing_an_epoch():
+    """a, in its last fold with one epoch done at 60 s, needs 2 × (50 + 5) + 10 s more: 180 s, late for a 170 s window
+    (+10 %). Cutting its third epoch ends its training at 110 s and the job at 125 s (45 s of the window idle); held to
+    a bound it trains until 170 − 15 × 1.1 = 153.5 s, then validates and predicts: it ends at 168.5 s. Where the
+    kind does not honour a bound, or the fold under way is not the job's last, or it has not finished an epoch of
+    it, the epoch is cut as before."""
+    a = bounded_job()
+    cuts = decide_cuts([a], 60.0, 0.0, 170.0, 0.1)
+    assert [(c.what, c.until) for c in cuts] == [("until", pytest.approx(153.5, abs=0.01))]
+    assert cuts[0].estimated_finish_s == pytest.approx(168.5, abs=0.01) and "trains until 153s" in cuts[0].reason
+    assert [(c.what, c.new) for c in decide_cuts([replace(a, boundable=False)], 60.0, 0.0, 170.0, 0.1)] == [
+        ("epochs", 2)]
+    assert all(c.what != "until" for c in decide_cuts([replace(a, folds=2)], 60.0, 0.0, 290.0, 0.1))
+    assert all(c.what != "until" for c in decide_cuts([replace(a, epoch_in_fold=0)], 10.0, 0.0, 170.0, 0.1))
+
+
+def test_the_run_loop_sends_the_bound_and_reads_a_bounded_epoch_as_no_pace():
+    """The run loop's look on a timm job late by its third epoch: the bound goes to the job (``SetLimits`` with
+    ``until`` on the run's clock), the record carries it (``until_s``) and the progress says it. The epoch the job
+    then ends at its bound (``bounded``) is a part of an epoch: neither its pace nor the estimate's error is taken
+    from it."""
+    plan = planmod.from_dict({"name": "t", "hardware": {"profile": "A100-40GB", "gpus_per_node": 1, "cpus": 16},
+                              "budget": "200s", "jobs": [
+                                  {"name": "x", "kind": "timm", "model": "resnet18", "epochs": 3, "folds": 1,
+                                   "resources": {"cpus": 1, "gpu_memory": "4GB"}}]})
+    s = rl.RunState(plan, [Where("x")], rl.Window(T0, T0 + 170.0))
+    s.handle(rl.Start(T0), rl.JobStarted("x", T0))
+    epoch = {"fold": 0, "epochs": 3, "steady_epoch_s": 50.0, "steady_steps": 10, "validated": True, "val_s": 5.0}
+    out = s.handle(rl.JobReported("x", "epoch", {**epoch, "epoch": 1}, T0 + 60), rl.Tick(T0 + 60))
+    limits = [i for i in out if isinstance(i, rl.SetLimits)]
+    # 3 epochs: 2 × 50 + one validation (patience 3: epochs 3 and 1) = 105 s more, × 1.25 past the window; the tail
+    # is the validation (5 s), no fold change measured or modelled
+    assert [i.limits for i in limits] == [{"until": pytest.approx(T0 + 170 - 5 * 1.25, abs=0.01)}]
+    record = next(i for i in out if isinstance(i, rl.Record) and i.kind == "budget_cut")
+    assert record.fields["what"] == "until" and record.fields["until_s"] == pytest.approx(163.7, abs=0.1)
+    assert s.jobs["x"].progress["cut"] == "training until 164s"
+    compared, steady = len(s.compared), list(s.jobs["x"].timing["steady_s"])
+    s.handle(rl.JobReported("x", "epoch", {**epoch, "epoch": 2, "steady_epoch_s": 10.0}, T0 + 120),
+             rl.JobReported("x", "epoch", {**epoch, "epoch": 3, "steady_epoch_s": 30.0, "bounded": True}, T0 + 168))
+    assert len(s.compared) == compared + 1 and s.jobs["x"].timing["steady_s"] == steady + [10.0]

@@ -116,6 +116,35 @@ def test_timm_stop_mid_fold_keeps_only_finished_folds(comp, tmp_path, few_steps)
     assert any("stopped during fold 1" in n for n in out.notes)
 
 
+def test_a_time_bound_ends_the_fold_under_way_at_its_step_and_starts_no_fold_after_it(comp, tmp_path, few_steps,
+                                                                                       monkeypatch):
+    """The budget's time bound (``limits()["until"]``) passes once fold 0's first epoch is reported: fold 0's second
+    epoch ends after one step, is validated and reported ``bounded`` as the fold's last, the fold is kept (scored,
+    predicted), and fold 1 never starts. Driven by the job's own reports, not a clock: the bound is 0 (long past)
+    from that report on, and the limits are read at every step."""
+    import jobs.contract
+
+    monkeypatch.setattr(jobs.contract, "UNTIL_READ_S", 0.0)
+    monkeypatch.setattr(timm_job, "REHEARSAL_EPOCHS", 3)
+    events = []
+    limits = {}
+
+    def report(kind, data):
+        events.append((kind, data))
+        if kind == "epoch":
+            limits["until"] = 0.0
+
+    ctx = JobContext("tiny", tmp_path, cpus=1, device="cpu", rehearsal=True, report=report, limits=lambda: limits)
+    out = run_job(_spec(epochs=3), comp, ctx)
+    epochs = [d for k, d in events if k == "epoch"]
+    assert [(d["fold"], d["epoch"], d.get("bounded", False)) for d in epochs] == [(0, 1, False), (0, 2, True)]
+    assert epochs[1]["validated"] and epochs[1]["val_score"] is not None
+    assert epochs[1]["steps"] == 1 and epochs[0]["steps"] == 3
+    assert [(f.fold, f.epochs) for f in out.folds] == [(0, 2)] and out.folds[0].score is not None
+    assert out.folds[0].test_pred.shape == (360, 10)
+    assert any("time bound passed: 1 of 2 folds run" in n for n in out.notes)
+
+
 def test_timm_stop_before_any_step_returns_nothing(comp, tmp_path):
     ctx = JobContext("tiny", tmp_path, cpus=1, device="cpu", rehearsal=True, should_stop=lambda: True)
     out = run_job(_spec(), comp, ctx)

@@ -50,7 +50,9 @@ class Kind:
     imports_s: float  # its process's imports before it does anything (the time model's start-up; CPU, measured)
     batch: bool = False  # the fitter sets its batch, the job grows and halves it (memory ∝ batch)
     lanes: bool = False  # its folds may run side by side as lanes (policy.tasks)
-    cuts: tuple[str, ...] = ()  # what the budget may shorten, of "folds", "epochs" (nothing: only its deadline)
+    # what the budget may shorten, of "folds", "epochs" and "until" (a fold's training ends at a time bound: the job
+    # reads ``JobContext.time_over``); nothing: only its deadline
+    cuts: tuple[str, ...] = ()
     # a kind whose steps are boosting rounds counts them in epochs of this many (its fold's rounds cap and the budget's
     # epoch cuts, its progress reported each epoch); None: its epochs are its own (a timm job's passes over the data)
     rounds_per_epoch: int | None = None

@@ -41,6 +41,15 @@ less than either); a job whose cut brings no
 late task's end nearer is passed over (it would lose for nothing). Finished folds and the fold under way are never
 cut.
 
+Where an epoch is the finest cut and a coarse one, a **time bound** keeps what the window holds (``_bound``): a
+running job late in its last fold, with an epoch of it finished, on steady figures, of a kind that honours a bound
+(``boundable``), trains until the window's end less its tail (``tail_s``: a validation and the test prediction, the
+time model's until measured) stretched by the margin, then validates and predicts (``JobContext.time_over``); it is
+made instead of a cut where it keeps more training. A job held to a bound is projected to end no later than the bound
+and its tail, and only that tail is stretched by the margin. When time comes back and no whole skipped fold fits, one
+is given back bounded (``_bounded_back``) where the bound leaves it BOUND_MIN_EPOCHS of training; taken back before
+it begins where its job fell behind (``decide_takebacks``).
+
 A cut is **undone** when time comes back, one decision per look, epochs first, then folds, the strongest job first:
 the largest step back after which the restored task and every task it moves still end inside the window with
 ``RESTORE_FACTOR`` margins (the hysteresis that keeps a restore from being cut again at once). Folds come back at the
@@ -99,6 +108,10 @@ class JobProgress:
     fresh: bool = True  # it has reported an epoch since it was last cut: a new cut is judged on what that cut did
     waiting: bool = False  # launched, not started: waiting for its lane, its wave or its turn (the time model's)
     started_at: float | None = None  # when the running attempt started
+    modelled_validation_s: float = 0.0  # the time model's validation (precise BN with it), until one is measured
+    modelled_prediction_s: float = 0.0  # the time model's test prediction, until a fold change is measured
+    until: float | None = None  # its time bound (the run's clock): its training ends there, its last fold then ends
+    boundable: bool = False  # its kind ends a fold's training at a time bound (``Kind.cuts`` holds "until")
 
     @property
     def per_epoch(self) -> tuple[float | None, bool]:
@@ -108,6 +121,14 @@ class JobProgress:
         if self.modelled_seconds_per_epoch is not None:
             return self.modelled_seconds_per_epoch, True
         return None, False
+
+    @property
+    def tail_s(self) -> float:
+        """Seconds from the end of its last fold's training to its end: a validation and a fold change (the test
+        prediction; the next fold's set-up counted as well, as in ``fold_overhead_s``: on the safe side), each the
+        time model's until it is measured."""
+        return ((self.validation_s or self.modelled_validation_s)
+                + max(self.fold_overhead_s, self.modelled_prediction_s))
 
     @property
     def steady(self) -> bool:
@@ -133,6 +154,7 @@ class Cut:
     new: int
     reason: str
     estimated_finish_s: float | None = None  # from the window's start, with this decision made
+    until: float | None = None  # a fold given back bounded by time: the bound (the run's clock) it trains to
 
 
 def _validations(p: JobProgress, start: int, per_fold: int) -> int:
@@ -182,13 +204,21 @@ class Projection(Protocol):
     def left(self, p: JobProgress, now: float) -> float | None: ...
 
 
+def bounded(jobs: list[JobProgress], ends: dict[str, float]) -> dict[str, float]:
+    """``ends`` with each task that has a time bound ending no later than the bound and its tail (``tail_s``): its
+    training stops there whatever work its limits still hold. Its neighbours are projected as if it ran on (on the
+    safe side: it frees its cores sooner than that)."""
+    bound = {p.name: p.until + p.tail_s for p in jobs if p.until is not None}
+    return {n: min(e, bound[n]) if n in bound else e for n, e in ends.items()}
+
+
 class Alone:
     """Without a time model: each task with steady figures alone, from now (one started again pays its measured
     start-up first); a task without them is not projected."""
 
     def ends(self, jobs: list[JobProgress], now: float) -> dict[str, float]:
-        return {p.name: now + r + (p.startup_s if p.waiting else 0.0) for p in jobs
-                if p.steady and not p.finished and (r := remaining_s(p)) is not None}
+        return bounded(jobs, {p.name: now + r + (p.startup_s if p.waiting else 0.0) for p in jobs
+                              if p.steady and not p.finished and (r := remaining_s(p)) is not None})
 
     def left(self, p: JobProgress, now: float) -> float | None:
         return remaining_s(p)
@@ -276,7 +306,7 @@ class TimeModel:
         placed = [a for a in self.assignments if a.job in times]
         tl = self.timeline(times, now=now, remaining=remaining, started=started, measured=measured,
                            assignments=placed)
-        return {**alone, **{n: s.end for n, s in tl.spans.items()}}
+        return bounded(jobs, {**alone, **{n: s.end for n, s in tl.spans.items()}})
 
     def left(self, p: JobProgress, now: float) -> float | None:
         t = self.times.get(p.name)
@@ -375,7 +405,11 @@ class _Look:
         return self.projection.ends([q for q in self.jobs if q.name != p.name] + [replace(p, **change)], self.now)
 
     def late(self, ends: dict[str, float]) -> set[str]:
-        return {n for n, e in ends.items() if n not in self.lost and not _fits(e, self.now, self.deadline, self.margin)}
+        """The tasks whose end, stretched by the margin, passes the window. A task held to its time bound is
+        stretched from the bound only: its training ends there by its own clock, what follows is estimated."""
+        bounds = {p.name: p.until for p in self.jobs if p.until is not None}
+        return {n for n, e in ends.items() if n not in self.lost and not _fits(
+            e, max(self.now, bounds[n]) if n in bounds and e >= bounds[n] else self.now, self.deadline, self.margin)}
 
     def holds(self, p: JobProgress, after: dict[str, float]) -> bool:
         """Whether ``p`` and every task the change moved later end inside the window with the margin (a task the
@@ -437,7 +471,8 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
         once |= {c.job for c in decision if c.job not in waiting}
         reasons.update({(c.job, c.what): c.reason for c in decision})
         order = list(dict.fromkeys(order + [c.job for c in decision]))
-        current = [replace(p, **{c.what: c.new for c in decision if c.job == p.name}) for p in current]
+        current = [replace(p, **{c.what: c.until if c.what == "until" else c.new for c in decision
+                                 if c.job == p.name}) for p in current]
     if not decisions:
         return []
     before = {p.name: p for p in jobs}
@@ -457,6 +492,10 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
             if decisions > 1 or refilled:
                 reason += f"; with this look's cuts, estimated finish {estimated:.0f}s"
             cuts.append(Cut(p.name, what, old, new, reason, estimated))
+        if p.until is not None and before[p.name].until is None:  # its last fold held to a time bound
+            reason = reasons[p.name, "until"] + (f"; with this look's cuts, estimated finish {estimated:.0f}s"
+                                                 if decisions > 1 else "")
+            cuts.append(Cut(p.name, "until", p.epochs, p.epochs, reason, estimated, until=p.until))
     return cuts
 
 
@@ -512,6 +551,18 @@ def _one_cut(jobs: list[JobProgress], now: float, window_start: float, deadline:
             if sized is None:
                 continue
             new, after = sized
+            bound = _bound(look, p, after)
+            if bound is not None:  # its last fold held to a time bound: more of its training kept than the cut's
+                until, bound_after = bound
+                estimated = max(bound_after.values())
+                reason = (f"estimated finish {finish - window_start:.0f}s (+{error_margin:.0%}, the estimate's error) "
+                          f"passes the {deadline - window_start:.0f}s window; {p.name} needs "
+                          f"{projection.left(p, now):.0f}s more: rather than {what} {getattr(p, what)} → {new}, its "
+                          f"last fold trains until {until - window_start:.0f}s (the window's end less {p.tail_s:.0f}s "
+                          f"of validation and prediction, +{error_margin:.0%}), then validates and predicts; "
+                          f"estimated finish then {estimated - window_start:.0f}s")
+                return [Cut(p.name, "until", p.epochs, p.epochs, reason, round(estimated - window_start, 1),
+                            until=until)]
             holds = look.holds(p, after)
             if p.waiting or not holds:  # the form that keeps more of its work (more folds at a tie), or that fits
                 form, kept = _form(look, p), {"folds": p.folds, "epochs": p.epochs, what: new}
@@ -583,7 +634,7 @@ def decide_restores(jobs: list[JobProgress], planned: dict[str, tuple[int, int]]
     m = error_margin * RESTORE_FACTOR
     look = _Look(jobs, now, deadline, m, projection, projection.ends(jobs, now),
                  beyond_rescue(jobs, now, deadline, m, projection))
-    cut = [p for p in jobs if p.name in planned and p.cuttable]
+    cut = [p for p in jobs if p.name in planned and p.cuttable and p.until is None]  # a bounded job: nothing more
     for what in ("epochs", "folds"):
         for p in reversed(weakest_first(cut, projection, now)):
             back = _fold_back(look, p, planned[p.name]) if what == "folds" else next((
@@ -604,7 +655,98 @@ def decide_restores(jobs: list[JobProgress], planned: dict[str, tuple[int, int]]
             if fewer:  # one decision: the epochs cut, then the folds given back
                 decision.insert(0, Cut(p.name, "epochs", p.epochs, epochs, reason, round(finish - window_start, 1)))
             return decision
+    for p in reversed(weakest_first(cut, projection, now)):  # no whole fold fits: one bounded by time, where it pays
+        back = _bounded_back(look, p, planned[p.name])
+        if back is None:
+            continue
+        until, trained, after = back
+        finish = max(after.values())
+        reason = (f"time came back: no whole fold fits, so folds {p.folds} → {p.folds + 1} bounded by time: "
+                  f"{p.name}'s fold {p.folds + 1} trains until {until - window_start:.0f}s (the window's end less "
+                  f"{p.tail_s:.0f}s of validation and prediction, +{m:.0%}), about {trained:.1f} epoch(s), then "
+                  f"validates and predicts (the plan's estimated finish {finish - window_start:.0f}s)")
+        return [Cut(p.name, "folds", p.folds, p.folds + 1, reason, round(finish - window_start, 1), until=until)]
     return []
+
+
+BOUND_MIN_EPOCHS = 1.0  # a fold given back bounded by time trains at least this many epochs before its bound
+
+
+def _bound(look: _Look, p: JobProgress, cut_after: dict) -> tuple[float, dict] | None:
+    """A running job's last fold held to a time bound instead of a cut: it trains until the window's end less its
+    tail (``tail_s``: validation and prediction) stretched by the margin, then validates and predicts. Only for a
+    kind that honours a bound, on steady figures, in its last fold with an epoch of it finished (a bound never ends a
+    fold that has barely begun), and where it keeps more training than the cut (``cut_after``: the projection with
+    the cut made) and brings the plan inside the window. An epoch was the finest unit: on 8,000 images the budget cut
+    EfficientNet-B4's third epoch at 117 s (it would have ended 14 s past the window) and the job ended at 191 s of
+    the 248 s window; held to a bound its third epoch trains until the validation must begin."""
+    if not (p.boundable and p.until is None and p.steady and not p.waiting and p.epoch_in_fold >= 1
+            and p.folds_done == p.folds - 1 and p.tail_s > 0):
+        return None
+    until = look.deadline - p.tail_s * (1 + look.margin) - 1e-3
+    if until <= look.now or until <= cut_after.get(p.name, math.inf) - p.tail_s:
+        return None
+    q = replace(p, until=until)
+    bound = replace(look, jobs=[q if x.name == p.name else x for x in look.jobs])
+    after = bound.trial(q)
+    # the bound takes no work from its neighbours (the projection runs it on beside them): it is for a late job alone,
+    # which it brings inside the window (its end need not move: past the bound only its tail is estimated)
+    return (until, after) if p.name in look.late(look.ends) - bound.late(after) and bound.holds(q, after) else None
+
+
+def _bound_start(p: JobProgress, end: float) -> float:
+    """When a job's last fold, projected to end at ``end`` unbounded, starts training: its epochs and validations
+    back from its end, its fold change counted before them (on the safe side: the training left before a bound)."""
+    per_epoch = p.per_epoch[0] or 0.0
+    return end - p.epochs * per_epoch - _validations(p, 0, p.epochs) * p.validation_s
+
+
+def _bounded_back(look: _Look, p: JobProgress, planned: tuple[int, int]) -> tuple[float, float, dict] | None:
+    """One skipped fold given back bounded by time, where no whole fold fits (``_fold_back``): it trains until the
+    window's end less its tail (``tail_s``: validation and prediction) stretched by the look's margin, then validates
+    and predicts as its last epoch; only where its kind honours a bound (``boundable``), its pace and tail are
+    measured, it holds no bound yet, and the projection leaves the fold BOUND_MIN_EPOCHS of training before the bound
+    (a fold of a few steps would drag its job's test predictions to chance). Returns (the bound, the epochs it
+    trains, the projection with it), or None. The window's last 57 s stood idle on 8,000 images: each image job's
+    one fold of three epochs fitted, a second did not, and epochs were the finest unit."""
+    per_epoch, tentative = p.per_epoch
+    if (not p.boundable or p.until is not None or p.folds >= planned[0] or per_epoch is None or tentative
+            or per_epoch <= 0 or p.tail_s <= 0):
+        return None
+    until = look.deadline - p.tail_s * (1 + look.margin) - 1e-3
+    more = _back(p, folds=p.folds + 1)
+    end = look.trial(p, **more).get(p.name)
+    if end is None or until <= look.now:
+        return None
+    trained = (until - max(look.now, _bound_start(replace(p, **more), end))) / per_epoch
+    if trained < BOUND_MIN_EPOCHS:
+        return None
+    q = replace(p, **more, until=until)
+    bound = replace(look, jobs=[q if x.name == p.name else x for x in look.jobs])
+    after = bound.trial(q)
+    return (until, trained, after) if bound.holds(q, after) else None
+
+
+def decide_takebacks(jobs: list[JobProgress], now: float, window_start: float, *,
+                     projection: Projection = ALONE) -> list[Cut]:
+    """A fold given back bounded by time that has not begun, where the projection no longer leaves it
+    BOUND_MIN_EPOCHS of training before its bound (its job ran slower than projected): taken back, its folds cut by
+    one. The bound stays: a fold that began in the meantime still ends its training there."""
+    out = []
+    for p in jobs:
+        per_epoch = p.per_epoch[0]
+        if p.until is None or p.finished or not per_epoch or p.folds <= max(1, p.folds_done + (p.epoch_in_fold > 0)):
+            continue
+        end = projection.ends([q for q in jobs if q.name != p.name] + [replace(p, until=None)], now).get(p.name)
+        if end is None:
+            continue
+        trained = (p.until - max(now, _bound_start(p, end))) / per_epoch
+        if trained < BOUND_MIN_EPOCHS:
+            reason = (f"the fold given back bounded by time would now train {max(0.0, trained):.1f} epoch(s) before "
+                      f"its bound at {p.until - window_start:.0f}s (at least {BOUND_MIN_EPOCHS:g}): taken back, "
+                      f"folds {p.folds} → {p.folds - 1}")
+            out.append(Cut(p.name, "folds", p.folds, p.folds - 1, reason))
+    return out
 
 
 def _back(p: JobProgress, **change) -> dict:

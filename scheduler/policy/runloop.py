@@ -168,9 +168,10 @@ class RunState:
             took = max(0.0, at - t.get("mark", j.started or at))
             fold_start = f.get("epoch") == 1 and t.get("folds_done", 0) > 0
             predicted = self._predicted(t, bool(f.get("validated")), fold_start)
-            if predicted and not first:
+            bounded = bool(f.get("bounded"))  # ended at the budget's time bound: a part of an epoch, no pace
+            if predicted and not first and not bounded:
                 self.compared.append((ev.job, (took - predicted) / predicted))
-            if f.get("steady_epoch_s") is not None and f.get("steady_steps"):
+            if not bounded and f.get("steady_epoch_s") is not None and f.get("steady_steps"):
                 t.setdefault("steady_s", []).append(float(f["steady_epoch_s"]))
                 t["steady_steps"] = t.get("steady_steps", 0) + int(f["steady_steps"])
                 if f.get("validated") and f.get("val_s") is not None:
@@ -180,7 +181,8 @@ class RunState:
                     t.setdefault("fold_gap_s", []).append(max(0.0, took - work))
             if f.get("startup_s") is not None:
                 t["startup_s"] = float(f["startup_s"])
-            t.setdefault("epoch_s", []).append(took)
+            if not bounded:
+                t.setdefault("epoch_s", []).append(took)
             t["epoch_in_fold"], t["epochs"] = f.get("epoch", 0), f.get("epochs")
         else:
             t["folds_done"] = t.get("folds_done", 0) + 1
@@ -401,7 +403,9 @@ class RunState:
             fold_overhead_s=statistics.mean(t["fold_gap_s"]) if t.get("fold_gap_s") else 0.0,
             startup_s=t.get("startup_s", 0.0), strength=strength, cuttable=kind.cuttable,
             fresh=len(t.get("epoch_s", ())) > t.get("cut_at_epoch", -1), waiting=self._waiting(j),
-            started_at=j.started)
+            started_at=j.started, until=j.limits.get("until"), boundable="until" in kind.cuts,
+            modelled_validation_s=(modelled.validation_s + modelled.precise_bn_s) if modelled else 0.0,
+            modelled_prediction_s=modelled.prediction_s if modelled else 0.0)
 
     @staticmethod
     def _waiting(j: JobRun) -> bool:
@@ -450,6 +454,10 @@ class RunState:
                 self.jobs[p.name].progress["eta_s"] = round(eta, 1)
         margin = budget.margin(self.errors, self._model_error)
         out: list = []
+        for cut in budget.decide_takebacks(progress + waiting, now, self.window.started_at, projection=projection):
+            out += self._cut(cut, margin)
+        if out:
+            return out
         for cut in budget.decide_cuts(progress + waiting, now, self.window.started_at, self.window.deadline, margin,
                                       projection=projection):
             out += self._cut(cut, margin)
@@ -467,8 +475,13 @@ class RunState:
 
     def _cut(self, cut: budget.Cut, margin: float) -> list:
         """A budget cut made: the job's limit, its record, its progress (a job that ended takes the limit when it is
-        started again: ``_restore``)."""
+        started again: ``_restore``); a time bound (``until``) goes to the job as it is."""
         j = self.jobs[cut.job]
+        if cut.what == "until":
+            j.limits["until"] = cut.until
+            j.progress.update({"cut": self._cut_text(j), "cut_reason": cut.reason})
+            return [SetLimits(cut.job, {"until": cut.until}), Record("budget_cut", cut.job, self._decision(cut, margin)),
+                    Progress(cut.job, dict(j.progress))]
         j.limits.setdefault(f"planned_{cut.what}", cut.old)
         j.limits[cut.what] = cut.new
         j.timing["cut_at_epoch"] = len(j.timing.get("epoch_s", ()))  # cut again only on a newer measurement
@@ -482,17 +495,21 @@ class RunState:
         ``budget_restore``; the live view, the report, ``status`` and the benchmark read these names)."""
         return {"what": c.what, "old": c.old, "new": c.new, "reason": c.reason, "margin": round(margin, 3),
                 "margin_source": budget.margin_source(self.errors, self._model_error), "errors": len(self.errors),
-                "estimated_finish_s": c.estimated_finish_s}
+                "estimated_finish_s": c.estimated_finish_s,
+                **({} if c.until is None else {"until_s": round(c.until - self.window.started_at, 1)})}
 
-    @staticmethod
-    def _cut_text(j: JobRun) -> str:
-        """What the budget has cut of a task, all told: "folds 5 → 1, epochs 10 → 6"."""
-        return ", ".join(f"{w} {j.limits[f'planned_{w}']} → {j.limits[w]}" for w in ("folds", "epochs")
-                         if w in j.limits and f"planned_{w}" in j.limits)
+    def _cut_text(self, j: JobRun) -> str:
+        """What the budget has cut of a task, all told: "folds 5 → 1, epochs 10 → 6, training until 212s"."""
+        return ", ".join([f"{w} {j.limits[f'planned_{w}']} → {j.limits[w]}" for w in ("folds", "epochs")
+                          if w in j.limits and f"planned_{w}" in j.limits]
+                         + ([f"training until {j.limits['until'] - self.window.started_at:.0f}s"]
+                            if j.limits.get("until") is not None else []))
 
     def _restore(self, r: budget.Cut, margin: float) -> list:
         j = self.jobs[r.job]
         j.limits[r.what] = r.new
+        bound = {} if r.until is None else {"until": r.until}  # a fold given back bounded by time: the bound
+        j.limits.update(bound)
         planned = j.limits.get(f"planned_{r.what}")
         if planned is not None and r.new >= planned:  # fully restored: nothing of it is cut any more
             j.limits.pop(r.what, None)
@@ -515,8 +532,8 @@ class RunState:
             j.progress["folds_done"] = 0
             out += [self._set(r.job, JobState.PENDING, reason=f"restarted: {r.reason}"), self._launch(r.job)]
             # the new attempt takes every limit still standing (an epochs cut too), not only the one given back
-            out.append(SetLimits(r.job, {**{w: j.limits[w] for w in ("folds", "epochs") if w in j.limits},
+            out.append(SetLimits(r.job, {**{w: j.limits[w] for w in ("folds", "epochs", "until") if w in j.limits},
                                          r.what: r.new}))
         else:
-            out.append(SetLimits(r.job, {r.what: r.new}))
+            out.append(SetLimits(r.job, {r.what: r.new, **bound}))
         return out + [Progress(r.job, dict(j.progress))]
