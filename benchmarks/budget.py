@@ -39,6 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scheduler.policy.budget import change_text  # noqa: E402  (after the path: the repository's own)
+
 GOAL_SHARE = 0.85  # of the training window, used by the budgeted run (issue 41; 75 % in issue 32)
 GOAL_ESTIMATE = 0.15  # the first cut's estimated finish, within this of what happened
 GOAL_SCORE_GAP = 0.01  # the budgeted run's held-out, at most this below the uncut run's
@@ -89,14 +91,14 @@ def last_training_activity(events: list[dict]) -> float | None:
 
 def decisions(events: list[dict], start: float | None = None) -> list[dict]:
     """Every ``budget_cut`` and ``budget_restore``, in order: at (s from the window's start), kind, task, what,
-    old, new, reason, margin, and the estimate fields where the controller wrote them."""
+    old, new, the time bound (``until_s``), reason, margin, and the estimate fields where the controller wrote them."""
     out = []
     for e in events:
         if e.get("event") not in ("budget_cut", "budget_restore"):
             continue
         d = {"at_s": round(e["time"] - start, 1) if start is not None else None,
              "kind": "cut" if e["event"] == "budget_cut" else "undo", "task": e.get("job")}
-        for k in ("what", "old", "new", "reason", "margin", "estimated_finish_s", "margin_source"):
+        for k in ("what", "old", "new", "until_s", "reason", "margin", "estimated_finish_s", "margin_source"):
             if k in e:
                 d[k] = e[k]
         out.append(d)
@@ -269,10 +271,10 @@ def _progress_line(label: str, t0: float, e: dict) -> str | None:
         return f"{at} {job}: fold {e.get('fold')} finished, score {e.get('score')}"
     if kind == "budget_cut":
         est = e.get("estimated_finish_s")
-        return (f"{at} ✂ {job}: {e.get('what')} {e.get('old')} → {e.get('new')} ({e.get('reason')}"
+        return (f"{at} ✂ {job}: {change_text(e)} ({e.get('reason')}"
                 + (f"; estimated finish {est:.0f} s, {e.get('margin_source')} margin)" if est is not None else ")"))
     if kind == "budget_restore":
-        return f"{at} ↺ {job}: {e.get('what')} {e.get('old')} → {e.get('new')} ({e.get('reason')})"
+        return f"{at} ↺ {job}: {change_text(e)} ({e.get('reason')})"
     if kind == "state" and e.get("new") in ("SUCCEEDED", "FAILED", "CANCELLED"):
         return f"{at} {job}: {e.get('new')}"
     if kind == "run_end":
@@ -376,8 +378,8 @@ def table(result: dict) -> str:
         for d in r["decisions"]:
             mark = "✂" if d["kind"] == "cut" else "↺"
             extra = "".join(f", {k} {d[k]}" for k in ("estimated_finish_s", "margin_source") if k in d)
-            lines.append(f"{name}: {mark} at {_fmt(d['at_s'])} s {d['task']}: {d.get('what')} {d.get('old')} → "
-                         f"{d.get('new')}, margin {d.get('margin')}{extra} — {d.get('reason')}")
+            lines.append(f"{name}: {mark} at {_fmt(d['at_s'])} s {d['task']}: {change_text(d)}, "
+                         f"margin {d.get('margin')}{extra} — {d.get('reason')}")
         est = r["first_cut_estimate"]
         if name.startswith("budgeted"):
             lines.append(f"{name}: estimate's error at the first cut: "

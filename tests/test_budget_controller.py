@@ -136,3 +136,8 @@ def test_the_live_view_marks_cuts_and_undos_with_their_margin():
     assert _describe(cut).startswith("[yellow]budget ✂[/] r18: epochs 10 → 7, assumed margin 25%, estimated finish")
     back = {**cut, "event": "budget_restore", "old": 7, "new": 10, "margin_source": "measured"}
     assert "budget ↺[/] r18: epochs 7 → 10 again, measured margin 25%" in _describe(back)
+    # a time bound says when the training ends, not "until 3 → 3"; a fold given back bounded says both
+    bound = {**cut, "what": "until", "old": 3, "new": 3, "until_s": 212.4}
+    assert _describe(bound).startswith("[yellow]budget ✂[/] r18: training until 212s, assumed margin 25%")
+    bounded_back = {**back, "what": "folds", "old": 1, "new": 2, "until_s": 230.0}
+    assert "budget ↺[/] r18: folds 1 → 2, training until 230s again" in _describe(bounded_back)

@@ -439,7 +439,8 @@ def test_a_fold_that_no_longer_fits_whole_is_given_back_bounded_by_time():
 
 def test_a_bounded_fold_whose_job_fell_behind_is_taken_back_before_it_begins():
     """a's second fold was given back bounded at 244.5 s; its first fold then ran slower (70 s an epoch): the second
-    would start training at 60 + 2 × (70 + 5) + 10 + 10 = 230 s, 0.2 epochs before its bound: taken back, folds 2 → 1.
+    would start training at 60 + 2 × (70 + 5) + 10 + 10 = 230 s, 0.2 epochs before its bound: taken back,
+    folds 2 → 1.
     At the pace it was given at, it stays; and a fold already under way is never taken back (its bound ends it)."""
     a = replace(bounded_job(), folds=2, until=244.5)
     assert budget.decide_takebacks([a], 60.0, 0.0) == []

@@ -49,6 +49,9 @@ def _run_folder(tmp_path):
         {"time": T0 + 30, "event": "budget_cut", "job": "cnn/f1", "what": "folds", "old": 2, "new": 1,
          "reason": "estimated finish 410 s > window 300 s", "margin": 0.12, "margin_source": "measured",
          "errors": 5, "estimated_finish_s": 280.0},
+        {"time": T0 + 35, "event": "budget_cut", "job": "cnn/f0", "what": "until", "old": 2, "new": 2,
+         "reason": "its last fold held to a bound", "margin": 0.12, "margin_source": "measured", "errors": 5,
+         "estimated_finish_s": 290.0, "until_s": 275.0},
         {"time": T0 + 31, "event": "note", "job": "cnn/f0", "note": LONG_NOTE},
         {"time": T0 + 32, "event": "note", "note": "colocation from the sets of ../shared/data/colocation-profiles"},
         {"time": T0 + 33, "event": "telemetry", "job": "cnn/f0", "device": 0, "gpu_memory_mib": 3900,
@@ -95,6 +98,7 @@ def test_timeline_shows_every_task_its_states_folds_epochs_and_cut(page):
 
 def test_the_budget_section_says_the_margin_its_cut_stood_on(page):
     assert "✂ cut folds 2 → 1 (measured margin 12%, estimated finish 280s into the window)" in page
+    assert "✂ cut training until 275s (measured margin 12%, estimated finish 290s into the window)" in page
     assert "the last decision on a measured margin of 12% (5 epochs compared)" in page
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from scheduler.policy import timerecord
+from scheduler.policy import budget, timerecord
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime.driver import Driver, RunOptions
 from scheduler.runtime.submit import default_run_dir, submit
@@ -96,11 +96,9 @@ def _describe(ev: dict) -> str | None:
     if kind == "estimate_replaced":
         return f"{job}: memory {ev['old_mib']:,} → {ev['new_mib']:,} MiB, {ev.get('source', 'measured')}"
     if kind == "budget_cut":
-        return (f"[yellow]budget ✂[/] {job}: {ev['what']} {ev['old']} → {ev['new']}{_basis(ev)} "
-                f"({ev.get('reason', '')})")
+        return f"[yellow]budget ✂[/] {job}: {budget.change_text(ev)}{_basis(ev)} ({ev.get('reason', '')})"
     if kind == "budget_restore":
-        return (f"[green]budget ↺[/] {job}: {ev['what']} {ev['old']} → {ev['new']} again{_basis(ev)} "
-                f"({ev.get('reason', '')})")
+        return f"[green]budget ↺[/] {job}: {budget.change_text(ev)} again{_basis(ev)} ({ev.get('reason', '')})"
     if kind == "launch" and ev.get("attempt", 1) > 1:
         return f"{job}: retry, attempt {ev['attempt']}"
     return None

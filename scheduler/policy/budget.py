@@ -154,7 +154,7 @@ class Cut:
     new: int
     reason: str
     estimated_finish_s: float | None = None  # from the window's start, with this decision made
-    until: float | None = None  # a fold given back bounded by time: the bound (the run's clock) it trains to
+    until: float | None = None  # a time bound (``what`` "until"; or a fold given back bounded): on the run's clock
 
 
 def _validations(p: JobProgress, start: int, per_fold: int) -> int:
@@ -816,6 +816,15 @@ def summary(events: list[dict]) -> dict | None:
             "errors": last.get("errors", 0), "estimated_finish_s": last.get("estimated_finish_s"),
             "cuts": sum(e["event"] == "budget_cut" for e in decisions),
             "restores": sum(e["event"] == "budget_restore" for e in decisions)}
+
+
+def change_text(decision: dict) -> str:
+    """What a ``budget_cut`` / ``budget_restore`` record changed: "epochs 3 → 2", "training until 212s" (a time
+    bound), "folds 1 → 2, training until 230s" (a fold given back bounded)."""
+    bound = "" if decision.get("until_s") is None else f"training until {decision['until_s']:.0f}s"
+    if decision.get("what") == "until":
+        return bound
+    return f"{decision.get('what')} {decision.get('old')} → {decision.get('new')}" + (f", {bound}" if bound else "")
 
 
 def describe(s: dict | None) -> str:

@@ -480,8 +480,8 @@ class RunState:
         if cut.what == "until":
             j.limits["until"] = cut.until
             j.progress.update({"cut": self._cut_text(j), "cut_reason": cut.reason})
-            return [SetLimits(cut.job, {"until": cut.until}), Record("budget_cut", cut.job, self._decision(cut, margin)),
-                    Progress(cut.job, dict(j.progress))]
+            return [SetLimits(cut.job, {"until": cut.until}),
+                    Record("budget_cut", cut.job, self._decision(cut, margin)), Progress(cut.job, dict(j.progress))]
         j.limits.setdefault(f"planned_{cut.what}", cut.old)
         j.limits[cut.what] = cut.new
         j.timing["cut_at_epoch"] = len(j.timing.get("epoch_s", ()))  # cut again only on a newer measurement

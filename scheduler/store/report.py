@@ -291,8 +291,8 @@ def timeline_svg(run: _Run) -> str:
                            f'{fold_name(e.get("fold", 0))} {score:.3f}</text>')
         for e in cuts.get(task, []):
             xc, cut = x(run.at(e)), e["event"] == "budget_cut"
-            tip = (f"{'budget cut' if cut else 'cut undone'} at {_clock(run.at(e))}: {e.get('what')} "
-                   f"{e.get('old')} → {e.get('new')} ({e.get('reason', '')})")
+            tip = (f"{'budget cut' if cut else 'cut undone'} at {_clock(run.at(e))}: {budget.change_text(e)} "
+                   f"({e.get('reason', '')})")
             out.append(f'<g class="{"cut" if cut else "restore"}">{_cut_mark(xc, mid, cut)}<title>{_t(tip)}</title>'
                        '</g>')
     ly = height - 16  # the legend, under the axis
@@ -548,8 +548,8 @@ def _cuts_section(run: _Run) -> str:
             basis = ("" if e.get("margin") is None else
                      f" ({_t(e.get('margin_source', 'assumed'))} margin {e['margin']:.0%}"
                      + ("" if finish is None else f", estimated finish {finish:.0f}s into the window") + ")")
-            items.append(f"<li><b>{_clock(run.at(e))}</b> {_t(e.get('job', ''))}: {verb} {_t(e.get('what', ''))} "
-                         f"{_t(e.get('old'))} → {_t(e.get('new'))}{basis}: <span class=\"dim\">"
+            items.append(f"<li><b>{_clock(run.at(e))}</b> {_t(e.get('job', ''))}: {verb} {_t(budget.change_text(e))}"
+                         f"{basis}: <span class=\"dim\">"
                          f"{_t(e.get('reason', ''))}</span></li>")
     body = (f"<p>{_t(budget.describe(budget.summary(run.events)))}</p><ul>{''.join(items)}</ul>" if items
             else "<p class=\"dim\">The budget cut nothing.</p>")
