@@ -417,36 +417,43 @@ def bounded_job(**kw):
 
 
 def test_a_fold_that_no_longer_fits_whole_is_given_back_bounded_by_time():
-    """In a 262 s window a second fold of a does not fit whole (3 epochs: 180 + 175 s; 2 epochs, the floor: 180 +
-    120 s, each × 1.5). Bounded, it trains until the window's end less its 15 s tail × 1.5 (239.5 s), starting at
-    180 + 10 s: 0.99 epochs — short of one, so nothing in a 262 s window; in a 267 s window 1.09 epochs: given back,
-    and the projection ends a at its bound and tail, inside the window with the margin. A kind that does not honour a
-    bound (``boundable`` False) is not given one; nor is a job whose tail is unmeasured."""
+    """At 60 s a second fold of a does not fit whole in a 332 s window (3 epochs: 180 + 175 s; 2 epochs, the floor:
+    180 + 120 s; each time from now × 1.5, an undo's margins). Bounded, it trains until the window's end less its 15 s
+    tail × 1.5 (309.5 s), from its start at 190 s, stretched as every undo's time is: 60 + 130 × 1.5 = 255 s — 1.09
+    epochs: given back, and the projection ends a at its bound and tail, inside the window with the margin. In a 326 s
+    window 0.97 epochs: nothing. A kind that does not honour a bound (``boundable`` False) is not given one; nor is a
+    job whose tail is unmeasured. And the full run's case (``tests/test_run.py``, the in-process budget test): r18's
+    last fold ends 10 s from now, 15.5 s before the window's end, its tail a rounding error above 0: unstretched a
+    third fold would train 1.1 epochs, stretched 0.1 — no fold given back (its last fold's epoch came back later)."""
     planned = {"a": (3, 3)}
-    assert decide_restores([bounded_job()], planned, 60.0, 0.0, 262.0) == []
-    back = decide_restores([bounded_job()], planned, 60.0, 0.0, 267.0)
+    assert decide_restores([bounded_job()], planned, 60.0, 0.0, 326.0) == []
+    back = decide_restores([bounded_job()], planned, 60.0, 0.0, 332.0)
     assert [(c.what, c.old, c.new) for c in back] == [("folds", 1, 2)]
     until = back[0].until
-    assert until == pytest.approx(267.0 - 15.0 * 1.5, abs=0.01)
+    assert until == pytest.approx(332.0 - 15.0 * 1.5, abs=0.01)
     assert back[0].estimated_finish_s == pytest.approx(until + 15.0, abs=0.01)
     assert "bounded by time" in back[0].reason and "1.1 epoch(s)" in back[0].reason
     a = replace(bounded_job(), folds=2, until=until)
     assert budget.ALONE.ends([a], 60.0)["a"] == pytest.approx(until + 15.0)  # not 180 + 175 s
-    assert decide_cuts([a], 60.0, 0.0, 267.0, 0.25) == []  # held to its bound, it is not late
-    assert decide_restores([replace(bounded_job(), boundable=False)], planned, 60.0, 0.0, 267.0) == []
-    assert decide_restores([bounded_job(fold_overhead_s=0.0, validation_s=0.0)], planned, 60.0, 0.0, 267.0) == []
+    assert decide_cuts([a], 60.0, 0.0, 332.0, 0.25) == []  # held to its bound, it is not late
+    assert decide_restores([replace(bounded_job(), boundable=False)], planned, 60.0, 0.0, 332.0) == []
+    untimed = decide_restores([bounded_job(fold_overhead_s=0.0, validation_s=0.0)], planned, 60.0, 0.0, 332.0)
+    assert all(c.until is None for c in untimed)  # without a tail a whole fold fits here: given, unbounded
+    r18 = running("r18", folds=2, epochs=2, done=1, epoch=0, spe=5.0, fold_overhead_s=1e-9, boundable=True,
+                  planned_epochs=3)
+    assert decide_restores([r18], {"r18": (5, 3)}, 10.0, 0.0, 25.5) == []
 
 
 def test_a_bounded_fold_whose_job_fell_behind_is_taken_back_before_it_begins():
-    """a's second fold was given back bounded at 244.5 s; its first fold then ran slower (70 s an epoch): the second
-    would start training at 60 + 2 × (70 + 5) + 10 + 10 = 230 s, 0.2 epochs before its bound: taken back,
-    folds 2 → 1.
-    At the pace it was given at, it stays; and a fold already under way is never taken back (its bound ends it)."""
-    a = replace(bounded_job(), folds=2, until=244.5)
+    """a's second fold was given back bounded at 309.5 s; its first fold then ran slower (70 s an epoch): the second
+    would start training at 60 + 2 × (70 + 5) + 10 + 10 = 230 s, stretched by the estimate's error (25 %) 272.5 s,
+    0.5 epochs before its bound: taken back, folds 2 → 1. At the pace it was given at (start 190 s, stretched
+    222.5 s: 1.7 epochs) it stays; and a fold already under way is never taken back (its bound ends it)."""
+    a = replace(bounded_job(), folds=2, until=309.5)
     assert budget.decide_takebacks([a], 60.0, 0.0) == []
     slow = replace(a, seconds_per_epoch=70.0)
     takeback = budget.decide_takebacks([slow], 60.0, 0.0)
-    assert [(c.what, c.old, c.new) for c in takeback] == [("folds", 2, 1)] and "0.2 epoch(s)" in takeback[0].reason
+    assert [(c.what, c.old, c.new) for c in takeback] == [("folds", 2, 1)] and "0.5 epoch(s)" in takeback[0].reason
     begun = replace(slow, folds_done=1, epoch_in_fold=1)
     assert budget.decide_takebacks([begun], 200.0, 0.0) == []
 

@@ -670,6 +670,10 @@ def decide_restores(jobs: list[JobProgress], planned: dict[str, tuple[int, int]]
 
 
 BOUND_MIN_EPOCHS = 1.0  # a fold given back bounded by time trains at least this many epochs before its bound
+# a tail (validation and test prediction) shorter than this is no measure of one: no card validates and predicts in
+# less, and a bound with a zero tail is the deadline itself (the in-process budget test's epochs, validation inside
+# their clock, reported none, and a bounded third fold given at the deadline was stopped there unfinished)
+MIN_TAIL_S = 1.0
 
 
 def _bound(look: _Look, p: JobProgress, cut_after: dict) -> tuple[float, dict] | None:
@@ -681,7 +685,7 @@ def _bound(look: _Look, p: JobProgress, cut_after: dict) -> tuple[float, dict] |
     EfficientNet-B4's third epoch at 117 s (it would have ended 14 s past the window) and the job ended at 191 s of
     the 248 s window; held to a bound its third epoch trains until the validation must begin."""
     if not (p.boundable and p.until is None and p.steady and not p.waiting and p.epoch_in_fold >= 1
-            and p.folds_done == p.folds - 1 and p.tail_s > 0):
+            and p.folds_done == p.folds - 1 and p.tail_s >= MIN_TAIL_S):
         return None
     until = look.deadline - p.tail_s * (1 + look.margin) - 1e-3
     if until <= look.now or until <= cut_after.get(p.name, math.inf) - p.tail_s:
@@ -692,6 +696,11 @@ def _bound(look: _Look, p: JobProgress, cut_after: dict) -> tuple[float, dict] |
     # the bound takes no work from its neighbours (the projection runs it on beside them): it is for a late job alone,
     # which it brings inside the window (its end need not move: past the bound only its tail is estimated)
     return (until, after) if p.name in look.late(look.ends) - bound.late(after) and bound.holds(q, after) else None
+
+
+def _stretched(at: float, now: float, m: float) -> float:
+    """When something estimated to happen at ``at`` happens with the time to it stretched by the margin ``m``."""
+    return now + max(0.0, at - now) * (1 + m)
 
 
 def _bound_start(p: JobProgress, end: float) -> float:
@@ -705,20 +714,21 @@ def _bounded_back(look: _Look, p: JobProgress, planned: tuple[int, int]) -> tupl
     """One skipped fold given back bounded by time, where no whole fold fits (``_fold_back``): it trains until the
     window's end less its tail (``tail_s``: validation and prediction) stretched by the look's margin, then validates
     and predicts as its last epoch; only where its kind honours a bound (``boundable``), its pace and tail are
-    measured, it holds no bound yet, and the projection leaves the fold BOUND_MIN_EPOCHS of training before the bound
-    (a fold of a few steps would drag its job's test predictions to chance). Returns (the bound, the epochs it
+    measured, it holds no bound yet, and the projection, the time to the fold's start stretched by the margin as every
+    undo's is, leaves it BOUND_MIN_EPOCHS of training before the bound (a fold of a few steps would drag its job's
+    test predictions to chance). Returns (the bound, the epochs it
     trains, the projection with it), or None. The window's last 57 s stood idle on 8,000 images: each image job's
     one fold of three epochs fitted, a second did not, and epochs were the finest unit."""
     per_epoch, tentative = p.per_epoch
     if (not p.boundable or p.until is not None or p.folds >= planned[0] or per_epoch is None or tentative
-            or per_epoch <= 0 or p.tail_s <= 0):
+            or per_epoch <= 0 or p.tail_s < MIN_TAIL_S):
         return None
     until = look.deadline - p.tail_s * (1 + look.margin) - 1e-3
     more = _back(p, folds=p.folds + 1)
     end = look.trial(p, **more).get(p.name)
     if end is None or until <= look.now:
         return None
-    trained = (until - max(look.now, _bound_start(replace(p, **more), end))) / per_epoch
+    trained = (until - _stretched(_bound_start(replace(p, **more), end), look.now, look.margin)) / per_epoch
     if trained < BOUND_MIN_EPOCHS:
         return None
     q = replace(p, **more, until=until)
@@ -727,9 +737,10 @@ def _bounded_back(look: _Look, p: JobProgress, planned: tuple[int, int]) -> tupl
     return (until, trained, after) if bound.holds(q, after) else None
 
 
-def decide_takebacks(jobs: list[JobProgress], now: float, window_start: float, *,
-                     projection: Projection = ALONE) -> list[Cut]:
-    """A fold given back bounded by time that has not begun, where the projection no longer leaves it
+def decide_takebacks(jobs: list[JobProgress], now: float, window_start: float,
+                     error_margin: float = DEFAULT_MARGIN, *, projection: Projection = ALONE) -> list[Cut]:
+    """A fold given back bounded by time that has not begun, where the projection, the time to the fold's start
+    stretched by the estimate's error (one margin: it was given with RESTORE_FACTOR), no longer leaves it
     BOUND_MIN_EPOCHS of training before its bound (its job ran slower than projected): taken back, its folds cut by
     one. The bound stays: a fold that began in the meantime still ends its training there."""
     out = []
@@ -740,7 +751,7 @@ def decide_takebacks(jobs: list[JobProgress], now: float, window_start: float, *
         end = projection.ends([q for q in jobs if q.name != p.name] + [replace(p, until=None)], now).get(p.name)
         if end is None:
             continue
-        trained = (p.until - max(now, _bound_start(p, end))) / per_epoch
+        trained = (p.until - _stretched(_bound_start(p, end), now, error_margin)) / per_epoch
         if trained < BOUND_MIN_EPOCHS:
             reason = (f"the fold given back bounded by time would now train {max(0.0, trained):.1f} epoch(s) before "
                       f"its bound at {p.until - window_start:.0f}s (at least {BOUND_MIN_EPOCHS:g}): taken back, "

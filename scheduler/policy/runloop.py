@@ -454,7 +454,8 @@ class RunState:
                 self.jobs[p.name].progress["eta_s"] = round(eta, 1)
         margin = budget.margin(self.errors, self._model_error)
         out: list = []
-        for cut in budget.decide_takebacks(progress + waiting, now, self.window.started_at, projection=projection):
+        for cut in budget.decide_takebacks(progress + waiting, now, self.window.started_at, margin,
+                                           projection=projection):
             out += self._cut(cut, margin)
         if out:
             return out
