@@ -687,7 +687,7 @@ def _bound(look: _Look, p: JobProgress, cut_after: dict) -> tuple[float, dict] |
     if not (p.boundable and p.until is None and p.steady and not p.waiting and p.epoch_in_fold >= 1
             and p.folds_done == p.folds - 1 and p.tail_s >= MIN_TAIL_S):
         return None
-    until = look.deadline - p.tail_s * (1 + look.margin) - 1e-3
+    until = _bound_at(look, p)
     if until <= look.now or until <= cut_after.get(p.name, math.inf) - p.tail_s:
         return None
     q = replace(p, until=until)
@@ -696,6 +696,12 @@ def _bound(look: _Look, p: JobProgress, cut_after: dict) -> tuple[float, dict] |
     # the bound takes no work from its neighbours (the projection runs it on beside them): it is for a late job alone,
     # which it brings inside the window (its end need not move: past the bound only its tail is estimated)
     return (until, after) if p.name in look.late(look.ends) - bound.late(after) and bound.holds(q, after) else None
+
+
+def _bound_at(look: _Look, p: JobProgress) -> float:
+    """Where a bound on ``p`` falls: the window's end less its tail stretched by the look's margin (a millisecond
+    short of it, so the bound's own projection fits)."""
+    return look.deadline - p.tail_s * (1 + look.margin) - 1e-3
 
 
 def _stretched(at: float, now: float, m: float) -> float:
@@ -723,7 +729,7 @@ def _bounded_back(look: _Look, p: JobProgress, planned: tuple[int, int]) -> tupl
     if (not p.boundable or p.until is not None or p.folds >= planned[0] or per_epoch is None or tentative
             or per_epoch <= 0 or p.tail_s < MIN_TAIL_S):
         return None
-    until = look.deadline - p.tail_s * (1 + look.margin) - 1e-3
+    until = _bound_at(look, p)
     more = _back(p, folds=p.folds + 1)
     end = look.trial(p, **more).get(p.name)
     if end is None or until <= look.now:
