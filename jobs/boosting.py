@@ -1,4 +1,5 @@
-"""K-fold gradient boosting on the table's numeric columns, one loop for every boosting library (LightGBM, XGBoost).
+"""K-fold gradient boosting on the table's columns as the door typed them (``jobs.columns``: numbers, categories,
+date parts), one loop for every boosting library (LightGBM, XGBoost).
 
 A library is a :class:`Library`: its defaults, how it names an objective, and how it trains one model on one fold
 with early stopping on the fold's validation rows (:class:`Trained`: predictions at the best round, the rounds run).
@@ -144,11 +145,12 @@ def _fold(lib: Library, data: tuple, models: list, most: tuple[int, int], on_rou
         target = y if column is None else y[:, column]
         started = time.perf_counter()
         with ledger.phase("train"):
-            trained = lib.train(params, (X[tr], target[tr]), (X[va], target[va]), most[0], most[1], on_round)
+            trained = lib.train(params, (X.iloc[tr], target[tr]), (X.iloc[va], target[va]), most[0], most[1],
+                                on_round)
         train_s += time.perf_counter() - started
         rounds += trained.rounds
         with ledger.phase("validation"):
-            val_parts.append(as_matrix(trained.predict(X[va]), binary))
+            val_parts.append(as_matrix(trained.predict(X.iloc[va]), binary))
         with ledger.phase("prediction"):
             test_parts.append(as_matrix(trained.predict(X_test), binary))
         best.append(trained.best)
@@ -159,10 +161,9 @@ def run(spec, comp: Competition, ctx: JobContext, lib: Library) -> JobOutput:
     """K-fold boosting with ``lib`` (see the module's docstring)."""
     ledger = Ledger.since(ctx.started_at)  # set-up: the matrices; train: boosting (its validation rounds within)
     if not comp.feature_cols:
-        raise ValueError(f"{comp.root / 'train.csv'}: no numeric feature columns for job '{spec.name}'")
-    with ledger.phase("setup"):
-        X = comp.train[comp.feature_cols].to_numpy(dtype=np.float32)
-        X_test = comp.test[comp.feature_cols].to_numpy(dtype=np.float32)
+        raise ValueError(f"{comp.root / 'train.csv'}: no feature columns for job '{spec.name}'")
+    with ledger.phase("setup"):  # numbers, categories (shared codes) and date parts: jobs.columns
+        X, X_test = comp.features("train"), comp.features("test")
     metric, ids, y = get_metric(ctx.metric), comp.train_ids, comp.y
     models, strata = _models(comp, ctx, lib)
     base = {**lib.defaults, lib.threads: threads(ctx), lib.seed: ctx.seed, **lib.from_spec(spec, ctx)}

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from jobs import columns
 from jobs.forms import CompetitionError, Form, check_ids, examples, numbers, recognise
 from scheduler.core.folds import HOLDOUT_FRACTION
 
@@ -39,17 +40,31 @@ class Competition:
     id_col: str
     target_col: str
     classes: list  # the prediction columns, in order: class labels, or the target (regression), or the targets
-    feature_cols: list[str]
+    feature_cols: list[str]  # the model's columns (``jobs.columns.features``): numbers, categories, date parts
+    columns: list = field(default_factory=list)  # every column of the table and what it became (jobs.columns.Column)
     train_images: list[Path] | None = None  # aligned with the rows of ``train``
     test_images: list[Path] | None = None  # aligned with the rows of ``test``
     solution: pd.DataFrame | None = None  # the test labels, when the folder has a solution.csv (the built-in ones)
     form: Form | None = None
     metric: str | None = None
     warnings: list[str] = field(default_factory=list)
+    _features: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def has_images(self) -> bool:
         return self.train_images is not None and self.test_images is not None
+
+    @property
+    def category_cols(self) -> list[str]:
+        """The model's categorical columns (pandas ``category`` in :meth:`features`)."""
+        return [c.name for c in self.columns if c.became == columns.CATEGORY]
+
+    def features(self, which: str) -> pd.DataFrame:
+        """The model's columns of train.csv (``which="train"``) or test.csv (``"test"``), as :mod:`jobs.columns`
+        typed them: numbers, categories sharing their codes across both, date parts. Built once per process."""
+        if which not in self._features:
+            self._features[which] = columns.features(self.train if which == "train" else self.test, self.columns)
+        return self._features[which]
 
     @property
     def task(self) -> str:
@@ -284,16 +299,16 @@ def load_competition(dir: Path | str, metric: str | None = None) -> Competition:
     form = recognise(train, test, sample, metric, root)
     warnings = list(form.warnings) + check_ids(train, test, sample, id_col, root)
     train_images, test_images = _image_paths(root, train, test, id_col)
-    targets = set(form.target_cols)
-    features = [c for c in train.columns
-                if c != id_col and c not in targets and c in test.columns and pd.api.types.is_numeric_dtype(train[c])]
+    path_col = _path_column(train) if train_images is not None else None
+    typed = columns.classify(train, test, skip={id_col, *form.target_cols, path_col})
     solution_path = root / "solution.csv"
     solution = _read_csv(solution_path, id_col, text=labels) if solution_path.is_file() else None
     if form.task != "classification":  # numbers are scored: the targets as numbers (views: the read frame is kept)
         train = _as_numbers(train, form.target_cols)
         solution = None if solution is None else _as_numbers(solution, form.target_cols)
     return Competition(root=root, train=train, test=test, sample_submission=sample, id_col=id_col,
-                       target_col=form.target_cols[0], classes=list(form.columns), feature_cols=features,
+                       target_col=form.target_cols[0], classes=list(form.columns),
+                       feature_cols=[f for c in typed for f in c.features], columns=typed,
                        train_images=train_images, test_images=test_images, solution=solution, form=form,
                        metric=metric, warnings=warnings)
 

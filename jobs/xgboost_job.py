@@ -87,15 +87,17 @@ def _train(params: dict, train: tuple, valid: tuple, rounds: int, early: int, on
             on_round(epoch)  # raises Stopped when the job is asked to stop
             return False
 
-    dtrain = xgb.DMatrix(train[0], label=train[1], nthread=params.get("nthread"))
-    dvalid = xgb.DMatrix(valid[0], label=valid[1], nthread=params.get("nthread"))
+    def matrix(X, label=None):  # pandas categories as XGBoost's own (hist trees split on them)
+        return xgb.DMatrix(X, label=label, nthread=params.get("nthread"), enable_categorical=True)
+
+    dtrain, dvalid = matrix(*train), matrix(*valid)
     booster = xgb.train(params, dtrain, num_boost_round=rounds, evals=[(dvalid, "valid")],
                         early_stopping_rounds=early, verbose_eval=False, callbacks=[EachRound()])
     best = int(booster.best_iteration) + 1  # 0-based in XGBoost
     done = booster.num_boosted_rounds()
 
     def predict(X: np.ndarray) -> np.ndarray:
-        return booster.predict(xgb.DMatrix(X, nthread=params.get("nthread")), iteration_range=(0, best))
+        return booster.predict(matrix(X), iteration_range=(0, best))
 
     return boosting.Trained(predict, best, done)
 

@@ -139,7 +139,8 @@ def test_na_is_missing_only_in_a_column_of_numbers_and_an_empty_cell_everywhere(
     assert sorted(comp.classes) == sorted(NA_SPELLED) and comp.train["label"].isna().sum() == 0
     assert comp.test["id"].tolist()[:5] == NA_SPELLED and comp.train["id"].tolist()[:2] == ["NaN", "NULL"]
     assert comp.train["a"].dtype == np.float64 and np.isnan(comp.train["a"][7]) and "a" in comp.feature_cols
-    assert comp.train["region"].tolist()[:2] == ["NA", "EU"] and "region" not in comp.feature_cols
+    assert comp.train["region"].tolist()[:2] == ["NA", "EU"] and "region" in comp.category_cols
+    assert comp.features("train")["region"].tolist()[:2] == ["NA", "EU"]  # a category named NA, not a missing one
     # an empty cell is still missing: an empty label and an empty id are refused as before
     root = _competition(tmp_path / "empty", ["a", "b"])
     train = pd.read_csv(root / "train.csv", dtype=str, keep_default_na=False)

@@ -58,7 +58,12 @@ def test_load_digits_competition(digits_dir):
     comp = load_competition(digits_dir)
     assert comp.id_col == "id" and comp.target_col == "label"
     assert comp.classes == [str(i) for i in range(10)]  # labels are text, in their numeric order
-    assert comp.feature_cols == [f"px{i}" for i in range(64)]
+    # every pixel column is typed; those that are 0 in every train image are left out as constant, and said so
+    assert [c.name for c in comp.columns] == [f"px{i}" for i in range(64)]
+    constant = [c.name for c in comp.columns if c.became == "left out"]
+    assert constant == ["px0", "px24", "px32", "px39"] and all(c.why == "constant: one value ('0')" for c in comp.columns
+                                                      if c.became == "left out")
+    assert comp.feature_cols == [f"px{i}" for i in range(64) if f"px{i}" not in constant]
     assert comp.has_images
     assert [p.name for p in comp.train_images[:3]] == [f"{i}.png" for i in comp.train.id[:3]]
     assert [p.name for p in comp.test_images[-2:]] == [f"{i}.png" for i in comp.test.id[-2:]]
@@ -96,7 +101,7 @@ def test_one_column_per_class_folder(tmp_path):
     comp = load_competition(tmp_path)
     assert comp.id_col == "image_id" and comp.target_col == "species"
     assert comp.classes == ["dog", "cat"]  # the submission's column order
-    assert comp.feature_cols == ["w"]  # numeric only
+    assert comp.feature_cols == ["w", "name"] and comp.category_cols == ["name"]  # text with few values: a category
     assert list(comp.y) == [0, 1, 0]
     assert comp.train_images is None
 

@@ -76,10 +76,33 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
     if dry.data is not None:
         d = dry.data
         console.print(f"[bold]data:[/] {d['source']}: {d['train_rows']:,} train rows, {d['test_rows']:,} test rows, "
-                      f"{d['features']} numeric features{', images' if d['images'] else ''}; metric {d['metric']}")
+                      f"{d['features']} features{', images' if d['images'] else ''}; metric {d['metric']}")
+        for line in column_lines(d.get("columns") or []):
+            console.print(line, markup=False, highlight=False)
         console.print(f"[bold]submission:[/] {d['submission']}")
     for w in dry.warnings:
         console.print(f"[yellow]warning:[/] {w}")
+
+
+def column_lines(columns: list[dict], shown: int = 8) -> list[str]:
+    """The table's columns by what each became (``jobs.columns``): numbers by name (the first few), every category,
+    date and left-out column by name with why, so no column is dropped without a line."""
+    if not columns:
+        return []
+    lines = []
+    for became in ("number", "category", "date", "left out"):
+        cols = [c for c in columns if c["became"] == became]
+        if not cols:
+            continue
+        if became == "number":
+            names = ", ".join(c["name"] for c in cols[:shown]) + (f" and {len(cols) - shown} more"
+                                                                  if len(cols) > shown else "")
+            lines.append(f"  {len(cols)} number{'s' if len(cols) != 1 else ''}: {names}")
+            continue
+        plural = {"category": "categories", "date": "dates", "left out": "left out"}[became]
+        lines.append(f"  {len(cols)} {became if len(cols) == 1 else plural}:")
+        lines += [f"    {c['name']}: {c['why']}" for c in cols]
+    return ["columns:"] + lines
 
 
 def _show_cpu_and_host(dry: DryRun, console: Console) -> None:

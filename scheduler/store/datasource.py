@@ -112,6 +112,9 @@ def inspect(choice: DataChoice, plan: Plan) -> dict:
         "train_rows": len(comp.train),
         "test_rows": len(comp.test),
         "features": len(comp.feature_cols),
+        "categories": len(comp.category_cols),
+        "classes": len(comp.classes),
+        "columns": [c.to_json() for c in comp.columns],  # every column of the table and what it became
         "images": comp.has_images,
         "form": comp.form.to_json(),
         "submission": comp.form.describe(),
