@@ -1,5 +1,5 @@
-"""LightGBM on the numeric columns of train.csv, K-fold with early stopping on each validation fold (the loop:
-``jobs.boosting``; here, what is LightGBM's own)."""
+"""LightGBM on the columns of train.csv as the door typed them (numbers, categories, dates: ``jobs.columns``), K-fold
+with early stopping on each validation fold (the loop: ``jobs.boosting``; here, what is LightGBM's own)."""
 
 from __future__ import annotations
 

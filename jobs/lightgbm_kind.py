@@ -1,4 +1,4 @@
-"""The ``lightgbm`` kind: LightGBM on the table's numeric columns, on CPU cores (``jobs.lightgbm_job`` runs it). It
+"""The ``lightgbm`` kind: LightGBM on the table's columns as the door typed them, on CPU cores (``jobs.lightgbm_job`` runs it). It
 takes no card and runs as one task (its folds one after another in one process). The budget may cut its folds and its
 rounds: its rounds count in epochs of ``ROUNDS_PER_EPOCH`` (``jobs.boosting`` reports each and caps a fold's rounds
 at the epochs the budget leaves), early stopping still ending a fold sooner. Light: LightGBM is imported by the job."""
@@ -31,4 +31,4 @@ KIND = register(Kind(
     name="lightgbm", spec=LightGBMJob, gpu="none", reads="table", runs_in="python", time_model="trees",
     imports_s=1.5, cuts=("folds", "epochs"), rounds_per_epoch=ROUNDS_PER_EPOCH, progress="rows × rounds/s",
     best_step="rounds", host_mib=host_mib, check=check,
-    run="jobs.lightgbm_job:run", docs="LightGBM on the table's numeric columns"))
+    run="jobs.lightgbm_job:run", docs="LightGBM on the table's columns: numbers, categories, dates"))

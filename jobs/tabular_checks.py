@@ -1,4 +1,4 @@
-"""The door's checks of a job that trains on the table (LightGBM, XGBoost): numeric columns to train on, and folds
+"""The door's checks of a job that trains on the table (LightGBM, XGBoost): columns to train on, and folds
 that leave each a fold enough rows for the library's bagging. Each kind's descriptor calls the ones it needs."""
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from scheduler.core.errors import UserError
 
 
 def features(comp, where: str) -> None:
-    """Numeric feature columns in both train.csv and test.csv."""
+    """Feature columns (numbers, categories, dates) in both train.csv and test.csv; every column left out says why."""
     if not comp.feature_cols:
-        raise UserError(f"{where} needs numeric feature columns in both train.csv and test.csv; "
-                        f"{comp.root / 'train.csv'} has none besides the id and the target")
+        left = "; ".join(f"{c.name}: {c.why}" for c in comp.columns[:5])
+        raise UserError(f"{where} needs feature columns in both train.csv and test.csv; "
+                        f"{comp.root / 'train.csv'} has none besides the id and the target"
+                        + (f" ({left}{'; …' if len(comp.columns) > 5 else ''})" if left else ""))
 
 
 def lightgbm_min_rows(params: dict) -> tuple[int, float]:

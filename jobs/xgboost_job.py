@@ -1,4 +1,4 @@
-"""The ``xgboost`` kind: XGBoost on the table's numeric columns, K-fold with early stopping on each validation fold,
+"""The ``xgboost`` kind: XGBoost on the table's columns as the door typed them, K-fold with early stopping on each validation fold,
 on CPU cores or on the card (``device: cuda``). Written against the kind descriptor alone (``scheduler.core.kinds``):
 its plan entry, its descriptor and its run are here; the fold loop is the boosting kinds' own (``jobs.boosting``),
 the same as LightGBM's, so its out-of-fold and test predictions, progress and throughput have LightGBM's form.
@@ -120,4 +120,4 @@ KIND = register(Kind(
     name="xgboost", spec=XGBoostJob, gpu="declared", reads="table", runs_in="python", time_model="trees",
     imports_s=1.5, cuts=("folds", "epochs"), rounds_per_epoch=50, progress="rows × rounds/s", best_step="rounds",
     host_mib=host_mib, gpu_mib=gpu_mib, check=check,
-    run="jobs.xgboost_job:run", docs="XGBoost on the table's numeric columns, on cores or a card"))
+    run="jobs.xgboost_job:run", docs="XGBoost on the table's columns (numbers, categories, dates), on cores or a card"))
