@@ -9,7 +9,8 @@ that test.csv also holds (the id and the targets aside) becomes one of:
 - **date**: text that reads as dates or times; it becomes numbers a tree can split on (year, month, day, weekday,
   hour where the column holds times, and days since 1970 for order);
 - **left out**: constant (one value or none), id-like (text whose every value differs), free text (many distinct
-  values of several words: a model of words is not built), or text in test.csv where train.csv holds numbers.
+  values of several words: a model of words is not built), text in test.csv where train.csv holds numbers, or a
+  column test.csv does not hold.
 
 Nothing is dropped without a reason: :func:`classify` returns every column with what it became, which the dry run,
 ``--json`` and ``data`` show. :func:`features` builds a frame of the model's columns from these decisions for train or
@@ -31,6 +32,7 @@ FREE_TEXT_WORDS = 3.0  # ... whose values average this many words is free text
 DATE_SHARE = 0.95  # text is a date when this share of its values reads as one
 DATE_SAMPLE = 500  # values tried as dates before the whole column is
 DATE_PARTS = ("year", "month", "day", "weekday")
+NOT_IN_TEST = "not in test.csv"
 
 
 @dataclass(frozen=True)
@@ -51,10 +53,12 @@ class Column:
 
 
 def classify(train: pd.DataFrame, test: pd.DataFrame, skip) -> list[Column]:
-    """Every column of ``train`` that ``test`` holds too, but the ``skip`` ones (the id, the targets), typed."""
+    """Every column of ``train`` but the ``skip`` ones (the id, the targets), typed; one test.csv lacks is left out
+    (a model of it could predict no test row)."""
     skip = set(skip)
-    return [_classify(str(c), train[c], test[c]) for c in train.columns
-            if c not in skip and c in test.columns and isinstance(train[c], pd.Series)]
+    return [_classify(str(c), train[c], test[c]) if c in test.columns else
+            Column(str(c), LEFT_OUT, NOT_IN_TEST)
+            for c in train.columns if c not in skip and isinstance(train[c], pd.Series)]
 
 
 def _classify(name: str, col: pd.Series, test_col: pd.Series) -> Column:

@@ -301,6 +301,9 @@ def load_competition(dir: Path | str, metric: str | None = None) -> Competition:
     train_images, test_images = _image_paths(root, train, test, id_col)
     path_col = _path_column(train) if train_images is not None else None
     typed = columns.classify(train, test, skip={id_col, *form.target_cols, path_col})
+    if missing := [c.name for c in typed if c.why == columns.NOT_IN_TEST]:  # a feature the test rows cannot give
+        warnings.append(f"{root / 'test.csv'}: lacks {len(missing)} column{'s' if len(missing) != 1 else ''} of "
+                        f"train.csv ({examples(missing)}); the jobs train without them")
     solution_path = root / "solution.csv"
     solution = _read_csv(solution_path, id_col, text=labels) if solution_path.is_file() else None
     if form.task != "classification":  # numbers are scored: the targets as numbers (views: the read frame is kept)

@@ -23,7 +23,7 @@ jobs:
 
 WHAT_EACH_BECAME = {
     "colour": "category", "member": "category", "sold": "date", "noise": "number", "ticket": "left out",
-    "note": "left out", "country": "left out", "comment": "left out", "code": "left out",
+    "note": "left out", "country": "left out", "comment": "left out", "code": "left out", "shelf": "left out",
 }
 
 
@@ -49,13 +49,14 @@ def _table(root: Path, rows: int = 600, test_rows: int = 200, seed: int = 0) -> 
         "country": "",
         "comment": [" ".join(rng.choice(words, size=6)) + f" #{i}" for i in range(n)],
         "code": rng.integers(0, 9, size=n).astype(str),
+        "shelf": rng.integers(0, 4, size=n),  # train.csv only: test.csv lacks it
         "label": np.where(warm, "warm", "cold"),
     })
     root.mkdir(parents=True, exist_ok=True)
     train, test = frame.iloc[:rows], frame.iloc[rows:].copy()
     test["code"] = [f"c{v}" for v in test["code"]]  # numbers in train.csv, text in test.csv
     train.to_csv(root / "train.csv", index=False)
-    test.drop(columns="label").to_csv(root / "test.csv", index=False)
+    test.drop(columns=["label", "shelf"]).to_csv(root / "test.csv", index=False)
     pd.DataFrame({"id": test["id"], "label": "warm"}).to_csv(root / "sample_submission.csv", index=False)
     test[["id", "label"]].to_csv(root / "solution.csv", index=False)
     return root
@@ -70,7 +71,8 @@ def test_each_column_is_typed_once_with_its_reason(tmp_path):
     why = {c.name: c.why for c in comp.columns}
     assert why["ticket"].startswith("id-like") and why["note"].startswith("constant")
     assert why["country"] == "constant: every cell empty" and why["comment"].startswith("free text")
-    assert why["code"].startswith("numbers in train.csv but text in test.csv")
+    assert why["code"].startswith("numbers in train.csv but text in test.csv") and why["shelf"] == "not in test.csv"
+    assert any("lacks 1 column of train.csv (e.g. shelf)" in w for w in comp.warnings)
     assert comp.category_cols == ["colour", "member"]
     assert comp.feature_cols == ["colour", "member", "sold.year", "sold.month", "sold.day", "sold.weekday",
                                  "sold.days", "noise"]
@@ -117,7 +119,7 @@ def test_the_dry_run_names_every_column_and_submit_trains_on_categories_and_date
     assert listed["colour"]["categories"] == 4 and listed["sold"]["features"][0] == "sold.year"
     code, out, err = run_cli("submit", plan, "--data", data, "--dry-run")
     assert code == 0, err
-    for name in ("ticket", "note", "country", "comment", "code"):  # each left-out column has its line
+    for name in ("ticket", "note", "country", "comment", "code", "shelf"):  # each left-out column has its line
         assert any(line.strip().startswith(f"{name}: ") for line in out.splitlines()), (name, out)
     assert "colour: text, 4 values" in out and "2 categories:" in out and "sold: dates → year, month, day, weekday, days" in out
 
