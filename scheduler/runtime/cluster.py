@@ -109,11 +109,56 @@ def check_reachable(address: str, timeout_s: float | None = None) -> None:
         time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
 
 
-def connect(address: str) -> None:
+def connect(address: str) -> Any:
+    """Join the Ray cluster at ``address``: one line (exit 2, as ``check_reachable``'s) where it cannot be joined."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if not ray.is_initialized():
         check_reachable(address)
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        return _init(address, address=address, log_to_driver=False, logging_level=logging.WARNING)
+    return None
+
+
+IN_PROCESS = "`--in-process` runs the plan without Ray"
+
+
+def _init(joining: str | None, **kwargs: Any) -> Any:
+    """``ray.init(**kwargs)``; where it raises, whatever it started is stopped and the failure said in one line with
+    Ray's reason (``--debug`` shows Ray's traceback): joining a cluster (``joining``, the ``--address``), a
+    ``UserError`` (exit 2); starting a local Ray, a ``StartFailure`` (exit 1: the machine's, not the person's)."""
+    import psutil
+
+    from scheduler.core.errors import StartFailure, UserError
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    try:
+        return ray.init(**kwargs)
+    except Exception as e:
+        ray.shutdown()  # a no-op unless the driver got as far as connecting
+        left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        for p in left:  # a Node whose start failed is never stopped by Ray: its GCS, raylet, reaper, agents
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(left, timeout=5)
+        if joining:
+            raise UserError(f"--address {joining}: no Ray cluster could be joined there ({_why(e)}); start it "
+                            f"(`ray start --head`) or leave --address out; {IN_PROCESS}") from e
+        raise StartFailure(f"a local Ray could not be started: {_why(e)}; {IN_PROCESS}") from e
+
+
+def _why(e: Exception) -> str:
+    """Ray's reason in a few words: its two start-up timeouts named, else its message's first sentence."""
+    text = " ".join(str(e).split())
+    if "timed out during startup" in text:  # ray/_private/node.py: the raylet's wait, 30 s, fixed
+        return ("its node did not start within 30 s (the raylet did not register with the GCS; is the machine "
+                "overloaded?)")
+    if re.search(r"Timed out waiting for file \S*gcs_server_port", text):  # the GCS's port file
+        wait = os.environ.get("RAY_gcs_server_port_wait_time_s")
+        return (f"its GCS server did not start within {wait} s (RAY_gcs_server_port_wait_time_s)" if wait else
+                "its GCS server did not start in time (is the machine overloaded?)")
+    first = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
+    return f"{type(e).__name__}: {first[:200]}" if first else type(e).__name__
 
 
 @dataclass
@@ -139,8 +184,7 @@ def start(hardware: Hardware, band_high: float, address: str | None = None, dash
     if ray.is_initialized():
         return Cluster(False, ray.get_runtime_context().gcs_address, _dashboard_url())
     if address:
-        check_reachable(address)
-        ctx = ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        ctx = connect(address)
         missing = {k for k in device_resources(hardware, band_high) if k.startswith(RESOURCE_PREFIX)}
         missing -= set(ray.cluster_resources())
         if missing:
@@ -152,7 +196,8 @@ def start(hardware: Hardware, band_high: float, address: str | None = None, dash
                 f"({', '.join(sorted(missing))}); start its nodes with the flags of `python -m scheduler node-resources`"
             )
         return Cluster(False, address, _dashboard_url(ctx))
-    ctx = ray.init(
+    ctx = _init(
+        None,
         address="local",  # always a new local Ray, never one that `ray start` left running
         num_cpus=hardware.total_cpus,
         num_gpus=len(hardware.devices),

@@ -12,7 +12,7 @@ import pandas as pd
 from scheduler.policy import ensemble
 from scheduler.store import outputs, runview
 from scheduler.runtime import resume
-from scheduler.core.errors import UserError
+from scheduler.core.errors import StartFailure, UserError
 from scheduler.policy.dryrun import DryRun
 from scheduler.runtime.driver import Driver, RunOptions, new_run_dir, prepare_folder
 from scheduler.core.states import JobState, RunStatus, run_end
@@ -23,7 +23,8 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
            driver: type = Driver, on_ready: Callable[[RunRecord], None] | None = None) -> dict:
     """Run ``dry``'s placement to a submission. Always writes one, even after Ctrl-C (then re-raises), and always
     leaves the run with one end (``core.states.RunStatus``: finished, deadline, cancelled, failed, crashed), never
-    "running"; a refusal before anything ran is "error". ``driver``: Ray's,
+    "running"; a refusal before anything ran is "error", a Ray that did not start "crashed" with its ``reason`` (and
+    no submission: nothing ran). ``driver``: Ray's,
     or ``inprocess.InProcessDriver`` (the same decisions, the jobs run in this process).
 
     A run folder belongs to one run: this process holds its lock (``run.lock``) from before the folder is touched
@@ -67,6 +68,10 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
         runner.run()
     except KeyboardInterrupt:
         interrupted = True
+    except StartFailure as e:  # e.g. a local Ray that did not start: nothing ran, nothing to blend; it says why
+        record.set_run(status=RunStatus.CRASHED.value, reason=str(e), finished=time.time())
+        record.event("run_end", status=RunStatus.CRASHED.value, reason=str(e))
+        raise
     except UserError:  # e.g. a cluster without the resources the placement needs: nothing ran
         record.set_run(status=RunStatus.ERROR.value, finished=time.time())
         raise
