@@ -1,6 +1,7 @@
 """A Ray that cannot start (issue 54): `submit` says so in one line, what failed and that `--in-process` runs the plan
 without Ray, exits 1 (the machine's failure, not the person's), prints no traceback, leaves nothing of that Ray
-running, and the run folder says "crashed" with the line as its reason (no fallback submission: nothing ran).
+running, and the run folder says "crashed" with the line as its reason; the submission is still written, the class
+prior (always a submission: nothing trained, and `status` says so).
 
 Ray is made unable to start for real, in the child only: ``RAY_gcs_server_port_wait_time_s=0`` is Ray's own wait for
 its GCS server to publish its port (ray/_private/node.py ``start_gcs_server``), so ``ray.init`` raises Ray's
@@ -82,7 +83,10 @@ def test_a_ray_that_cannot_start_ends_submit_in_one_line_exit_1_and_a_crashed_fo
     assert "Traceback" not in out + err
     assert [text for text in err.splitlines() if text.strip()] == [f"error: {line}"]
 
-    for run_dir in runs.values():  # the folder's end, not "running" for ever, and no fallback passed off as a result
-        info = RunRecord.open_existing(run_dir).run_info()
+    for run_dir in runs.values():  # the folder's end, not "running" for ever; the prior, said to be the prior
+        record = RunRecord.open_existing(run_dir)
+        info = record.run_info()
         assert info["status"] == "crashed" and info["reason"] == line
-        assert not (run_dir / "submission.csv").exists()
+        assert (run_dir / "submission.csv").is_file()
+        end = [e for e in record.events() if e["event"] == "run_end"]
+        assert len(end) == 1 and end[0]["submission_source"] == "prior" and end[0]["reason"] == line

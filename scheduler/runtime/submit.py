@@ -23,8 +23,8 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
            driver: type = Driver, on_ready: Callable[[RunRecord], None] | None = None) -> dict:
     """Run ``dry``'s placement to a submission. Always writes one, even after Ctrl-C (then re-raises), and always
     leaves the run with one end (``core.states.RunStatus``: finished, deadline, cancelled, failed, crashed), never
-    "running"; a refusal before anything ran is "error", a Ray that did not start "crashed" with its ``reason`` (and
-    no submission: nothing ran). ``driver``: Ray's,
+    "running"; a refusal before anything ran is "error", a Ray that did not start "crashed" with its ``reason`` (its
+    submission the prior: nothing ran). ``driver``: Ray's,
     or ``inprocess.InProcessDriver`` (the same decisions, the jobs run in this process).
 
     A run folder belongs to one run: this process holds its lock (``run.lock``) from before the folder is touched
@@ -68,10 +68,9 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
         runner.run()
     except KeyboardInterrupt:
         interrupted = True
-    except StartFailure as e:  # e.g. a local Ray that did not start: nothing ran, nothing to blend; it says why
-        record.set_run(status=RunStatus.CRASHED.value, reason=str(e), finished=time.time())
-        record.event("run_end", status=RunStatus.CRASHED.value, reason=str(e))
-        raise
+    except StartFailure as e:  # e.g. a local Ray that did not start: nothing ran; the prior is still written below
+        crash = e
+        record.set_run(reason=str(e))
     except UserError:  # e.g. a cluster without the resources the placement needs: nothing ran
         record.set_run(status=RunStatus.ERROR.value, finished=time.time())
         raise
@@ -92,7 +91,8 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
                         source=summary["submission_source"]).value
     record.set_run(status=status, finished=time.time())
     record.event("run_end", status=status, ensemble_cv=summary["ensemble_cv"],
-                 submission_source=summary["submission_source"], stopped_by=stopped_by)
+                 submission_source=summary["submission_source"], stopped_by=stopped_by,
+                 **({"reason": str(crash)} if isinstance(crash, StartFailure) else {}))
     summary["status"] = status
     found = runview.outcome(record)  # the run's outcome as `status` gives it, read back from what was just written
     summary["outcome"] = None if found is None else found.model_dump(mode="json")
