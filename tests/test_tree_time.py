@@ -172,3 +172,18 @@ def test_a_prior_too_short_is_cut_on_the_first_folds_measurement():
     assert left < 4 * 61.0  # less than the five folds' work it would have run
     assert s._projection().ends([p], now + 0.1)["lgbm"] == pytest.approx(now + 0.1 + left, abs=0.1)
     assert (now + 0.1 + left * 1.05) - T0 <= 250.0  # the plan the cuts leave fits with the measured margin
+
+
+def test_before_its_first_fold_ends_a_tree_task_is_cut_only_where_its_pace_passes_the_window_at_its_fewest_rounds():
+    """Measured at 10 s an epoch of 50 rounds, in an 85 s window: its folds cannot take fewer than early stopping's
+    patience and a round (101 rounds: 3 epochs) each, 4 more folds and the fold under way then pass the window on
+    the measurement alone, whatever its prior says of its rounds: it is cut before its first fold ends. At 2 s an
+    epoch the fewest rounds fit (the prior's 40 epochs a fold do not): nothing is cut until its fold says."""
+    prior = TaskTime("lgbm", "lightgbm", Startup(imports_s=1.0), step_s=0.2, steps_per_epoch=50, epochs=40, folds=5)
+    for epoch_s, cut in ((10.0, True), (2.0, False)):
+        s, log = tree_run(prior, 85.0)
+        log += s.handle(rl.JobReported("lgbm", "epoch", {"fold": 0, "epoch": 1, "epochs": 6, "validated": False,
+                                                         "steps": 50, "steady_steps": 49, "steady_step_s": epoch_s / 50,
+                                                         "steady_epoch_s": epoch_s, "startup_s": 1.0}, T0 + 12),
+                        rl.Tick(T0 + 12.1))
+        assert bool(cuts(log)) is cut, epoch_s

@@ -383,7 +383,7 @@ class RunState:
                         self._set(name, JobState.CANCELLED, reason="cancelled before it started")]
         return out
 
-    def _progress(self, name: str, j: JobRun, finished: bool = False) -> budget.JobProgress:
+    def _progress(self, name: str, j: JobRun, finished: bool = False, now: float | None = None) -> budget.JobProgress:
         spec, t, folds = self.spec(name), j.timing, self.folds(name)
         modelled = self.timing_model.times.get(name) if self.timing_model is not None else None
         kind = kinds.of(spec)
@@ -394,6 +394,8 @@ class RunState:
         if kind.time_model == "trees":
             planned_epochs, per_epoch, provisional, gap, judged = self._tree_figures(
                 spec, kind, t, modelled, planned_epochs, per_epoch, provisional, gap)
+            if not judged and now is not None and per_epoch is not None and not provisional:
+                judged = now + self._least_tree_s(spec, kind, t, folds, j, per_epoch) > self.window.deadline
             fresh = fresh and judged
         scores = t.get("scores")
         higher = METRICS[self.plan.metric].greater_is_better if self.plan.metric in METRICS else True
@@ -431,7 +433,8 @@ class RunState:
         whether its own measurement stands behind its estimate (a fold finished, or its rounds passed what was
         expected): until then the budget cuts nothing of a running tree task, whose prior its first fold may well
         contradict (on a 40,000-row table the model said 3m57s, the run took 6.7 s) — its folds not yet begun are cut
-        as well after its first fold as before it, the fold under way never is."""
+        as well after its first fold as before it, the fold under way never is — unless its measured pace passes the
+        window even at the fewest rounds early stopping allows (``_least_tree_s``)."""
         block = kind.rounds_per_epoch or 1
         expected = (modelled.epochs if modelled is not None else None) or planned
         runs = [(s, e) for s, e in t.get("fold_runs", ()) if s > 0 and e]
@@ -443,6 +446,19 @@ class RunState:
             patience = getattr(spec, "early_stopping_rounds", None) or 0
             return ran + max(1, math.ceil(patience / block)), per_epoch, provisional, gap, True
         return expected, per_epoch, provisional, gap, False
+
+    @staticmethod
+    def _least_tree_s(spec, kind, t: dict, folds: int, j: JobRun, per_epoch: float) -> float:
+        """The least a running boosting task still needs at its measured pace, whatever early stopping decides: each
+        fold runs at least its patience and one round (or its most rounds, where fewer), the fold under way at least
+        one epoch more. Late even so, it is judged on its measurement alone: no prior stands behind the cut."""
+        block = kind.rounds_per_epoch or 1
+        most = getattr(spec, "num_boost_round", None) or block
+        patience = getattr(spec, "early_stopping_rounds", None)
+        least = max(1, math.ceil((min(most, patience + 1) if patience else most) / block))
+        ran = t.get("epoch_in_fold", 0) or 0
+        left = min(folds, j.limits.get("folds", folds)) - max(t.get("folds_done", 0), t.get("folds_kept", 0)) - 1
+        return (max(1, least - ran) + max(0, left) * least) * per_epoch
 
     @staticmethod
     def _waiting(j: JobRun) -> bool:
@@ -481,7 +497,7 @@ class RunState:
         the waiting ones from the time model); when a task's projected end passes the window by the estimate's
         error, make the cuts that lose least, each sized to the overshoot, until the plan fits; else give back what
         was cut when time came back (``policy.budget``). The next look projects again with them made."""
-        progress = [self._progress(name, j) for name, j in self.jobs.items()
+        progress = [self._progress(name, j, now=now) for name, j in self.jobs.items()
                     if j.state == JobState.RUNNING and j.cancelling_since is None]
         waiting = [self._progress(name, j) for name, j in self.jobs.items() if self._waiting(j)]
         projection = self._projection()

@@ -98,7 +98,7 @@ CPU_REHEARSAL = {
 # 6k-47k fold rows, 4-50 features (0-26 categorical), 1-8 classes, text columns as pandas categories, at the jobs'
 # defaults (rate 0.05, 100 rounds of patience, at most 2,000); least squares on relative error (``--refit`` prints the
 # fit; ``docs/timemodel/2026-11-28-tree-time.json`` holds the figures). At the rounds each fold ran, the fold is
-# within -47 … +42 % on the ten tables and -11 … +38 % on four held out; the rounds themselves are the prior's weak
+# within -50 … +42 % on the ten tables and -11 … +38 % on four held out; the rounds themselves are the prior's weak
 # part (the best round ran from 16 to 1,997 at the same rate: a table's fold can be 5× off), which the budget
 # corrects by the task's first fold (``runloop``). Per library (the kind's name):
 #   s_cell_round  seconds per (row × feature × tree shape) of one tree (``tree_shape``: leaves/depth × fractions)
