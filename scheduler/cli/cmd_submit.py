@@ -145,12 +145,12 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     else:
         hardware = dryrun.resolve_hardware(plan, args.hardware, local=True)  # this machine's RAM, not the profile's
     info = datasource.inspect(data, plan)  # the folder checked, and the submission's form, before any run
+    from scheduler.policy import plantime
     from scheduler.store import timings
     from scheduler.store.advising import speed
 
-    dry = dryrun.prepare(plan, hardware, estimated=not args.trust_plan_memory, train_rows=info["train_rows"],
-                         measured=measurements.memory_source(), speed=speed, test_rows=info.get("test_rows"),
-                         features=info.get("features"), timing=timings.timing(in_process=args.in_process))
+    dry = dryrun.prepare(plan, hardware, estimated=not args.trust_plan_memory, measured=measurements.memory_source(),
+                         speed=speed, data=plantime.Data.of(info), timing=timings.timing(in_process=args.in_process))
     dry.data = info
     dry.warnings += [f"data: {w}" for w in info["warnings"]]
     if args.dry_run:

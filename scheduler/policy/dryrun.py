@@ -458,7 +458,8 @@ def _rate(job, change: dict, train_rows: int | None, timing: plantime.Timing | N
 
 def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_rows: int | None = None, *,
             measured=None, lanes: dict[str, int] | None = None, speed=None, test_rows: int | None = None,
-            features: int | None = None, timing: plantime.Timing | None = None) -> DryRun:
+            features: int | None = None, timing: plantime.Timing | None = None,
+            data: plantime.Data | None = None) -> DryRun:
     """Estimate, fit into the band and pack ``plan`` onto ``hardware``; collect what a person should know first.
 
     ``estimated=False`` packs the plan's own ``gpu_memory`` figures as written (``--trust-plan-memory``).
@@ -466,11 +467,14 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     ``measured`` (an ``estimate.MeasuredFn``, e.g. ``store.measurements.memory_source()``) gives figures real cards
     measured: they are used before computed ones, and each job's row says which (``estimate_source``).
     ``test_rows`` and ``features`` size the tasks' host RAM (``policy.hostmem``); each wave's tasks on a node fit
-    the node's RAM.
+    the node's RAM. ``data`` (the door's table: ``plantime.Data.of(inspect(...))``) gives all three, and what the
+    time model reads of a table besides (categories, classes, the problem).
     ``timing`` (where the tasks will run: the card or this machine's CPU rehearsal, in process or not, what this
     machine learned) turns the time model on: each task's predicted start and end (``dry.timeline``), lanes chosen by
     the plan's predicted end, and a warning where the budget cannot hold the plan's smallest form.
     """
+    if data is not None:
+        train_rows, test_rows, features = data.rows, data.test_rows, data.features
     if not hardware.devices and any(j.uses_gpu for j in plan.jobs):
         raise UserError(f"plan '{plan.name}' has GPU jobs but hardware '{hardware.profile}' has no GPU")
     whole, nodes = _whole_devices(plan, hardware, plan.band[1])
@@ -481,7 +485,7 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     est = _estimator(plan, card, measured, seen, images) if estimated else None
     fitted = fit(_fit_jobs(shared, estimated, train_rows, features), nodes, plan.band, est)
     host = _host_memory(plan, fitted, estimated, train_rows, test_rows, features)
-    data = plantime.Data(train_rows, test_rows, features)
+    data = data or plantime.Data(train_rows, test_rows, features)
     chosen = _lanes(shared, fitted, nodes, hardware, lanes, speed, host=host, timing=timing, data=data)
     tasks = {t.name: t for job in plan.jobs
              for t in tk.lanes_of(job.name, job.folds, chosen.lanes.get(job.name, 1))}

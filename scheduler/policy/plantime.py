@@ -65,6 +65,12 @@ class Data:
     classes: int | None = None  # the prediction columns (``Competition.classes``): class labels, the target, targets
     problem: str | None = None  # ``Competition.task``: "classification", "regression" or "targets"
 
+    @classmethod
+    def of(cls, info: dict) -> "Data":
+        """The table from the door's summary (``store/datasource.inspect``'s dict)."""
+        return cls(info.get("train_rows"), info.get("test_rows"), info.get("features"), info.get("categories"),
+                   info.get("classes"), (info.get("form") or {}).get("task"))
+
 
 def _wave_cpus(assignments) -> dict[int, int]:
     out: dict[int, int] = {}

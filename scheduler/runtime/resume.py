@@ -348,7 +348,7 @@ def _lanes_of(record: RunRecord) -> dict[str, int] | None:
 def resume_plan(run_dir: Path, budget_s: float | None):
     """The run's own plan, hardware and options, prepared again (the estimator's figures are cached). Returns the
     DryRun, the data folder (None: the built-in one) and the training window (None: what the run had left)."""
-    from scheduler.policy import dryrun
+    from scheduler.policy import dryrun, plantime
     from scheduler.core import plan as planmod
 
     record = RunRecord.open_existing(run_dir)
@@ -368,8 +368,8 @@ def resume_plan(run_dir: Path, budget_s: float | None):
 
     choice = datasource.DataChoice(None if info.get("builtin") else Path(info["data_dir"]), info.get("builtin"))
     plan = datasource.with_metric(plan, choice)
-    rows = datasource.inspect(choice, plan)["train_rows"]  # the same statistics cap as the first run
-    dry = dryrun.prepare(plan, hardware, estimated=not info.get("trust_plan_memory", False), train_rows=rows,
+    table = plantime.Data.of(datasource.inspect(choice, plan))  # the same statistics cap and table as the first run
+    dry = dryrun.prepare(plan, hardware, estimated=not info.get("trust_plan_memory", False), data=table,
                          measured=measurements.memory_source(), lanes=_lanes_of(record), speed=advising.speed)
     training_s = plan.budget * (1 - plan.reserve_for_inference) if budget_s else None
     return dry, choice, training_s
