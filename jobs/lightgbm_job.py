@@ -30,7 +30,10 @@ def _objective(regression: bool, n_classes: int) -> dict:
 def _train(params: dict, train: tuple, valid: tuple, rounds: int, early: int, on_round) -> boosting.Trained:
     import lightgbm as lgb
 
+    ran = [0]  # the rounds run: after early stopping the booster's current_iteration() is its best round
+
     def each_round(env) -> None:
+        ran[0] = env.iteration + 1
         on_round(env.iteration)
 
     each_round.order = 5  # before early stopping (order 30): a stop asked ends the fold at once
@@ -44,7 +47,7 @@ def _train(params: dict, train: tuple, valid: tuple, rounds: int, early: int, on
     def predict(X: np.ndarray) -> np.ndarray:
         return booster.predict(X, num_iteration=best)
 
-    return boosting.Trained(predict, best, booster.current_iteration())
+    return boosting.Trained(predict, best, max(ran[0], best))
 
 
 LIGHTGBM = boosting.Library(name="LightGBM", defaults=DEFAULTS, threads="num_threads", seed="seed",

@@ -93,3 +93,17 @@ def test_lightgbm_stops_inside_a_fold(comp, tmp_path):
     out = run_job(_spec(), comp, JobContext("lgbm", tmp_path, cpus=1, should_stop=should_stop))
     assert out.folds == [] and out.cv_score() is None
     assert "stopped during fold 0" in out.notes[0]
+
+
+def test_the_rounds_a_fold_ran_count_early_stoppings_patience():
+    """After early stopping LightGBM's booster says its best round as its current one: 130 reported for 230 run made
+    the rows × rounds rate and the time model's learned step ratio (best + patience) ÷ best too high."""
+    from jobs.lightgbm_job import _train
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 5))
+    y = (X[:, 0] + rng.normal(size=2000) > 0).astype(int)
+    calls = []
+    trained = _train({"objective": "binary", "verbosity": -1, "learning_rate": 0.3}, (X[:1500], y[:1500]),
+                     (X[1500:], y[1500:]), 1000, 20, calls.append)
+    assert trained.best < 100 and trained.rounds == trained.best + 20 == len(calls)
