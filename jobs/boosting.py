@@ -27,7 +27,7 @@ from jobs.throughput import ThroughputWindow
 from scheduler.core import kinds
 from scheduler.core.scoring import REGRESSION, get as get_metric
 from scheduler.core.walltime import Ledger
-from scheduler.policy.tasktime import DEFAULT_ROUNDS
+from scheduler.policy import tasktime
 
 log = logging.getLogger("gpupack.job")
 SAMPLE_EVERY_S = 3.0  # a throughput sample at most this often, as image jobs send theirs
@@ -102,8 +102,10 @@ class Rounds:
     def _epoch(self) -> None:
         steady = self.steady[-self.per_epoch:]
         step = sum(steady) / len(steady) if steady else None
+        epoch = self.done // self.per_epoch  # early stopping may run past the epochs expected: never "7/6"
         self.ctx.report("epoch", {
-            "fold": self.fold, "epoch": self.done // self.per_epoch, "epochs": self.epochs, "validated": False,
+            "fold": self.fold, "epoch": epoch, "epochs": max(self.epochs, epoch), "rounds": self.done,
+            "validated": False,
             "steps": self.per_epoch, "steady_steps": len(steady), "steady_step_s": step,
             "steady_epoch_s": None if step is None else step * self.per_epoch,
             **({"startup_s": round(self.startup, 3)} if self.startup is not None and self.done == self.per_epoch
@@ -171,8 +173,10 @@ def run(spec, comp: Competition, ctx: JobContext, lib: Library) -> JobOutput:
     out = JobOutput(job=spec.name, classes=list(comp.classes), test_ids=comp.test_ids, folds=[], metric=ctx.metric)
     rates, walls, round_rates = [], [], []
     per_epoch = kinds.of(spec).rounds_per_epoch or spec.num_boost_round
-    # a fold's epochs as the time model expects them (early stopping decides: its assumed rounds), its models together
-    expected = min(spec.num_boost_round, DEFAULT_ROUNDS) if spec.early_stopping_rounds else spec.num_boost_round
+    # a fold's epochs as the time model expects them (early stopping decides: the rounds it expects at this rate),
+    # its models together
+    expected, _ = tasktime.expected_rounds(spec.kind, tasktime.learning_rate(models[0][1], {}), spec.num_boost_round,
+                                           spec.early_stopping_rounds)
     epochs = math.ceil(expected / per_epoch) * len(models)
     first = True  # the task's first fold it trains: its first round holds the start-up
     mine = ctx.my_folds(split_folds(strata, spec.folds, ctx.seed))

@@ -107,3 +107,20 @@ def test_the_rounds_a_fold_ran_count_early_stoppings_patience():
     trained = _train({"objective": "binary", "verbosity": -1, "learning_rate": 0.3}, (X[:1500], y[:1500]),
                      (X[1500:], y[1500:]), 1000, 20, calls.append)
     assert trained.best < 100 and trained.rounds == trained.best + 20 == len(calls)
+
+
+def test_its_epochs_never_read_past_their_count_and_the_live_line_says_rounds(comp, tmp_path):
+    """Early stopping can run past the rounds the time model expects: diamonds' xgb read "epoch 7/6 loss nan not
+    validated", counting to 22/6. Each epoch now says its rounds, and its count grows with it."""
+    from scheduler.cli.live import _describe
+
+    events = []
+    run_job(_spec(num_boost_round=1000, early_stopping_rounds=50, params={"learning_rate": 0.1, "num_leaves": 4}),
+            comp, JobContext("lgbm", tmp_path, cpus=1, report=lambda kind, data: events.append((kind, data))))
+    epochs = [d for k, d in events if k == "epoch"]
+    assert epochs and all(e["epoch"] <= e["epochs"] for e in epochs)
+    assert [e["rounds"] for e in epochs] == [50 * e["epoch"] for e in epochs]
+    assert max(e["epoch"] for e in epochs) > epochs[0]["epochs"]  # it ran past what was expected at first
+    line = _describe({"event": "epoch", "job": "lgbm", **epochs[-1]})
+    assert line.endswith(f"epoch {epochs[-1]['epoch']}/{epochs[-1]['epochs']} ({epochs[-1]['rounds']:,} rounds)")
+    assert "nan" not in line

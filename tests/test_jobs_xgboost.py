@@ -118,7 +118,7 @@ def test_the_budget_cuts_its_rounds_as_it_cuts_a_timm_jobs_epochs(comp, tmp_path
     """Its rounds count in epochs of 50 (``Kind.rounds_per_epoch``): the job reports each epoch with its steady pace,
     the run loop's budget, finding it late, cuts its epochs, and the job then caps a fold's rounds at what is left."""
     from scheduler.core import plan as planmod
-    from scheduler.policy import runloop as rl
+    from scheduler.policy import runloop as rl, tasktime
     from test_runloop import T0, Where
 
     plan = planmod.from_dict({"name": "t", "hardware": {"profile": "A100-40GB", "gpus_per_node": 1, "cpus": 8},
@@ -141,6 +141,8 @@ def test_the_budget_cuts_its_rounds_as_it_cuts_a_timm_jobs_epochs(comp, tmp_path
     folds = [d for k, d in reported if k == "fold"]
     epochs = [d for k, d in reported if k == "epoch"]
     assert [f["epochs"] for f in folds] == [2, 2] and all(f["best_round"] <= 100 for f in folds)
-    # a fold's epochs as the time model expects them: early stopping decides, 300 rounds assumed (6 epochs)
-    assert [(e["fold"], e["epoch"], e["epochs"]) for e in epochs] == [(0, 1, 6), (0, 2, 6), (1, 1, 6), (1, 2, 6)]
+    # a fold's epochs as the time model expects them (tasktime.expected_rounds): the best round at its rate and 400
+    # of patience after it, capped at the fold's 400 rounds: 8 epochs
+    assert tasktime.expected_rounds("xgboost", 0.05, 400, 400)[0] == 400
+    assert [(e["fold"], e["epoch"], e["epochs"]) for e in epochs] == [(0, 1, 8), (0, 2, 8), (1, 1, 8), (1, 2, 8)]
     assert epochs[0]["startup_s"] > 0 and epochs[1]["steady_epoch_s"] > 0 and "startup_s" not in epochs[2]

@@ -66,8 +66,12 @@ def _describe(ev: dict) -> str | None:
         sps = ev.get("train_samples_per_s", ev.get("samples_per_s"))
         val = ev.get("val_score")  # an epoch early stopping does not need is not validated
         loss = ev.get("loss")
-        return (f"{job}: fold {fold_name(ev.get('fold', 0))} epoch {ev.get('epoch')}/{ev.get('epochs')} loss "
-                f"{float('nan') if loss is None else loss:.4f} " + ("not validated" if val is None else f"val {val:.4f}")
+        if ev.get("rounds") is not None:  # a boosting job's epoch: its rounds so far (early stopping validates each)
+            said = f"({ev['rounds']:,} rounds)"
+        else:
+            said = (f"loss {float('nan') if loss is None else loss:.4f} "
+                    + ("not validated" if val is None else f"val {val:.4f}"))
+        return (f"{job}: fold {fold_name(ev.get('fold', 0))} epoch {ev.get('epoch')}/{ev.get('epochs')} {said}"
                 + (f" {sps:,.0f} train/s" if sps else ""))
     if kind == "sample" and ev.get("job_end") and ev.get("busy_share") is not None:
         return f"{job}: busy {ev['busy_share']:.0%} of {format_duration(ev.get('wall_s') or 0)}"
