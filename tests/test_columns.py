@@ -126,6 +126,9 @@ def test_the_dry_run_names_every_column_and_submit_trains_on_categories_and_date
     listed = {c["name"]: c for c in json.loads(out)["data"]["columns"]}
     assert {n: c["became"] for n, c in listed.items()} == WHAT_EACH_BECAME
     assert listed["colour"]["categories"] == 4 and listed["sold"]["features"][0] == "sold.year"
+    dry = json.loads(out)
+    assert dry["data"]["rounds_probe"]["best"] >= 1  # the table's own rounds, measured at the door, time the jobs
+    assert "from this table's probe" in json.dumps(dry["timeline"])
     code, out, err = run_cli("submit", plan, "--data", data, "--dry-run")
     assert code == 0, err
     for name in ("ticket", "note", "country", "comment", "code", "shelf"):  # each left-out column has its line

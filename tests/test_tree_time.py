@@ -187,3 +187,26 @@ def test_before_its_first_fold_ends_a_tree_task_is_cut_only_where_its_pace_passe
                                                          "steady_epoch_s": epoch_s, "startup_s": 1.0}, T0 + 12),
                         rl.Tick(T0 + 12.1))
         assert bool(cuts(log)) is cut, epoch_s
+
+
+def test_the_tables_own_probe_sets_the_rounds_where_the_door_measured_it(tmp_path):
+    """The prior's best round (the median of ten tables) is 0.3-11× off a given table; the door's probe of the
+    table itself (jobs/rounds_probe) sets it instead, scaled to each job's rate and library, and says so."""
+    from jobs.data import load_competition
+    from jobs.rounds_probe import PROBE_RATE, best_round
+    from scheduler.policy import tasktime as tt
+
+    prior = tt.expected_rounds("lightgbm", 0.05, 4000, 100)
+    slow = tt.expected_rounds("lightgbm", 0.05, 4000, 100, probe=(0.2, 100))
+    assert slow[1] == round(100 * tt.PROBE_SCALE * 4) and slow[1] != prior[1]
+    assert tt.expected_rounds("lightgbm", 0.1, 4000, 100, probe=(0.2, 100))[1] == round(100 * tt.PROBE_SCALE * 2)
+    xgb = tt.expected_rounds("xgboost", 0.05, 4000, 100, probe=(0.2, 100))[1]
+    assert xgb > slow[1]  # XGBoost's prior takes more rounds than LightGBM's: the probe is LightGBM's
+
+    sys_path = __import__("sys").path
+    sys_path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from test_columns import _table
+
+    comp = load_competition(_table(tmp_path / "t"), "accuracy")
+    found = best_round(comp)
+    assert found["rate"] == PROBE_RATE and found["best"] >= 1 and found["rows"] == len(comp.train)

@@ -64,12 +64,15 @@ class Data:
     categories: int | None = None  # of them, the categorical ones (``Competition.category_cols``)
     classes: int | None = None  # the prediction columns (``Competition.classes``): class labels, the target, targets
     problem: str | None = None  # ``Competition.task``: "classification", "regression" or "targets"
+    probe: tuple[float, int] | None = None  # the table's best round at a rate, measured at the door (rounds_probe)
 
     @classmethod
     def of(cls, info: dict) -> "Data":
         """The table from the door's summary (``store/datasource.inspect``'s dict)."""
+        probe = info.get("rounds_probe")
         return cls(info.get("train_rows"), info.get("test_rows"), info.get("features"), info.get("categories"),
-                   info.get("classes"), (info.get("form") or {}).get("task"))
+                   info.get("classes"), (info.get("form") or {}).get("task"),
+                   (float(probe["rate"]), int(probe["best"])) if probe else None)
 
 
 def _wave_cpus(assignments) -> dict[int, int]:
@@ -95,7 +98,7 @@ def plan_times(plan, tasks: dict[str, Task], assignments, *, card: str, timing: 
         batch = batch_of(t.job) if batch_of else getattr(job, "batch_size", None)
         work = tt.work_of(job, a.job, folds, rows=data.rows, test_rows=data.test_rows, batch=batch, cpus=cpus,
                           features=data.features, categories=data.categories, classes=data.classes,
-                          problem=data.problem, ray_process=not timing.in_process,
+                          problem=data.problem, probe=data.probe, ray_process=not timing.in_process,
                           command_s=timing.command_s(t.job) if timing.command_s and kinds.of(job).wall_learned else None)
         if timing.in_process:
             work = replace(work, first_of_network=network not in networks_run)

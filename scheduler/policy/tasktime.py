@@ -224,6 +224,7 @@ class TaskWork:
     patience_rounds: int | None = None  # early stopping's rounds without gain (None: no early stopping)
     params: dict = field(default_factory=dict)  # the plan's library parameters (a boosting job's ``params``)
     library_defaults: dict | None = None  # the library's defaults under them (None: read from the kind)
+    probe: tuple[float, int] | None = None  # this table's best round at a rate, measured at the door (rounds_probe)
     command_s: float | None = None  # a command job's wall, when a past run measured it
     ray_process: bool = True  # runs in its own process (an actor); False in process
     # in process: no task before it in the driver's process ran its network (it pays the network's first use)
@@ -404,13 +405,29 @@ def thread_speedup(threads: int) -> float:
     return max(1, threads) ** TREE_THREAD_EXP
 
 
-def expected_rounds(lib: str, rate: float, most: int, patience: int | None) -> tuple[int, int]:
+# A table's own best round, measured at the door (``jobs/rounds_probe``: LightGBM at rate 0.2 on 8,000 of its rows),
+# is this many times smaller than a job's fold finds at the same rate (more rows, a different split): on the ten
+# tables TREE_COST was fitted on (``benchmarks/tree_time.py``'s FIT, the jobs' defaults, 2026-11-28) a fold's best
+# round at 0.05 over 4 × the probe's was 0.95-2.9 on nine (one 13.6: lme4's InstEval), median 1.9; the prior alone
+# (best_rounds) was 0.29-11× off on the same tables
+PROBE_SCALE = 1.9
+
+
+def expected_rounds(lib: str, rate: float, most: int, patience: int | None,
+                    probe: tuple[float, int] | None = None) -> tuple[int, int]:
     """(rounds a fold runs, its best round): without early stopping, ``most``; with it, the best round early stopping
-    finds (``TREE_COST``'s, scaled by the rate) and its ``patience`` rounds after, never more than ``most``."""
+    finds and its ``patience`` rounds after, never more than ``most``. The best round is the table's own where the
+    door measured it (``probe``: (rate, best round) of LightGBM on a sample, × PROBE_SCALE, and for another library
+    × its prior's ratio to LightGBM's), else ``TREE_COST``'s prior; either scaled to ``rate``."""
     if not patience:
         return most, most
     cost = TREE_COST.get(lib, TREE_COST["lightgbm"])
-    best = cost["best_rounds"] * (TREE_RATE_AT / rate) ** cost["rate_exp"]
+    if probe is not None:
+        at, found = probe
+        best = (found * PROBE_SCALE * cost["best_rounds"] / TREE_COST["lightgbm"]["best_rounds"]
+                * (at / rate) ** cost["rate_exp"])
+    else:
+        best = cost["best_rounds"] * (TREE_RATE_AT / rate) ** cost["rate_exp"]
     best = max(1, min(most, round(best)))
     return min(most, best + patience), best
 
@@ -432,14 +449,15 @@ class TreeFold:
 
 def tree_fold(*, rows: int, val_rows: int, test_rows: int, features: int, categories: int = 0,
               classes: int | None = None, task: str | None = None, lib: str, params: dict, defaults: dict,
-              threads: int = 1, rounds: int = 2000, patience: int | None = 100) -> TreeFold:
+              threads: int = 1, rounds: int = 2000, patience: int | None = 100,
+              probe: tuple[float, int] | None = None) -> TreeFold:
     """One model's fold on ``threads`` cores (see ``TREE_COST``)."""
     cost = TREE_COST.get(lib, TREE_COST["lightgbm"])
     trees = trees_per_round(classes, task)
     speed = thread_speedup(threads)
     cells = tree_cells(rows=rows, features=features, categories=categories, lib=lib, params=params,
                        defaults=defaults)
-    run, best = expected_rounds(lib, learning_rate(params, defaults), rounds, patience)
+    run, best = expected_rounds(lib, learning_rate(params, defaults), rounds, patience, probe)
     round_s = trees * (cost["s_cell_round"] * cells + cost["s_row_round"] * rows + cost["s_tree"]) / speed
     data_s = (rows + val_rows) * max(1, features) * cost["s_cell_data"]
     predict_s = (val_rows + test_rows) * best * trees * cost["s_row_tree"] / speed
@@ -472,7 +490,7 @@ def _trees(w: TaskWork, threads: int) -> TaskTime:
     most = w.rounds or DEFAULT_ROUNDS
     f = tree_fold(rows=rows, val_rows=val, test_rows=w.test_rows or 0, features=features,
                   categories=w.categories or 0, classes=w.classes, task=w.problem, lib=w.kind, params=w.params or {},
-                  defaults=defaults, threads=threads, rounds=most, patience=w.patience_rounds)
+                  defaults=defaults, threads=threads, rounds=most, patience=w.patience_rounds, probe=w.probe)
     models = models_of(w.classes, w.problem)
     block = kinds.get(w.kind).rounds_per_epoch or f.rounds  # its rounds counted in epochs (what the budget cuts)
     epochs = max(1, round(f.rounds / block)) * models  # the job counts its models' epochs together
@@ -484,8 +502,11 @@ def _trees(w: TaskWork, threads: int) -> TaskTime:
     src = {"step_s": f"{shape} at {TREE_COST.get(w.kind, TREE_COST['lightgbm'])['s_cell_round']:g} s a cell "
                      f"(measured on real tables, benchmarks/tree_time.py) ÷ {thread_speedup(threads):.2f} for "
                      f"{threads} core(s); "
-                     + (f"{f.rounds} rounds: the best at rate {rate:g} (≈{f.best}) + {w.patience_rounds} of early "
-                        f"stopping's patience, at most {most}" if w.patience_rounds else f"{f.rounds} rounds asked"),
+                     + (f"{f.rounds} rounds: the best at rate {rate:g} (≈{f.best}"
+                        + (f", from this table's probe: {w.probe[1]} at {w.probe[0]:g}" if w.probe else
+                           ", the prior of real tables: the door measured none")
+                        + f") + {w.patience_rounds} of early stopping's patience, at most {most}"
+                        if w.patience_rounds else f"{f.rounds} rounds asked"),
            "prediction_s": f"{val:,} validation + {w.test_rows or 0:,} test rows through {f.best} rounds' trees",
            "startup": f"process {_process(w):.1f} s, imports {_imports(w):.1f} s, the table read"}
     data = (w.rows or 0) * features * 2e-7
@@ -539,7 +560,7 @@ def _learn(t: TaskTime, w: TaskWork, card: str | None, learned: Learned | None) 
 def work_of(job, task: str, folds: int, *, rows: int | None = None, test_rows: int | None = None,
             batch: int | None = None, cpus: int = 1, features: int | None = None, categories: int | None = None,
             classes: int | None = None, problem: str | None = None, command_s: float | None = None,
-            ray_process: bool = True) -> TaskWork:
+            ray_process: bool = True, probe: tuple[float, int] | None = None) -> TaskWork:
     """A plan job's task as the time model reads it (``job``: a ``core.plan`` job spec, already fitted); the table's
     shape (``features``, ``categories``, ``classes``, ``problem``) as the door read it (``plantime.Data``)."""
     kind = job.kind
@@ -553,7 +574,7 @@ def work_of(job, task: str, folds: int, *, rows: int | None = None, test_rows: i
                     rounds=getattr(job, "num_boost_round", None),
                     patience_rounds=getattr(job, "early_stopping_rounds", None) or None,
                     params=dict(params) if isinstance(params, dict) else {}, command_s=command_s,
-                    ray_process=ray_process)
+                    ray_process=ray_process, probe=probe)
 
 
 def _packaged() -> str:

@@ -115,11 +115,21 @@ def inspect(choice: DataChoice, plan: Plan) -> dict:
         "categories": len(comp.category_cols),
         "classes": len(comp.classes),
         "columns": [c.to_json() for c in comp.columns],  # every column of the table and what it became
+        "rounds_probe": _rounds_probe(plan, comp),
         "images": comp.has_images,
         "form": comp.form.to_json(),
         "submission": comp.form.describe(),
         "warnings": list(comp.warnings),
     }
+
+
+def _rounds_probe(plan: Plan, comp) -> dict | None:
+    """The table's own best boosting round (``jobs/rounds_probe``), where a job's time depends on it."""
+    if not any(kinds.of(j).time_model == "trees" for j in plan.jobs):
+        return None
+    from jobs.rounds_probe import best_round
+
+    return best_round(comp)
 
 
 def check_job(job, comp) -> None:
