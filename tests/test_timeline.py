@@ -217,6 +217,21 @@ def test_dry_run_prints_the_predicted_wall_and_a_timeline(run_cli):
     assert tl["window_use"] == pytest.approx(tl["predicted_wall_s"] / tl["window_s"], rel=1e-3)
 
 
+def test_a_plan_past_its_window_is_predicted_to_end_with_the_window_the_budget_cuts_it_to(run_cli):
+    """The peers' flights table: uncut, the plan was predicted at 226 s of a 102 s window, and the run (cut by the
+    budget, as it must be) took 108 s: -110 %. Where the smallest form fits, the budget cuts the plan to end inside
+    the window, and that is the run's predicted wall; the plan uncut is said beside it."""
+    code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json")
+    uncut = json.loads(out)["timeline"]["uncut_wall_s"]
+    budget = f"{int(uncut * 0.6 / 0.85)}s"  # a window well under the plan, well over its smallest form
+    code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json", "--budget", budget)
+    tl = json.loads(out)["timeline"]
+    assert tl["smallest_wall_s"] < tl["window_s"] < tl["uncut_wall_s"]
+    assert tl["predicted_wall_s"] == tl["window_s"] and tl["window_use"] == 1.0 and not tl["fits"]
+    code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--budget", budget)
+    assert "the budget cuts it to end inside the window" in out
+
+
 def test_a_budget_that_cannot_hold_the_smallest_form_is_warned(run_cli):
     code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json", "--budget", "20s")
     body = json.loads(out)

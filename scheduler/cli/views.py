@@ -136,7 +136,7 @@ def show_timeline(dry: DryRun, console: Console) -> None:
     if dry.timeline is None:
         return
     doc = dry.timeline_json()
-    wall = max(doc["predicted_wall_s"], 1e-9)
+    wall = max(doc["uncut_wall_s"], 1e-9)  # the bars: the plan as written, uncut
     t = Table(title=f"Predicted timeline ({doc['where']})", title_justify="left")
     for col in ("task", "start", "start-up", "end", "folds × epochs", "per fold", ""):
         t.add_column(col, justify="left" if col in ("task", "") else "right")
@@ -147,8 +147,10 @@ def show_timeline(dry: DryRun, console: Console) -> None:
         t.add_row(row["task"], format_duration(row["start_s"]), format_duration(row["startup_s"]),
                   format_duration(row["end_s"]), f"{tm['folds']} × {tm['epochs']}", format_duration(tm["fold_s"]), bar)
     console.print(t)
+    cut = (f" (uncut {format_duration(doc['uncut_wall_s'])}: the budget cuts it to end inside the window)"
+           if doc["uncut_wall_s"] > doc["predicted_wall_s"] else "")
     console.print(f"[bold]predicted wall[/] {format_duration(doc['predicted_wall_s'])} of the "
-                  f"{format_duration(doc['window_s'])} training window ({doc['window_use']:.0%}); smallest form "
+                  f"{format_duration(doc['window_s'])} training window ({doc['window_use']:.0%}){cut}; smallest form "
                   f"(one fold, one epoch) {format_duration(doc['smallest_wall_s'])}")
 
 

@@ -196,12 +196,24 @@ class DryRun:
                          "time": t.to_json()})
         return rows
 
-    def timeline_json(self) -> dict:
+    @property
+    def predicted_wall_s(self) -> float | None:
+        """The run's predicted wall (its last task's end): the timeline's, or the training window's where the plan
+        passes it and its smallest form fits in it (the budget then cuts epochs, rounds or folds to end inside the
+        window, as its looks converge on a plan that fits)."""
+        if self.timeline is None:
+            return None
         wall = self.timeline.wall_s
-        return {"where": self.timing.describe(), "predicted_wall_s": round(wall, 1),
+        if wall > self.window_s and self.smallest_wall_s is not None and self.smallest_wall_s <= self.window_s:
+            return self.window_s
+        return wall
+
+    def timeline_json(self) -> dict:
+        wall, uncut = self.predicted_wall_s, self.timeline.wall_s
+        return {"where": self.timing.describe(), "predicted_wall_s": round(wall, 1), "uncut_wall_s": round(uncut, 1),
                 "window_s": round(self.window_s, 1), "window_use": round(wall / self.window_s, 4) if self.window_s else None,
                 "smallest_wall_s": None if self.smallest_wall_s is None else round(self.smallest_wall_s, 1),
-                "fits": wall <= self.window_s, "never": dict(self.timeline.never), "tasks": self.timeline_rows()}
+                "fits": uncut <= self.window_s, "never": dict(self.timeline.never), "tasks": self.timeline_rows()}
 
 
 def expected_gain(specs: list, card: str, speed=None) -> dict | None:

@@ -60,7 +60,7 @@ class TimeKeeper:
             self.record.event(tr.PREDICTED, name, predicted=self.predicted[name],
                               key={"kind": t.kind, "model": model, "card": predicted_on}, folds=t.folds,
                               epochs=t.epochs, slowdown=round(span.slowdown, 4), learned=self.ratios[name])
-        self.record.event(tr.PREDICTED, predicted={tr.RUN_WALL: round(timeline.wall_s, 3)},
+        self.record.event(tr.PREDICTED, predicted={tr.RUN_WALL: round(self.dry.predicted_wall_s, 3)},
                           window_s=round(self.dry.window_s, 3), where=self.dry.timing.describe(),
                           started_at=round(self.started_at, 3))  # the zero of every start_s and end_s
 
@@ -106,6 +106,6 @@ class TimeKeeper:
         return kept, sorted(set(figures) - set(kept))
 
     def run_actual(self) -> None:
-        pred, wall = round(self.dry.timeline.wall_s, 3), round(max(self.ended.values()), 3)
+        pred, wall = round(self.dry.predicted_wall_s, 3), round(max(self.ended.values()), 3)
         self.record.event(tr.ACTUAL, predicted={tr.RUN_WALL: pred}, actual={tr.RUN_WALL: wall},
                           error={tr.RUN_WALL: tr.error(pred, wall)})
