@@ -216,6 +216,30 @@ def _header(path: Path) -> list[str]:
         return []
 
 
+def check_header(path: Path) -> None:
+    """Refuse a header that names a column more than once: pandas renames the second ``a`` to ``a.1`` by position,
+    so a feature, a target or an id would be read from the wrong column and the run would be silently wrong. The
+    header is read with the csv module (pandas has renamed the repeats by the time it shows the names); empty names
+    (a trailing comma) are not counted."""
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
+            names = next(csv.reader(f), [])
+    except (OSError, csv.Error):
+        return  # reading it whole says why
+    seen, repeated = set(), []
+    for name in names:
+        if name in seen and name and name not in repeated:
+            repeated.append(name)
+        seen.add(name)
+    if repeated:
+        counts = ", ".join(f"'{n}' {names.count(n)} times" for n in repeated[:5])
+        raise CompetitionError(f"{path}: its header names {len(repeated)} column{'s' if len(repeated) != 1 else ''} "
+                               f"more than once ({counts}{', …' if len(repeated) > 5 else ''}); pandas would read "
+                               f"them by position as '{repeated[0]}', '{repeated[0]}.1': give each column its own name")
+
+
 # pandas' default NA strings (read_csv's na_values) but the empty cell: missing in a column of numbers (house prices'
 # `LotFrontage` writes NA), text everywhere else: a label `NA` (North America), a class `None`, an id `null`.
 NA_SPELLINGS = frozenset({"#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>",
@@ -261,6 +285,7 @@ def _read_csv(path: Path, id_col: str | None = None, text: tuple[str, ...] = ())
     key = (str(path.resolve()), id_col, tuple(text), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
     if (frame := _READ_CACHE.get(key)) is not None:
         return frame
+    check_header(path)
     try:
         header = pd.read_csv(path, nrows=0).columns
         id_key = id_col if id_col in header else (header[0] if id_col is None and len(header) else None)

@@ -157,6 +157,20 @@ def _labels(col: pd.Series, path: Path, target: str) -> pd.Series:
     return col
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # 3.4e38: LightGBM and XGBoost hold targets as 32-bit floats
+
+
+def _held(values: pd.Series, col: pd.Series, path: Path, target: str) -> None:
+    """Refuse target numbers that are finite in float64 but not in the float32 the libraries hold (``1e39``,
+    ``1e200``): LightGBM "succeeds" on them with a CV of 9.5e37 and a submission of 1e36, a silent wrong result."""
+    big = (np.abs(values.to_numpy(dtype=np.float64)) > FLOAT32_MAX)
+    if big.any():
+        raise CompetitionError(
+            f"{path}: target column '{target}' has {int(big.sum())} values too large for the 32-bit floats LightGBM "
+            f"and XGBoost hold (beyond ±{FLOAT32_MAX:.3g}: {examples(col[big].unique())}; rows "
+            f"{examples(np.flatnonzero(big) + 2)}); rescale the target (divide it, or take its log) first")
+
+
 def _class_order(classes: list) -> list:
     """Classes in their numeric order when they are numbers written as text (``2`` before ``10``, as an ordinal
     metric such as qwk needs), else in text order; each keeps its own spelling."""
@@ -186,6 +200,7 @@ def _single(col: pd.Series, sample_col: pd.Series, id_col: str, metric: str | No
         if values is None:
             raise CompetitionError(f"{path}: target column '{target}' {_not_numbers(col)}, but the metric {metric} "
                                    f"scores numbers; use a classification metric")
+        _held(values, col, path, target)
         return Form("value", id_col, (target,), "regression", (target,), (target,),
                     f"the metric {metric} scores numbers")
     classes = _class_order(pd.unique(col).tolist())
@@ -194,6 +209,7 @@ def _single(col: pd.Series, sample_col: pd.Series, id_col: str, metric: str | No
                                f"nothing to learn")
     if values is not None and (values != values.round()).any():
         if metric is None:  # no metric given: numbers that are not whole are a quantity
+            _held(values, col, path, target)
             return Form("value", id_col, (target,), "regression", (target,), (target,),
                         f"train.csv's '{target}' holds numbers")
         raise CompetitionError(f"{path}: target column '{target}' holds numbers that are not whole "
@@ -231,6 +247,7 @@ def _targets(train: pd.DataFrame, id_col: str, written: tuple, metric: str | Non
         if values is None:
             raise CompetitionError(f"{path}: target column '{t}' {_not_numbers(col)}; with several target columns "
                                    f"each is a 0/1 label or a number")
+        _held(values, col, path, t)
         if metric not in REGRESSION_METRICS and not set(np.unique(values.to_numpy())) <= {0, 1}:
             raise CompetitionError(
                 f"{path}: target column '{t}' holds values other than 0 and 1 ({examples(np.unique(values)[:3])}); with "

@@ -116,12 +116,15 @@ def for_run(dry: DryRun, run_dir: Path) -> tuple[dict[str, LaunchRecord], list[t
         saved = load(run_dir, a.job)
         split = (getattr(dry.spec(a.job), "folds", None), dry.plan.seed)
         same_split = saved is not None and (getattr(saved.spec, "folds", None), saved.seed) == split
-        if saved is not None and placed_as(saved, a) and saved.folds == dry.tasks[a.job].folds and same_split:
+        same_kind = saved is not None and saved.kind == dry.spec(a.job).kind
+        if saved is not None and placed_as(saved, a) and saved.folds == dry.tasks[a.job].folds and same_split \
+                and same_kind:
             out[a.job] = saved
             continue
         out[a.job], changed = plan_task(dry, a)
         save(run_dir, out[a.job])
         why = "no launch.json was saved for it" if saved is None else (
+            f"plan.yaml changed its kind ({saved.kind} → {dry.spec(a.job).kind})" if not same_kind else
             f"plan.yaml changed its split (folds {getattr(saved.spec, 'folds', None)}, seed {saved.seed} → folds "
             f"{split[0]}, seed {split[1]})" if not same_split else
             f"its saved record ({saved.node}:{saved.device}, {saved.gpu_memory_mib} MiB, {saved.cpus} cores) is not "

@@ -189,7 +189,9 @@ class Driver(Runner):
         if error is None:
             self.finished(name, out)
             return
-        self.handle(rl.JobFailed(name, error.reason, time.time(), self.place.view(), detail=error.detail))
+        why = self.refused.pop(name, None)  # it reported a fold that could not be kept: that is why it failed
+        self.handle(rl.JobFailed(name, why or error.reason, time.time(), self.place.view(),
+                                 detail=why or error.detail))
 
     def _wait_results(self, timeout: float) -> bool:
         """Sleep until a task has news (an event, a start, an end) or ``timeout``; take the ends."""

@@ -12,7 +12,9 @@
   jobs CANCELLED.
 - **Resume.** ``submit --resume RUN`` runs again every job that had not SUCCEEDED, each with the folds it had
   finished (the job skips them), in what was left of the training window when the driver stopped (``--budget``
-  gives a fresh budget instead), and blends everything.
+  gives a fresh budget instead), and blends everything. A kept fold is checked as it is kept and when it is read
+  again: its shape (rows × the competition's classes), its classes, and the kind of job that made it; one that fails
+  is set aside with a note and trained again (``_read_kept``), and a job that reports one fails with the reason.
 """
 
 from __future__ import annotations
@@ -37,15 +39,48 @@ HEARTBEAT_S = 2.0
 # --- folds kept as they finish ------------------------------------------------------------------------------------
 
 
-def keep_fold(folder: Path, fold: FoldOutput, classes: list, test_ids, metric: str, split: dict | None = None) -> None:
-    """Store one finished fold (atomically, as data only: ``store.foldfiles``) with the split it was made from, and
-    rewrite the job's prediction CSVs from every fold kept so far. Raises ``OSError`` when the disk refuses it."""
+class BadFold(ValueError):
+    """A fold a job reported that cannot be kept: predictions of the wrong shape, or of other classes than the
+    competition's. The message is the one clear reason its job fails with."""
+
+
+def fold_fault(fold: FoldOutput, classes: list, test_ids, want: list | None = None) -> str | None:
+    """Why ``fold`` (reported with ``classes`` and ``test_ids``) cannot be kept, or None: its predictions must have one
+    column per class for each validation and test row, and its classes must be the competition's (``want``, matched
+    by name as ``"3"`` and ``3`` are one class; None: not checked)."""
+    if want is not None and sorted(map(str, classes)) != sorted(map(str, want)):
+        return (f"it predicted the classes {[str(c) for c in classes][:8]}, not the competition's "
+                f"{[str(c) for c in want][:8]}")
+    return foldfiles.shape_fault(fold, list(classes), len(test_ids))
+
+
+def keep_fold(folder: Path, fold: FoldOutput, classes: list, test_ids, metric: str, split: dict | None = None,
+              kind: str | None = None, want: list | None = None) -> None:
+    """Store one finished fold (atomically, as data only: ``store.foldfiles``) with the split it was made from and
+    the kind of job that made it, and rewrite the job's prediction CSVs from every fold kept so far. Raises
+    :class:`BadFold` for a fold of the wrong shape or classes (``fold_fault``: nothing is written), ``OSError`` when
+    the disk refuses it."""
+    if (why := fold_fault(fold, classes, test_ids, want)) is not None:
+        raise BadFold(f"fold {fold.fold}: {why}")
     store = folder / FOLDS_DIR
     store.mkdir(parents=True, exist_ok=True)
-    foldfiles.write(store / f"fold{fold.fold}{foldfiles.SUFFIX}", fold, classes, test_ids, split)
-    kept = kept_folds(folder, split)
+    foldfiles.write(store / f"fold{fold.fold}{foldfiles.SUFFIX}", fold, classes, test_ids, split, kind)
+    kept = kept_folds(folder, split, kind=kind, classes=want)
     outputs.save(JobOutput(job=folder.name, classes=list(classes), test_ids=test_ids,
                            folds=[kept[k] for k in sorted(kept)], metric=metric), folder)
+
+
+def rewrite_outputs(folder: Path, metric: str) -> None:
+    """The job's prediction CSVs again from the folds it keeps now (after some were set aside): none left, and its
+    ``oof.csv``, ``test.csv`` and ``result.json`` go too, so that the blend never reads what was set aside."""
+    kept = _read_kept(folder, None, None)
+    if not kept:
+        for name in ("oof.csv", "test.csv", "result.json"):
+            (folder / name).unlink(missing_ok=True)
+        return
+    _, meta, test_ids = kept[min(kept)]
+    outputs.save(JobOutput(job=folder.name, classes=meta["classes"], test_ids=test_ids,
+                           folds=[kept[k][0] for k in sorted(kept)], metric=metric), folder)
 
 
 def _fold_files(folder: Path) -> list[Path]:
@@ -66,10 +101,13 @@ def set_aside(path: Path) -> Path:
     return dest
 
 
-def _read_kept(folder: Path, split: dict | None, notes: list[str] | None) -> dict[int, tuple]:
-    """Fold number -> (fold, facts, test ids) of every readable kept fold of ``split`` (None: any). A file that
-    cannot be read, or that was made from another split, is set aside and named in ``notes``: its fold is trained
-    again, and a fold of another split is never joined with this one's."""
+def _read_kept(folder: Path, split: dict | None, notes: list[str] | None, kind: str | None = None,
+               classes: list | None = None) -> dict[int, tuple]:
+    """Fold number -> (fold, facts, test ids) of every readable kept fold of ``split`` (None: any), made by a job of
+    ``kind`` (None: any; a fold from before kinds were recorded is taken) for the competition's ``classes`` (None:
+    any). A file that cannot be read (its predictions of the wrong shape included), that was made from another split,
+    by another kind of job (plan.yaml changed the job's kind: LightGBM's folds are never joined with XGBoost's) or
+    for other classes is set aside and named in ``notes``: its fold is trained again."""
     out = {}
     for path in _fold_files(folder):
         try:
@@ -77,10 +115,16 @@ def _read_kept(folder: Path, split: dict | None, notes: list[str] | None) -> dic
         except foldfiles.DamagedFold as e:
             why = f"unreadable ({e})"
         else:
-            if split is None or meta.get("split") in (None, split):
+            made_by = meta.get("kind")
+            if split is not None and meta.get("split") not in (None, split):
+                why = f"made from another split ({meta.get('split')}, not {split})"
+            elif kind is not None and made_by not in (None, kind):
+                why = f"made by a {made_by} job, not {kind} (plan.yaml changed the job's kind)"
+            elif classes is not None and (fault := fold_fault(fold, meta["classes"], test_ids, classes)):
+                why = f"not this competition's ({fault})"
+            else:
                 out[fold.fold] = (fold, meta, test_ids)
                 continue
-            why = f"made from another split ({meta.get('split')}, not {split})"
         dest = set_aside(path)
         if notes is not None:
             notes.append(f"kept fold {path.name} of {folder.name} is {why}: set aside as {dest.relative_to(folder)}; "
@@ -88,9 +132,10 @@ def _read_kept(folder: Path, split: dict | None, notes: list[str] | None) -> dic
     return out
 
 
-def kept_folds(folder: Path, split: dict | None = None, notes: list[str] | None = None) -> dict[int, FoldOutput]:
+def kept_folds(folder: Path, split: dict | None = None, notes: list[str] | None = None, kind: str | None = None,
+               classes: list | None = None) -> dict[int, FoldOutput]:
     """The folds a job finished in this run folder, by fold number (empty when none); see ``_read_kept``."""
-    return {k: v[0] for k, v in _read_kept(folder, split, notes).items()}
+    return {k: v[0] for k, v in _read_kept(folder, split, notes, kind, classes).items()}
 
 
 def assemble_job(folder: Path, metric: str, notes: list[str] | None = None) -> None:
@@ -310,10 +355,18 @@ def reopen(record: RunRecord, dry, training_s: float) -> list[str]:
             record.event("note", job["name"], note=f"{job['name']} is no longer in plan.yaml: not run again "
                                                    f"({job['state']} as it was); what it finished stays in the blend")
             continue
-        if job["state"] == JobState.SUCCEEDED.value:
+        kind = dry.spec(job["name"]).kind
+        changed = job.get("kind") not in (None, kind)  # plan.yaml changed the job's kind (lightgbm → xgboost)
+        if job["state"] == JobState.SUCCEEDED.value and not changed:
             continue
         a = dry.placement.of(job["name"])
-        record.requeue(job["name"], "resumed")
+        if changed:  # a new job under the old name: pending again (SUCCEEDED included), its kind recorded
+            record.add_job(a, kind)
+            record.event("note", job["name"], note=f"{job['name']}'s kind changed in plan.yaml ({job['kind']} → "
+                                                   f"{kind}): it runs again as {kind}; the folds the {job['kind']} "
+                                                   "job kept are set aside, never joined with its own")
+        else:
+            record.requeue(job["name"], "resumed")
         record.update_job(job["name"], node=a.node, device=a.device, gpu_memory_mib=a.gpu_memory_mib)
         again.append(job["name"])
     for a in dry.placement.assignments:
@@ -324,8 +377,11 @@ def reopen(record: RunRecord, dry, training_s: float) -> list[str]:
     splits, kept = provenance.splits(dry), {}
     for name in again:
         task, notes = dry.tasks[name], []
-        kept[name] = sorted(k for k in kept_folds(record.dir / "jobs" / task.job, splits[task.job], notes)
+        folder = record.dir / "jobs" / task.job
+        kept[name] = sorted(k for k in kept_folds(folder, splits[task.job], notes, kind=dry.spec(name).kind)
                             if task.folds is None or k in task.folds)
+        if notes:  # what was set aside leaves the job's predictions too: the blend reads only the folds kept
+            rewrite_outputs(folder, dry.plan.metric)
         for note in notes:
             record.event("note", name, note=note)
     record.event("resume", jobs=again, kept_folds=kept, training_left_s=round(training_s, 1))

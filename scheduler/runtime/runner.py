@@ -95,6 +95,7 @@ class Runner:
         self.data_dir: Path | None = None
         self.builtin: str | None = None
         self._provenance_recorded = False
+        self.refused: dict[str, str] = {}  # task → why a fold it reported could not be kept (it fails with it)
         self.records, notes = records.for_run(dry, record.dir)  # saved by the planner; planned here only if missing
         for task, note in notes:
             record.event("note", task, note=note)
@@ -156,6 +157,7 @@ class Runner:
                                   card_mib=device.memory_mib if device else record.card_mib,
                                   memory_scale=records.memory_scale(self.dry, record.job, a.gpu_memory_mib))
         wave_cpus = sum(x.cpus for x in self.dry.placement.assignments if x.wave == a.wave)
+        self.refused.pop(name, None)  # a new attempt starts with a clean slate
         return record.bind(
             data_dir=str(self.data_dir), workdir=str(self.task_dir(name)), deadline=self.deadline,
             threads=record.cpus if self.cuda else rehearsal_threads(record.cpus, wave_cpus), builtin=self.builtin,
@@ -166,9 +168,24 @@ class Runner:
         record = self.records[name]
         return provenance.split_of(getattr(record.spec, "folds", 1), record.seed)
 
+    def classes(self) -> list | None:
+        """The competition's prediction columns (its classes, its target or targets), which every kept fold must
+        have; read once (the door has read the files in this process already). None when it cannot be read here."""
+        if not hasattr(self, "_classes"):
+            from jobs.data import load_competition
+
+            try:
+                self._classes = list(load_competition(self.data_dir, self.plan.metric).classes)
+            except Exception:  # noqa: BLE001 -- a fold's own shape is checked all the same
+                self._classes = None
+        return self._classes
+
     def _kept(self, name: str) -> dict:
         notes: list[str] = []
-        kept = resume.kept_folds(self.job_dir(name), self.split(name), notes)
+        kept = resume.kept_folds(self.job_dir(name), self.split(name), notes, kind=self.spec(name).kind,
+                                 classes=self.classes())
+        if notes:  # what was set aside leaves the job's predictions too
+            resume.rewrite_outputs(self.job_dir(name), self.plan.metric)
         for note in notes:
             self.record.event("note", name, note=note)
         folds = self.dry.tasks[name].folds
@@ -193,7 +210,10 @@ class Runner:
                 fold = ev.pop("output")
                 try:
                     resume.keep_fold(self.job_dir(name), fold, ev.pop("classes"), ev.pop("test_ids"),
-                                     self.plan.metric, self.split(name))
+                                     self.plan.metric, self.split(name), self.spec(name).kind, self.classes())
+                except resume.BadFold as e:  # this job's fault alone: it fails with the reason, the run goes on
+                    self.refuse(name, str(e))
+                    continue
                 except OSError as e:  # a full disk: the fold lives on in the job's own output; the run goes on
                     ev["kept_on_disk"] = False
                     self.record.event("note", name, note=f"fold {fold.fold} could not be kept on disk "
@@ -247,7 +267,28 @@ class Runner:
         for note in out.notes:
             self.record.event("note", name, note=note)
 
+    def refuse(self, name: str, why: str) -> None:
+        """A task reported a fold that cannot be kept (``resume.BadFold``): it is not kept, the task is asked to stop,
+        and when it ends it fails with ``why``, whatever it returns; the other tasks and the driver go on."""
+        if name in self.refused:
+            return
+        self.refused[name] = f"its predictions cannot be blended: {why}"
+        self.record.event("note", name, note=f"{name}: {self.refused[name]}; the fold is not kept and the job fails")
+        try:
+            self.ask_stop(name)
+        except (KeyError, NotImplementedError):  # it has ended already
+            pass
+
     def finished(self, name: str, out) -> None:
+        why = self.refused.pop(name, None)
+        if why is None:  # a fold never reported one by one is checked here, before its outputs are written
+            classes = self.classes()
+            folds = [*out.folds, *([out.partial] if out.partial is not None else [])]
+            why = next((f"its predictions cannot be blended: fold {f.fold}: {x}" for f in folds
+                        if (x := resume.fold_fault(f, out.classes, out.test_ids, classes))), None)
+        if why is not None:
+            self.handle(rl.JobFailed(name, why, time.time()))
+            return
         self.keep(name, out)
         self.handle(rl.JobFinished(name, len(out.folds), out.cv_score(), time.time()))
 

@@ -40,12 +40,12 @@ def _scalar(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def write(path: Path, fold: FoldOutput, classes: list, test_ids, split: dict | None) -> None:
-    """Fold ``fold`` at ``path`` (atomically: a crash or a full disk mid-write leaves the old file or none).
-    Raises ``OSError`` when it cannot be written."""
+def write(path: Path, fold: FoldOutput, classes: list, test_ids, split: dict | None, kind: str | None = None) -> None:
+    """Fold ``fold`` at ``path`` (atomically: a crash or a full disk mid-write leaves the old file or none), with the
+    kind of job that made it (``lightgbm``, ``xgboost``, …). Raises ``OSError`` when it cannot be written."""
     meta = {"fold": int(fold.fold), "score": _scalar(fold.score), "epochs": int(fold.epochs or 0),
             "samples_per_s": _scalar(fold.samples_per_s), "classes": [_scalar(c) for c in classes],
-            "split": split}
+            "split": split, "kind": kind}
     arrays = {"val_ids": _plain(fold.val_ids), "val_pred": _plain(fold.val_pred),
               "test_pred": _plain(fold.test_pred), "test_ids": _plain(test_ids),
               "meta": np.array(json.dumps(meta))}
@@ -58,6 +58,20 @@ def write(path: Path, fold: FoldOutput, classes: list, test_ids, split: dict | N
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def shape_fault(fold: FoldOutput, classes: list, test_rows: int) -> str | None:
+    """What is wrong with the shape of ``fold``'s predictions, or None: one column per class of ``classes`` for each
+    validation row and each of the ``test_rows`` test rows. (An XGBoost ``multi:softmax`` model gives one column of
+    labels where a probability per class is needed.)"""
+    k = len(classes)
+    for what, pred, rows in (("validation", fold.val_pred, len(fold.val_ids)), ("test", fold.test_pred, test_rows)):
+        shape = tuple(np.shape(pred))
+        if shape != (rows, k):
+            return (f"its {what} predictions are {' × '.join(map(str, shape)) or 'a scalar'}, not {rows} rows × {k} "
+                    f"columns (one per class{'' if k == 1 else ' of ' + ', '.join(map(str, classes[:6]))}"
+                    f"{', …' if k > 6 else ''})")
+    return None
 
 
 def read(path: Path) -> tuple[FoldOutput, dict, np.ndarray]:
@@ -77,6 +91,8 @@ def read(path: Path) -> tuple[FoldOutput, dict, np.ndarray]:
     if len(fold.val_ids) != len(fold.val_pred) or len(test_ids) != len(fold.test_pred):
         raise DamagedFold(f"its rows disagree ({len(fold.val_ids)} ids, {len(fold.val_pred)} predictions; "
                           f"{len(test_ids)} test ids, {len(fold.test_pred)} test predictions)")
+    if (why := shape_fault(fold, meta["classes"], len(test_ids))) is not None:
+        raise DamagedFold(why)
     if f"fold{fold.fold}" != path.stem:
         raise DamagedFold(f"it holds fold {fold.fold}, not {path.stem}")
     return fold, meta, test_ids

@@ -1,7 +1,7 @@
 """A finished job's predictions on disk, in the run folder: the same CSV form a ``command`` job writes.
 
 ``jobs/<job>/oof.csv`` and ``jobs/<job>/test.csv``: columns ``id``, ``fold``, then one probability column per class,
-named by the class label; ``jobs/<job>/result.json``: scores, throughput, notes. ``ensemble RUN`` re-reads them, so a
+named by the class label (read back by position: a class may be labelled ``id`` or ``fold``); ``jobs/<job>/result.json``: scores, throughput, notes. ``ensemble RUN`` re-reads them, so a
 run can be re-blended without retraining.
 """
 
@@ -19,26 +19,31 @@ from scheduler.policy.ensemble import Predictions
 from scheduler.store.record import jsonable
 
 
+def _frame(ids, fold: int | None, pred, k: int) -> pd.DataFrame:
+    """``id``, ``fold`` (when given), then ``k`` class columns, labelled by position (0, 1, …): a class may be
+    labelled ``id`` or ``fold`` itself (``id`` is Indonesian's language code), so the names go on only as the file
+    is written (``_named``), and nothing here looks a class up by its name."""
+    pred = np.asarray(pred, dtype=np.float64).reshape(len(ids), k)
+    lead = [np.asarray(ids)] + ([np.full(len(ids), fold)] if fold is not None else [])
+    return pd.DataFrame({i: col for i, col in enumerate([*lead, *pred.T])}, columns=range(len(lead) + k))
+
+
+def _named(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    frame.columns = ["id", "fold"][:frame.shape[1] - len(cols)] + cols  # names may repeat: written, never looked up
+    return frame
+
+
 def save(out: JobOutput, folder: Path, extra: dict | None = None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     cols = [str(c) for c in out.classes]
-    oof, test = [], []
-    for f in out.folds:
-        o = pd.DataFrame(f.val_pred, columns=cols)
-        o.insert(0, "fold", f.fold)
-        o.insert(0, "id", f.val_ids)
-        oof.append(o)
-        t = pd.DataFrame(f.test_pred, columns=cols)
-        t.insert(0, "fold", f.fold)
-        t.insert(0, "id", out.test_ids)
-        test.append(t)
+    oof = [_frame(f.val_ids, f.fold, f.val_pred, len(cols)) for f in out.folds]
+    test = [_frame(out.test_ids, f.fold, f.test_pred, len(cols)) for f in out.folds]
     if oof:
-        pd.concat(oof).to_csv(folder / "oof.csv", index=False)
-        pd.concat(test).to_csv(folder / "test.csv", index=False)
+        _named(pd.concat(oof, ignore_index=True), cols).to_csv(folder / "oof.csv", index=False)
+        _named(pd.concat(test, ignore_index=True), cols).to_csv(folder / "test.csv", index=False)
     if out.partial is not None:
-        part = pd.DataFrame(out.partial.test_pred, columns=cols)
-        part.insert(0, "id", out.test_ids)
-        part.to_csv(folder / "partial_test.csv", index=False)
+        _named(_frame(out.test_ids, None, out.partial.test_pred, len(cols)), cols).to_csv(
+            folder / "partial_test.csv", index=False)
     result = {
         "job": out.job,
         "metric": out.metric,
@@ -55,18 +60,31 @@ def save(out: JobOutput, folder: Path, extra: dict | None = None) -> None:
     (folder / "result.json").write_text(json.dumps(result, indent=2, default=jsonable))
 
 
+def _read(path: Path, lead: int) -> tuple[pd.DataFrame, list[str]]:
+    """One of the files ``save`` writes, its columns by position: ``id``, ``fold`` (``lead`` 2) or ``id`` alone
+    (``lead`` 1), then the classes as 0, 1, …; and the class names its header gives (read with the csv module:
+    pandas would rename a repeated name ``id.1``)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        header = next(csv.reader(f), [])
+    frame = read_csv_as_written(path, text=(0,), header=None, skiprows=1)  # ids are text, as the competition's
+    frame.columns = ["id", "fold"][:lead] + list(range(frame.shape[1] - lead))
+    return frame, header[lead:]
+
+
 def load(folder: Path) -> Predictions | None:
     """A saved job's predictions (test rows averaged over its folds), or None when it finished no fold."""
     if not (folder / "oof.csv").is_file() or not (folder / "test.csv").is_file():
         return None
     result = json.loads((folder / "result.json").read_text()) if (folder / "result.json").is_file() else {}
-    oof = read_csv_as_written(folder / "oof.csv", text=("id",))  # ids are text, as the competition's are (NA too)
-    test = read_csv_as_written(folder / "test.csv", text=("id",))
-    class_cols = [c for c in oof.columns if c not in ("id", "fold")]
+    oof, class_cols = _read(folder / "oof.csv", 2)  # (NA is an id too)
+    test, _ = _read(folder / "test.csv", 2)
+    k = len(class_cols)
     classes = result.get("classes") or class_cols
-    mean_test = test.groupby("id", sort=False)[class_cols].mean()
+    mean_test = test.groupby("id", sort=False)[list(range(k))].mean()
     return Predictions(
-        job=result.get("job", folder.name), oof_ids=oof["id"].to_numpy(), oof_pred=oof[class_cols].to_numpy(),
+        job=result.get("job", folder.name), oof_ids=oof["id"].to_numpy(), oof_pred=oof[list(range(k))].to_numpy(),
         test_ids=mean_test.index.to_numpy(), test_pred=mean_test.to_numpy(), classes=list(classes),
     )
 
@@ -87,9 +105,8 @@ def load_partial(folder: Path) -> tuple[float, Predictions] | None:
     result = json.loads(result_path.read_text())
     if not result.get("partial"):
         return None
-    test = read_csv_as_written(path, text=("id",))
-    cols = [c for c in test.columns if c != "id"]
+    test, cols = _read(path, 1)
     empty = np.zeros((0, len(cols)))
     return result["partial"]["score"], Predictions(result.get("job", folder.name), np.array([]), empty,
-                                                   test["id"].to_numpy(), test[cols].to_numpy(),
+                                                   test["id"].to_numpy(), test[list(range(len(cols)))].to_numpy(),
                                                    result.get("classes") or cols)
