@@ -7,6 +7,7 @@ request is granted, without a restart. Through ``python -m scheduler serve`` ove
 import errno
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 
 from scheduler.core import boundedlog
 from scheduler.service.client import Client
-from scheduler.service.diskspace import HEADROOM_BYTES
+from scheduler.service.diskspace import HEADROOM_BYTES, log_bound
 from test_service_outside_reader import Served
 from waiting import wait_until
 
@@ -156,7 +157,8 @@ def test_a_full_state_disk_answers_reads_refuses_new_work_once_and_recovers(serv
             assert r.status_code == 507, (path, r.status_code, r.text)
             error = r.json()["error"]
             assert set(r.json()) == {"error"}
-            for words in (str(state), "nearly full", "free", f"needs {(2 * LIMIT + HEADROOM_BYTES) / (1 << 20):.1f} "
+            bound = log_bound(shutil.disk_usage(state).total, 256)  # the disk's share for a job of 256 slots
+            for words in (str(state), "nearly full", "free", f"needs {(2 * bound + HEADROOM_BYTES) / (1 << 20):.1f} "
                           "MiB", "free space on that disk", "retry"):
                 assert words in error, (words, error)
         assert [s["slot_id"] for s in http.get("/api/slots").json()["slots"]] == [kept["slot_id"],

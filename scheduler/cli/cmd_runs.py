@@ -174,10 +174,14 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     view = run_view(record, info, budget=spent)
     if args.json:
         return print_json(view)
-    console.print(run_table(record.jobs(), f"{view['run_dir']}  ({info.get('status', '?')})"))
+    said = f"{info.get('status', '?')}{', nothing trained' if info.get('trained_nothing') else ''}"
+    console.print(run_table(record.jobs(), f"{view['run_dir']}  ({said})"))
     console.print(budget.describe(spent))
     show_times(view, console)
     show_outcome(view.get("outcome"), console)
+    if info.get("trained_nothing"):  # its end word is finished or deadline, and it trained nothing (exit 4)
+        console.print(f"[bold red]nothing trained[/]: no job finished a fold; the submission is "
+                      f"{(view.get('outcome') or {}).get('submission_source_text') or 'a fallback'}")
     if info.get("driver_lost"):
         console.print(f"[bold red]{info['reason']}[/]")
     return 0

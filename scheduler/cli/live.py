@@ -188,12 +188,15 @@ def _said_end(summary: dict, args, shown: Console, console: Console) -> int:
     (with the folds lost to host memory, from the outcome ``status`` gives) and the exit status of README's table."""
     end = RunStatus(summary["status"])
     lost = (summary.get("outcome") or {}).get("host_memory_lost")
-    status = exit_status(end, host_memory_lost=lost is not None)  # 0 finished/deadline, 3 folds lost to RAM, ...
+    nothing = bool(summary.get("trained_nothing"))  # finished/deadline and no job finished a fold
+    # 0 finished/deadline, 3 folds lost to RAM, 4 nothing trained, ...
+    status = exit_status(end, host_memory_lost=lost is not None, trained_nothing=nothing)
     summary = {"run_id": Path(summary["run_dir"]).resolve().name, **summary}
     RunView.model_validate(summary)  # the run as every verb describes it (store/runview.py)
     if getattr(args, "advised_plan", None):
         summary["advised_plan"] = args.advised_plan
-    said = end_line(end, summary["run_dir"], lost["text"] if lost else None)
+    said = end_line(end, summary["run_dir"], lost["text"] if lost else None,
+                    trained_nothing=summary.get("submission_source_text") if nothing else None)
     if args.json:
         shown.print(said)
         print(json.dumps(summary))
@@ -218,11 +221,17 @@ def _on_ready(args, plan_name: str):
     return on_ready
 
 
-def end_line(end: RunStatus, run_dir: str, host_memory_lost: str | None = None) -> str:
+def end_line(end: RunStatus, run_dir: str, host_memory_lost: str | None = None,
+             trained_nothing: str | None = None) -> str:
     """The live view's last line: the run's end, in the word ``status``, ``runs`` and the report use. A run that lost
     folds to host memory (``host_memory_lost``: ``outcome.host_memory_lost.text``) ends on that line instead, under
     its word, so "finished: every job ran to the end it was given" is never said of a run whose tasks were killed for
-    RAM."""
+    RAM. A run that trained nothing (``trained_nothing``: what its submission is, ``submission_source_text``) says
+    so under its word, and exits 4."""
+    if trained_nothing and not host_memory_lost:
+        return (f"[yellow]{end.value}[/]: [bold red]nothing trained"
+                f"{' in the training window' if end is RunStatus.DEADLINE else ''}[/]: the submission above is "
+                f"{trained_nothing} (exit 4; a longer --budget, or fewer or smaller jobs, would train)")
     if host_memory_lost:
         word = {RunStatus.FINISHED: "[yellow]finished[/]: all but the tasks killed for host RAM ran to the end they "
                                     "were given"}.get(end) or end_line(end, run_dir)

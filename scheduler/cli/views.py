@@ -16,7 +16,7 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
     plan, placement = dry.plan, dry.placement
     low, high = plan.band
     hwdesc = f"{dry.hardware.profile}: " + ", ".join(
-        f"{n.name} ({len(n.devices)} GPU, {n.cpus} cores"
+        f"{n.name} ({len(n.devices)} GPU, {n.cpus} cores" + (f" ({n.cpus_source})" if n.cpus_source else "")
         + (f", {format_mib(n.memory_mib)} RAM" + (f" ({n.memory_source})" if n.memory_source else "") + ")"
            if n.memory_mib else ")") for n in dry.hardware.nodes
     )

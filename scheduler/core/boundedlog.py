@@ -18,10 +18,11 @@ ENV_MAX_BYTES = "GPUPACK_LOG_MAX_BYTES"  # the bound, set from outside (a test's
 CHUNK = 1 << 16  # what a pump holds at once: a child's output is read and written this much at a time
 
 
-def max_bytes() -> int:
-    """The bound of a log: ``GPUPACK_LOG_MAX_BYTES`` when set (a positive number), else ``LOG_MAX_BYTES``."""
+def max_bytes(env=None) -> int:
+    """The bound of a log: ``GPUPACK_LOG_MAX_BYTES`` when set (a positive number) in ``env`` (a job's environment:
+    the service sets it per job, ``service.diskspace``; this process's by default), else ``LOG_MAX_BYTES``."""
     try:
-        value = int(os.environ.get(ENV_MAX_BYTES) or 0)
+        value = int((os.environ if env is None else env).get(ENV_MAX_BYTES) or 0)
     except ValueError:
         value = 0
     return value if value > 0 else LOG_MAX_BYTES

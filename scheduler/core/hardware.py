@@ -14,6 +14,7 @@ import difflib
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from scheduler.core.errors import UserError
 
@@ -83,6 +84,8 @@ class Node:
     # where memory_mib came from, in words the dry run prints ("cgroup limit", "this machine's RAM", "profile
     # A10-24GB's typical", "given"); None: not said (a cluster's nodes, as Ray declares them)
     memory_source: str | None = None
+    # where cpus came from when it is not the profile's (``with_local_cores``: this machine's), in the dry run's words
+    cpus_source: str | None = None
 
     def with_(self, **changes) -> "Node":
         return dataclasses.replace(self, **changes)
@@ -110,7 +113,7 @@ class Hardware:
             "profile": self.profile,
             "devices": [{"node": d.node, "index": d.index, "memory_mib": d.memory_mib} for d in self.devices],
             "nodes": [{"node": n.name, "cpus": n.cpus, "gpus": len(n.devices), "memory_mib": n.memory_mib,
-                       "memory_source": n.memory_source} for n in self.nodes],
+                       "memory_source": n.memory_source, "cpus_source": n.cpus_source} for n in self.nodes],
         }
 
 
@@ -290,7 +293,7 @@ def detect(nvml=None) -> Hardware:
     prof = profile_for(readings[0].name)
     label = prof.name if prof and len(names) == 1 else " + ".join(sorted(names))
     devices = tuple(Device(LOCAL_NODE, r.index, r.memory_mib, r.name) for r in readings)
-    return with_host_ram(Hardware(profile=label, nodes=(Node(LOCAL_NODE, os.cpu_count() or 1, devices),),
+    return with_host_ram(Hardware(profile=label, nodes=(Node(LOCAL_NODE, usable_cores()[0], devices),),
                                   detected=True), local=True)
 
 
@@ -298,10 +301,103 @@ CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limi
 LOCAL_RAM, CGROUP_LIMIT, GIVEN = "this machine's RAM", "cgroup limit", "given"
 
 
-def local_memory(limits: tuple[str, ...] | None = None) -> tuple[int | None, str]:
-    """This machine's host RAM (psutil), or the container's limit when one is lower (cgroup v2 ``memory.max``, v1
-    ``memory.limit_in_bytes``; ``limits``: those files, read at the call so a test can point them elsewhere), with
-    which of the two it is: a 5 GiB container on a 64 GiB host OOM-kills at 5 GiB, so 5 GiB is what packs."""
+def _cgroup_dirs(root: Path, controller: str) -> list[Path]:
+    """The folders of the cgroups this process is in, for ``controller`` (``memory``, ``cpu``), from the hierarchy's
+    top down to its own (``/proc/self/cgroup``: ``0::/a/b`` for v2, ``4:memory:/a/b`` for v1), under ``root``
+    (``/``, or a fake tree in a test). A v1 hierarchy is mounted at ``sys/fs/cgroup/<its controllers>`` (``cpu,cpuacct``)
+    or at one of its names; a container whose namespace hides its parents sees its own cgroup at the mount itself, so
+    the mount's folder is always one of them. Folders that are not there are left out."""
+    try:
+        lines = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    base = root / "sys/fs/cgroup"
+    out: list[Path] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        names = [c for c in controllers.split(",") if c]
+        if not names:  # v2: one hierarchy, at the mount (``unified`` beside v1's, on a hybrid host)
+            mounts = [base / "unified", base]
+        elif controller in names:
+            mounts = [base / controllers, *(base / c for c in names)]
+        else:
+            continue
+        steps = [p for p in path.strip().split("/") if p and p != ".."]
+        for mount in mounts:
+            if not mount.is_dir():
+                continue
+            here = mount
+            out.append(here)
+            for step in steps:
+                here = here / step
+                if here.is_dir():
+                    out.append(here)
+            break
+    for fallback in (base, base / controller):  # no /proc/self/cgroup (or a fake tree without one): the mount's own
+        if fallback.is_dir() and fallback not in out:
+            out.append(fallback)
+    return out
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max" (v2: no limit) and the unreadable are no figure
+
+
+def cgroup_memory_bytes(root: str | Path = "/") -> int | None:
+    """The least host RAM any cgroup this process is in allows (v2 ``memory.max``, v1 ``memory.limit_in_bytes``,
+    each level of a nested one: a limit set on a parent holds its children too), or None when none sets one. A
+    nested v1 cgroup of 8 GiB under a root of 24 GB was once read as 24 GB (the root's file alone)."""
+    found = [n for d in _cgroup_dirs(Path(root), "memory")
+             for n in (_read_int(d / "memory.max"), _read_int(d / "memory.limit_in_bytes")) if n]
+    return min(found) if found else None
+
+
+def _quota_cores(d: Path) -> float | None:
+    """The cores a cgroup's CPU quota allows: v2 ``cpu.max`` (``QUOTA PERIOD``, ``max`` for none), v1
+    ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (-1 for none)."""
+    try:
+        quota, period = ((d / "cpu.max").read_text().split() + ["", ""])[:2]
+        if quota.isdigit() and period.isdigit() and int(period) > 0:
+            return int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int((d / "cpu.cfs_quota_us").read_text().strip())
+        period = int((d / "cpu.cfs_period_us").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def usable_cores(root: str | Path = "/", affinity: set[int] | None = None) -> tuple[int, str]:
+    """The cores this process may use, and in words what set them: its CPU affinity (``os.sched_getaffinity``:
+    ``taskset``, a job scheduler's binding; ``affinity`` in a test), capped by the least CPU quota of the cgroups it is
+    in (v2 ``cpu.max``, v1 CFS quota, each level; a quota of 1.5 cores is 1 core's threads: rounded down, at least
+    1). Not ``os.cpu_count()``, the host's."""
+    if affinity is None:
+        try:
+            affinity = os.sched_getaffinity(0)
+        except (AttributeError, OSError):  # not Linux
+            affinity = set(range(os.cpu_count() or 1))
+    cores, source = max(1, len(affinity)), "CPU affinity"
+    quotas = [q for d in _cgroup_dirs(Path(root), "cpu") if (q := _quota_cores(d)) is not None]
+    if quotas and max(1, math.floor(min(quotas) + 1e-9)) < cores:
+        cores, source = max(1, math.floor(min(quotas) + 1e-9)), "cgroup CPU quota"
+    return cores, source
+
+
+def local_memory(limits: tuple[str, ...] | None = None, root: str | Path = "/") -> tuple[int | None, str]:
+    """This machine's host RAM (psutil), or the container's limit when one is lower (the least of the cgroups this
+    process is in, v2 and v1, nested: :func:`cgroup_memory_bytes` under ``root``; ``limits``: files to read instead,
+    as a test points them elsewhere), with which of the two it is: a 5 GiB container on a 64 GiB host OOM-kills at
+    5 GiB, so 5 GiB is what packs."""
     try:
         import psutil
 
@@ -309,13 +405,12 @@ def local_memory(limits: tuple[str, ...] | None = None) -> tuple[int | None, str
     except Exception:  # noqa: BLE001 -- psutil is Ray's dependency; without it, no RAM figure, nothing packed
         return None, LOCAL_RAM
     source = LOCAL_RAM
-    for path in CGROUP_LIMITS if limits is None else limits:
-        try:
-            text = open(path).read().strip()
-        except OSError:
-            continue
-        if text.isdigit() and int(text) < total:
-            total, source = int(text), CGROUP_LIMIT
+    found = [n for path in (CGROUP_LIMITS if limits is None else limits) if (n := _read_int(Path(path)))]
+    if limits is None and (n := cgroup_memory_bytes(root)):  # each level of the cgroups it is in, nested ones too
+        found.append(n)
+    for n in found:
+        if n < total:
+            total, source = n, CGROUP_LIMIT
     return total // (1024 * 1024), source
 
 
@@ -344,17 +439,48 @@ def with_host_ram(hardware: Hardware, given: int | None = None, local: bool = Fa
                                                      for n in hardware.nodes))
 
 
+LOCAL_CORES = "this machine's"
+
+
+def with_local_cores(hardware: Hardware, least: int = 1, cores: tuple[int, str] | None = None) -> Hardware:
+    """Each node's cores where the plan runs on this machine, the rule written once: the fewer of the node's own
+    (the profile's typical, or the detected machine's) and what this process is given (``usable_cores``: its CPU
+    affinity, capped by its cgroup's CPU quota; ``cores`` in a test), shared evenly by the nodes a local Ray stands up
+    on it (as host RAM is), since a dry run of an A10-24GB plan once counted the profile's 36 cores on a 2-core
+    machine; but never fewer than ``least`` (the most one job of the plan asks), so that a plan that packs on the
+    profile still packs here (that job runs on the cores there are: its threads are capped at the machine's). A plan
+    that names its ``hardware.cpus`` keeps them (the caller does not call this)."""
+    have, why = cores or usable_cores()
+    per = max(1, have // max(1, len(hardware.nodes)))
+    shared = f", shared by {len(hardware.nodes)} nodes" if len(hardware.nodes) > 1 else ""
+    nodes = []
+    for n in hardware.nodes:
+        if per >= n.cpus:
+            nodes.append(n)
+            continue
+        count = max(per, min(n.cpus, least))
+        said = f"{LOCAL_CORES}: {have} by its {why}{shared}"
+        if count > per:
+            said += f"; {count}, the most one job asks"
+        nodes.append(n.with_(cpus=count, cpus_source=said))
+    return dataclasses.replace(hardware, nodes=tuple(nodes))
+
+
 def resolve(spec: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: int | None = None, nvml=None,
-            memory_mib: int | None = None, *, local: bool = False) -> Hardware:
+            memory_mib: int | None = None, *, local: bool = False, least_cpus: int | None = None) -> Hardware:
     """``auto`` detects through NVML; anything else is a profile name. Host RAM per node (``with_host_ram``):
     ``memory_mib`` when given, else this machine's when the plan runs here (``local``, or ``auto``, which is this
-    machine by definition), else the profile's typical figure."""
+    machine by definition), else the profile's typical figure. Cores per node: ``cpus`` when given, else, for a plan
+    run here (``local`` with ``least_cpus``, the most one of its jobs asks), the fewer of the profile's and this
+    machine's (``with_local_cores``), else the profile's."""
     if spec.strip().lower() == "auto":
         hw = detect(nvml)
         if cpus is not None:
             hw = dataclasses.replace(hw, nodes=tuple(n.with_(cpus=cpus) for n in hw.nodes))
     else:
         hw = from_profile(spec, gpus_per_node=gpus_per_node, nodes=nodes, cpus=cpus)
+    if local and cpus is None and least_cpus is not None:  # a plan run here: this machine's cores (with_local_cores)
+        hw = with_local_cores(hw, least_cpus)
     return with_host_ram(hw, memory_mib, local=local)
 
 

@@ -89,17 +89,25 @@ class RunStatus(str, enum.Enum):
 ENDS = (RunStatus.FINISHED, RunStatus.DEADLINE, RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.CRASHED)
 _EXIT = {RunStatus.RUNNING: 0, RunStatus.FINISHED: 0, RunStatus.DEADLINE: 0, RunStatus.FAILED: 1,
          RunStatus.CRASHED: 1, RunStatus.CANCELLED: 130, RunStatus.ERROR: 2}
-# README's exit-status table, its one row that is no end of its own: a run that ended ``finished`` or ``deadline``
-# but lost folds to host memory (its tasks killed for RAM)
+# README's exit-status table, its rows that are no end of their own: a run that ended ``finished`` or ``deadline``
+# but lost folds to host memory (its tasks killed for RAM); and one that ended so having trained nothing (no job
+# finished a fold: its submission is the class prior, or one partial model)
 HOST_MEMORY_EXIT = 3
+NOTHING_TRAINED_EXIT = 4
 
 
-def exit_status(end: RunStatus, *, host_memory_lost: bool = False) -> int:
-    """``submit``'s exit status for a run's end, the table written once: ``end.exit_code``, but 3 where that is 0
-    and folds were lost to host memory, since a run that lost 2 of 8 folds to a 5 GiB cgroup once exited 0 and a
-    script took its lower score for a good one; an end that is already not 0 keeps its own status."""
+def exit_status(end: RunStatus, *, host_memory_lost: bool = False, trained_nothing: bool = False) -> int:
+    """``submit``'s exit status for a run's end, the table written once: ``end.exit_code``, but where that is 0, 3
+    when folds were lost to host memory (a run that lost 2 of 8 folds to a 5 GiB cgroup once exited 0 and a script
+    took its lower score for a good one), else 4 when no job finished a fold (``--budget 3s`` once ended
+    ``deadline`` with only the class prior, exit 0, like a run that trained); an end that is already not 0 keeps
+    its own status."""
     code = end.exit_code
-    return HOST_MEMORY_EXIT if host_memory_lost and code == 0 else code
+    if code != 0:
+        return code
+    if host_memory_lost:
+        return HOST_MEMORY_EXIT
+    return NOTHING_TRAINED_EXIT if trained_nothing else code
 
 
 def run_end(*, crashed: bool, cancelled: bool, deadline: bool, failed: bool, produced: bool) -> RunStatus:

@@ -104,7 +104,7 @@ def spawn(argv: list[str], cwd: str | None, env: dict[str, str], d: Path,
     import scheduler
 
     root = str(Path(scheduler.__file__).resolve().parents[1])
-    limit = limit or boundedlog.max_bytes()
+    limit = limit or boundedlog.max_bytes(env)  # the job's own bound where its environment sets one (a slot job's)
     with open(os.open(d / LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as logf:  # the wrapper's own
         proc = subprocess.Popen([sys.executable, "-c", WRAPPER, str(d / EXIT_CODE), str(d / LOG), str(limit), root,
                                  *argv], cwd=cwd and str(Path(cwd).expanduser()), env=env, stdout=logf,

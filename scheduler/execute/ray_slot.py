@@ -313,7 +313,7 @@ class RaySlotExecutor(Executor):
                 self._drop(st, h, e, "lost")
                 continue
             if got["log"]:  # bounded by bytes at home too: a slot job's log once filled the service's disk
-                boundedlog.append(h.home / local.LOG, got["log"])
+                boundedlog.append(h.home / local.LOG, got["log"], boundedlog.max_bytes(h.record.env))
             st.offsets[h] += len(got["log"])
             h.set_figures(got)
             if got["done"]:

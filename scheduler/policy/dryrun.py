@@ -307,10 +307,12 @@ def _fitted_job(job, fitted):
 def resolve_hardware(plan: Plan, override: str | None = None, *, local: bool = False) -> hw.Hardware:
     """The plan's hardware, or ``override`` (``--hardware``) in its place; counts in the plan still apply. ``local``:
     the plan runs on this machine, so its nodes' host RAM is what this machine gives (``hw.with_host_ram``), not the
-    profile's typical figure."""
+    profile's typical figure; and its cores, the fewer of the profile's and this machine's, never fewer than one job
+    asks (``hw.with_local_cores``), unless the plan names them."""
     spec = plan.hardware
     return hw.resolve(override or spec.profile, gpus_per_node=spec.gpus_per_node, nodes=spec.nodes, cpus=spec.cpus,
-                      memory_mib=spec.memory, local=local)
+                      memory_mib=spec.memory, local=local,
+                      least_cpus=max((j.resources.cpus for j in plan.jobs), default=1) if local else None)
 
 
 def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None, features: int | None = None) -> list[FitJob]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -37,12 +39,63 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
         load_competition(opts.data_dir)  # a bad folder is the user's error: found before any run folder exists
     if not opts.resume:
         check_unused(opts.run_dir)  # before the lock creates the folder: no empty folder left behind a refusal
-    with FolderLock(opts.run_dir):
-        return _submit(dry, opts, on_update, on_start, driver, on_ready)
+    with FolderLock(opts.run_dir), Stops() as stops:
+        return _submit(dry, opts, on_update, on_start, driver, on_ready, stops)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stops:
+    """SIGINT and SIGTERM handled the same wherever the driver is (docs/running.md's table): `kill`, `timeout`, a
+    job scheduler and an agent's harness send SIGTERM where a person presses Ctrl-C. While the jobs run, either is a
+    ``KeyboardInterrupt`` (the driver asks every job to stop and keeps their finished folds); once they ended, the
+    handlers are this object's again (a local Ray puts its own in), and a stop is *deferred*: it is noted (the run
+    ends ``cancelled``) and raised only inside :meth:`call`, around one blend, whose caller (``write_anyway``) falls
+    back on a quicker one. So a stop that lands between two steps of the end (after the driver, between the blend
+    and the record) never leaves a run without a submission or an end: SIGTERM while blending once left no
+    ``submission.csv``, exit 143, status crashed. Handlers can only be set on the main thread; elsewhere (a test
+    calling ``submit`` from a thread) this does nothing."""
+
+    def __init__(self):
+        self.arrived: list[tuple[str, float]] = []  # (signal's name, time), each stop taken
+        self.raising = True
+        self._previous: dict = {}
+
+    def __enter__(self) -> "Stops":
+        self.install(raising=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def install(self, *, raising: bool) -> None:
+        """This object's handler on both signals (again: Ray's or a caller's may have replaced it)."""
+        self.raising = raising
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in STOP_SIGNALS:
+            previous = signal.signal(sig, self._handle)
+            self._previous.setdefault(sig, previous)
+
+    def _handle(self, signum, frame) -> None:
+        self.arrived.append((signal.Signals(signum).name, time.time()))
+        if self.raising:
+            raise KeyboardInterrupt
+
+    def call(self, fn: Callable, *args, **kwargs):
+        """``fn`` with a stop raised inside it (``KeyboardInterrupt``), deferred again once it returns."""
+        self.raising = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.raising = False
 
 
 def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None],
-            driver: type, on_ready: Callable[[RunRecord], None] | None) -> dict:
+            driver: type, on_ready: Callable[[RunRecord], None] | None, stops: "Stops") -> dict:
     if opts.resume:
         record = RunRecord.open_existing(opts.run_dir)
         info = resume.check_resumable(record)
@@ -76,24 +129,32 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
         raise
     except Exception as e:  # the program's fault: keep its traceback, but first save what the jobs finished
         crash = e
+    stops.install(raising=False)  # from here a stop is deferred: the run ends with a submission and one end
     stopped_by = dict(getattr(getattr(runner, "run_state", None), "stopped_by", {}))
     if crash is not None and "data_dir" not in record.run_info():
         record.set_run(status=RunStatus.CRASHED.value, finished=time.time())
         raise crash  # it failed before there was anything to blend
+    record.event("blend_start", method=dry.plan.ensemble.method, metric=dry.plan.metric,
+                 signals=[name for name, _ in stops.arrived])
     try:
-        summary, stopped = write_anyway(record, dry.plan.ensemble.method, dry.plan.metric)
+        summary, stopped = write_anyway(record, dry.plan.ensemble.method, dry.plan.metric, stops=stops)
     except BaseException as e:
         status = RunStatus.ERROR if isinstance(e, UserError) else RunStatus.CRASHED
         record.set_run(status=status.value, finished=time.time())
         raise
-    interrupted = interrupted or stopped
-    status = end_status(record, crashed=crash is not None, interrupted=interrupted, stopped_by=stopped_by,
-                        source=summary["submission_source"]).value
-    record.set_run(status=status, finished=time.time())
+    interrupted = interrupted or stopped or bool(stops.arrived)
+    end = end_status(record, crashed=crash is not None, interrupted=interrupted, stopped_by=stopped_by,
+                     source=summary["submission_source"])
+    status = end.value
+    nothing = trained_nothing(end, summary["submission_source"])
+    signals = [name for name, _ in stops.arrived]
+    record.set_run(status=status, finished=time.time(), trained_nothing=nothing)  # a resume that trains clears it
     record.event("run_end", status=status, ensemble_cv=summary["ensemble_cv"],
                  submission_source=summary["submission_source"], stopped_by=stopped_by,
-                 **({"reason": str(crash)} if isinstance(crash, StartFailure) else {}))
+                 **({"reason": str(crash)} if isinstance(crash, StartFailure) else {}),
+                 **({"signals": signals} if signals else {}), **({"trained_nothing": True} if nothing else {}))
     summary["status"] = status
+    summary["trained_nothing"] = nothing
     found = runview.outcome(record)  # the run's outcome as `status` gives it, read back from what was just written
     summary["outcome"] = None if found is None else found.model_dump(mode="json")
     from scheduler.store.report import build, memory_rows
@@ -122,14 +183,25 @@ def end_status(record: RunRecord, *, crashed: bool, interrupted: bool, stopped_b
                    produced=source == "folds")
 
 
-def write_anyway(record: RunRecord, method: str, metric: str) -> tuple[dict, bool]:
+def trained_nothing(end: RunStatus, source: str) -> bool:
+    """A run that ended ``finished`` or ``deadline`` with no fold finished by any job (its submission the class
+    prior or one partial model): it trained nothing a cross-validated blend could use, and says so (its last line,
+    ``status``, exit 4: ``core.states.NOTHING_TRAINED_EXIT``) instead of exiting 0 like a run that trained."""
+    return end in (RunStatus.FINISHED, RunStatus.DEADLINE) and source != "folds"
+
+
+def write_anyway(record: RunRecord, method: str, metric: str, stops: Stops | None = None) -> tuple[dict, bool]:
     """``write_submission``, carried through a Ctrl-C (or SIGTERM) during the blend: the plan's blend, else the
     jobs' plain mean (quick), else the class prior (no model read at all): "always a submission". Returns the summary
-    and whether it was interrupted (the run is then "cancelled"); the note says what was written instead."""
+    and whether it was interrupted (the run is then "cancelled"); the note says what was written instead. ``stops``
+    (``submit``'s): a stop is raised only inside a blend, and the last resort (the prior) is not interrupted."""
     tries = [(method, True), ("mean", True), (method, False)]
     for i, (how, models) in enumerate(tries):
         try:
-            summary = write_submission(record, how, metric, models=models)
+            if stops is not None and i < len(tries) - 1:
+                summary = stops.call(write_submission, record, how, metric, models=models)
+            else:
+                summary = write_submission(record, how, metric, models=models)
         except KeyboardInterrupt:
             if i == len(tries) - 1:
                 raise

@@ -12,7 +12,13 @@ Why: a slot job's output once filled the state disk and every other agent got a 
 ``core.boundedlog``), but the disk can still fill (a job's other files, something else on it). What a new job may write is known: its log and its ``.1``, each bounded by
 ``core.boundedlog`` (``GPUPACK_LOG_MAX_BYTES``), plus the database's WAL and the service's log between two looks;
 :func:`needed_bytes` is that, and a write that still fails for space (the disk filled meanwhile) is the same refusal
-(:func:`storing`), not a traceback."""
+(:func:`storing`), not a traceback.
+
+One agent must not shut out the others: a job's log bound is sized from the disk and the slots the service serves
+(:func:`job_log_bytes`): the jobs' logs together (each its log and ``.1``) may take ``LOG_SHARE`` of the disk's size,
+shared evenly by the slots it can hold at once at one core each (its GPU nodes' cores), never more than
+``boundedlog.max_bytes()`` and never less than ``MIN_LOG_BYTES``. On a 100 MB state disk a job's fixed 32 + 32 MiB
+and the headroom once left every other agent refused with 507; sized so, a full job's log leaves room for the next."""
 
 from __future__ import annotations
 
@@ -31,6 +37,8 @@ log = logging.getLogger("gpupack.service")
 HEADROOM_BYTES = 16 << 20  # beyond a job's two logs: the database's WAL, a job's record, the service's own log
 RESERVE_BYTES = 1 << 20  # kept on the state disk for releases (a release's commit writes a few pages)
 RESERVE_NAME = "reserve"
+LOG_SHARE = 0.5  # of the state disk's size, for the jobs' logs together (each job: its log and its .1)
+MIN_LOG_BYTES = 64 << 10  # a job's log bound is never below this: its last lines are what a failure is read from
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -40,10 +48,28 @@ class NoSpace(ServiceError):
     status = 507
 
 
-def needed_bytes() -> int:
+def log_bound(disk_bytes: int, slots: int) -> int:
+    """A job's log bound (its log; its ``.1`` holds as much) on a state disk of ``disk_bytes`` serving ``slots`` at
+    once: ``LOG_SHARE`` of the disk shared by their two files each, within ``MIN_LOG_BYTES`` and
+    ``boundedlog.max_bytes()``."""
+    share = int(disk_bytes * LOG_SHARE) // (2 * max(1, slots))
+    return max(MIN_LOG_BYTES, min(boundedlog.max_bytes(), share))
+
+
+def job_log_bytes(folder: Path, slots: int) -> int:
+    """:func:`log_bound` for the disk holding ``folder`` (its size, ``disk_usage``'s ``total``)."""
+    try:
+        total = shutil.disk_usage(folder).total
+    except OSError:
+        return boundedlog.max_bytes()
+    return log_bound(total, slots)
+
+
+def needed_bytes(log_bytes: int | None = None) -> int:
     """The free space a new slot or job needs on the state disk: its log and ``log.1`` at their bound (twice
-    ``boundedlog.max_bytes()``), and ``HEADROOM_BYTES``."""
-    return 2 * boundedlog.max_bytes() + HEADROOM_BYTES
+    ``log_bytes``, the job's bound: :func:`job_log_bytes`; ``boundedlog.max_bytes()`` when not given), and
+    ``HEADROOM_BYTES``."""
+    return 2 * (log_bytes or boundedlog.max_bytes()) + HEADROOM_BYTES
 
 
 def free_bytes(folder: Path) -> int:
@@ -56,22 +82,23 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB ({n} bytes)"
 
 
-def refusal(folder: Path) -> NoSpace:
+def refusal(folder: Path, log_bytes: int | None = None) -> NoSpace:
     """The one refusal, naming the state folder, what is free, what is needed and what to do."""
     try:
         free = _mib(free_bytes(folder))
     except OSError as e:
         free = f"an unknown amount ({e.strerror})"
+    log_bytes = log_bytes or boundedlog.max_bytes()
     return NoSpace(f"the service's state disk is nearly full: {folder} has {free} free, a new slot or job needs "
-                   f"{_mib(needed_bytes())} (its log and log.1 at {_mib(boundedlog.max_bytes())} each, and "
+                   f"{_mib(needed_bytes(log_bytes))} (its log and log.1 at {_mib(log_bytes)} each, and "
                    f"{HEADROOM_BYTES >> 20} MiB for the database); nothing was started. Reads, renewals and releases "
                    f"still work: free space on that disk (or release slots whose jobs write there), then retry")
 
 
-def check(folder: Path) -> None:
+def check(folder: Path, log_bytes: int | None = None) -> None:
     """Refuse new work (:class:`NoSpace`) while the state disk has less free than :func:`needed_bytes`."""
-    if free_bytes(folder) < needed_bytes():
-        raise refusal(folder)
+    if free_bytes(folder) < needed_bytes(log_bytes):
+        raise refusal(folder, log_bytes)
 
 
 def is_full(exc: BaseException) -> bool:
@@ -85,13 +112,13 @@ def is_full(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def storing(folder: Path):
+def storing(folder: Path, log_bytes: int | None = None):
     """A write of new work: one that fails for space is :func:`refusal` (the caller undoes what it began)."""
     try:
         yield
     except Exception as e:
         if is_full(e):
-            raise refusal(folder) from e
+            raise refusal(folder, log_bytes) from e
         raise
 
 
@@ -99,15 +126,21 @@ class StateDisk:
     """The state folder's disk as the service sees it: :meth:`check` before new work, :meth:`make_room` before a
     write that frees (a release), and the reserve file that makes room for it."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, slots: int = 1):
         self.folder = folder
         self.reserve = folder / RESERVE_NAME
         self.held = False
+        self.slots = slots  # the slots the service can hold at once: its GPU nodes' cores
         self._keep_reserve()
+
+    @property
+    def log_bytes(self) -> int:
+        """A job's log bound here (:func:`job_log_bytes`): what each new job is started with."""
+        return job_log_bytes(self.folder, self.slots)
 
     def check(self) -> None:
         """Refuse new work (:func:`check`); once it is accepted, the reserve is made again if it was spent."""
-        check(self.folder)
+        check(self.folder, self.log_bytes)
         if not self.held:
             self._keep_reserve()
 

@@ -86,7 +86,8 @@ class Service:
         self.db_path = self.state_dir / "service.sqlite"
         self._lock = threading.RLock()
         self.store = Store(self.state_dir)
-        self.disk = diskspace.StateDisk(self.state_dir)  # new work refused while it is nearly full (507)
+        # new work refused while it is nearly full (507); a job's log bound sized from its size and the slots served
+        self.disk = diskspace.StateDisk(self.state_dir, slots=max(1, sum(n.cpus for n in hardware.nodes if n.devices)))
         self._db = self.store.db
         self.admin_token = admin_token(self.state_dir, self._db)
         self.lock = self._lock  # the one lock every decision takes (the HTTP server's group commit takes it too)
@@ -96,6 +97,7 @@ class Service:
         self.jobs: dict[str, Job] = {}  # live ones: PENDING and RUNNING
         self.queue = Queue(self.limits, self.node_cpus, self.slots, cfg.aging_s)
         self.procs = make_supervisor(self.store, self.jobs, self.backend, jobs_on_ray(self.backend, cfg.jobs_on_ray))
+        self.procs.log_bytes = lambda: self.disk.log_bytes  # each job started with the disk's bound (diskspace)
         self._thread = Reclaimer(self.tick, self._refresh_if_stale, cfg.tick_s) if start_threads else None
         self._load()
         if self._thread:
@@ -175,7 +177,7 @@ class Service:
                 self.by_request[(who.name, s.client_request_id)] = s.slot_id
             self.queue.arrive(s)
             try:
-                with diskspace.storing(self.state_dir), self._transaction(undo=lambda: self._forget(s)):
+                with diskspace.storing(self.state_dir, self.disk.log_bytes), self._transaction(undo=lambda: self._forget(s)):
                     self._schedule(now, only=s)
                     # stored once, as decided; what could not be read back is refused (and forgotten) here
                     self.store.insert_slot(s, dump(vars(s)))
@@ -319,7 +321,7 @@ class Service:
                     state=JobState.PENDING, created=now, dir=str(d), spec=spec)
             dump(vars(j))
             try:
-                with diskspace.storing(self.state_dir):
+                with diskspace.storing(self.state_dir, self.disk.log_bytes):
                     private_dir(self.state_dir / "jobs")
                     private_dir(d)
                     private_dir(d / "output")

@@ -17,6 +17,7 @@ from scheduler.execute import local
 from scheduler.execute import records
 from scheduler.execute.launch import FILE, LaunchRecord
 from scheduler.execute.local import failure_reason
+from scheduler.core import boundedlog
 from scheduler.service.store import Job, Store
 
 
@@ -54,6 +55,7 @@ class Supervisor:
         self._releases: dict[str, Any] = {}  # ended slots whose reservations go once their jobs have ended
         self.gauges = gauges  # slots shown in Ray's metrics (the Ray backend)
         self._slots: list | None = None
+        self.log_bytes = None  # () -> a job's log bound, set by the service (``diskspace.job_log_bytes``); None: the default
 
     @property
     def shows_slots(self) -> bool:
@@ -74,6 +76,8 @@ class Supervisor:
         """Start ``j`` in its granted slot (``grant``: ``spec_job.Grant``); its record is saved first, so a
         restarted service adopts the job with the record it was started with."""
         record = job_record(j, grant)
+        if self.log_bytes is not None:  # its log and log.1 bounded as the state disk's size and slots allow
+            record = record.with_(env={**record.env, boundedlog.ENV_MAX_BYTES: str(self.log_bytes())})
         try:  # a record that cannot be written (a full disk) fails this job, not the tick that started it
             records.save_file(Path(j.dir) / FILE, record)
             h = self.executor.submit(record)
