@@ -76,9 +76,10 @@ def test_a_local_node_has_the_fewer_of_the_profiles_cores_and_the_machines():
     assert [n.cpus for n in two.nodes] == [4, 4]  # a local Ray's two nodes share the machine
 
 
-def test_a_local_dry_run_counts_this_machines_cores_not_the_profiles(tmp_path, run_cli, monkeypatch):
-    """plans/tabular.yaml (A10-24GB: 36 cores a node) on a machine of 2 usable cores: 2 cores on the node, said."""
+def test_a_local_dry_run_on_a_gpu_counts_this_machines_cores_not_the_profiles(tmp_path, run_cli, monkeypatch):
+    """plans/tabular.yaml (A10-24GB: 36 cores a node) on a GPU machine of 2 usable cores: 2 cores on the node, said."""
     monkeypatch.setattr(hw, "usable_cores", lambda root="/", affinity=None: (2, "CPU affinity"))
+    monkeypatch.setattr(hw, "sees_gpu", lambda nvml=None: True)
     root = Path(__file__).resolve().parents[1]
     code, out, err = run_cli("submit", root / "plans" / "tabular.yaml", "--dry-run", "--json")
     assert code == 0, err
@@ -88,3 +89,17 @@ def test_a_local_dry_run_counts_this_machines_cores_not_the_profiles(tmp_path, r
     code, out, err = run_cli("submit", root / "plans" / "tabular.yaml", "--dry-run")
     assert code == 0, err
     assert "of 36 cores" not in out and "2 cores (this machine's" in out.replace("\n", "")
+
+
+def test_a_cpu_rehearsal_packs_the_profiles_cores_and_says_this_machines(run_cli, monkeypatch):
+    """Without a GPU the plan is rehearsed: packed on the profile's node as on the card (option1's LightGBM beside its
+    image jobs, one wave), its threads shared out over this machine's cores; the node says both."""
+    monkeypatch.setattr(hw, "usable_cores", lambda root="/", affinity=None: (2, "CPU affinity"))
+    monkeypatch.setattr(hw, "sees_gpu", lambda nvml=None: False)
+    root = Path(__file__).resolve().parents[1]
+    code, out, err = run_cli("submit", root / "plans" / "option1.yaml", "--dry-run", "--json")
+    assert code == 0, err
+    body = json.loads(out)
+    assert [n["cpus"] for n in body["hardware"]["nodes"]] == [hw.from_profile("A100-40GB").nodes[0].cpus]
+    assert "rehearsed on this machine's 2" in body["hardware"]["nodes"][0]["cpus_source"]
+    assert {t["wave"] for t in body["tasks"]} == {0}

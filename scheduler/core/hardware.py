@@ -471,8 +471,8 @@ def resolve(spec: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: i
     """``auto`` detects through NVML; anything else is a profile name. Host RAM per node (``with_host_ram``):
     ``memory_mib`` when given, else this machine's when the plan runs here (``local``, or ``auto``, which is this
     machine by definition), else the profile's typical figure. Cores per node: ``cpus`` when given, else, for a plan
-    run here (``local`` with ``least_cpus``, the most one of its jobs asks), the fewer of the profile's and this
-    machine's (``with_local_cores``), else the profile's."""
+    run here on a GPU (``local`` with ``least_cpus``, the most one of its jobs asks), the fewer of the profile's and
+    this machine's (``with_local_cores``), else the profile's (a CPU rehearsal shares this machine's out over them).""" 
     if spec.strip().lower() == "auto":
         hw = detect(nvml)
         if cpus is not None:
@@ -480,8 +480,25 @@ def resolve(spec: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: i
     else:
         hw = from_profile(spec, gpus_per_node=gpus_per_node, nodes=nodes, cpus=cpus)
     if local and cpus is None and least_cpus is not None:  # a plan run here: this machine's cores (with_local_cores)
-        hw = with_local_cores(hw, least_cpus)
+        hw = with_local_cores(hw, least_cpus) if sees_gpu(nvml) else rehearsal_cores(hw)
     return with_host_ram(hw, memory_mib, local=local)
+
+
+def sees_gpu(nvml=None) -> bool:
+    """Whether NVML sees a device here: a plan run here then runs for real; without one it is a CPU rehearsal."""
+    try:
+        return bool(read_gpus(nvml))
+    except Exception:  # noqa: BLE001 -- no driver, no library, no device: a rehearsal
+        return False
+
+
+def rehearsal_cores(hardware: Hardware, cores: tuple[int, str] | None = None) -> Hardware:
+    """A CPU rehearsal packs the profile's cores, as it packs the profile's card (what runs on the card is
+    rehearsed, at the card's sizes): its tasks' threads are this machine's cores shared out as the plan shares the
+    profile's node (``core.rehearsal.threads``), and the node says both figures."""
+    have, why = cores or usable_cores()
+    said = f"the profile's, rehearsed on this machine's {have} (by its {why})"
+    return dataclasses.replace(hardware, nodes=tuple(n.with_(cpus_source=said) for n in hardware.nodes))
 
 
 # --- a job's share of the card that is really there ----------------------------------------------------------------
