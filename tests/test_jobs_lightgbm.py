@@ -124,3 +124,14 @@ def test_its_epochs_never_read_past_their_count_and_the_live_line_says_rounds(co
     line = _describe({"event": "epoch", "job": "lgbm", **epochs[-1]})
     assert line.endswith(f"epoch {epochs[-1]['epoch']}/{epochs[-1]['epochs']} ({epochs[-1]['rounds']:,} rounds)")
     assert "nan" not in line
+
+
+def test_a_small_tables_leaves_are_sized_to_its_folds():
+    """50 rows a leaf (measured on 3,200-row folds) left a 120-row table's folds one leaf: it learned nothing."""
+    from jobs.boosting import for_rows
+    from jobs.lightgbm_job import DEFAULTS
+    from jobs.xgboost_job import DEFAULTS as XGB
+
+    assert for_rows(DEFAULTS, 3200)["min_data_in_leaf"] == 50 and for_rows(XGB, 3200)["min_child_weight"] == 5
+    assert for_rows(DEFAULTS, 60)["min_data_in_leaf"] == 5 and for_rows(XGB, 60)["min_child_weight"] == 1
+    assert for_rows(DEFAULTS, 960)["min_data_in_leaf"] == 15 and for_rows(DEFAULTS, 10**6)["min_data_in_leaf"] == 50
