@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from jobs import boosting
+from jobs import boosting, tabular_checks
 from scheduler.core.kinds import Kind, register
 from scheduler.core.plan import JobBase
 
@@ -69,10 +69,103 @@ def host_mib(job, *, cpus: int, weights_mib=None, batch=None, train_rows=None, t
 
 
 def check(job, comp, where: str) -> None:
-    """Numeric feature columns to train on."""
-    from jobs import tabular_checks
+    """Numeric feature columns to train on, and an objective (where the plan names one) that gives what the table
+    needs."""
+    from scheduler.core.scoring import REGRESSION
 
     tabular_checks.features(comp, where)
+    tabular_checks.task_objective(PARAMS, job.params, OBJECTIVES, comp, comp.metric in REGRESSION,
+                                  f"{where}: params")
+
+
+# XGBoost's parameters, its own names and aliases. XGBoost has no API that lists them (its C++ registers them per
+# booster, objective and updater, and a Booster's save_config() holds only those its configuration used), so the list
+# is written from its documentation (doc/parameter.rst of XGBoost 3.x, "XGBoost Parameters": general, tree booster,
+# dart, gblinear and learning task parameters), and tests/test_params_door.py checks that every parameter the
+# installed XGBoost's configuration holds (save_config() of a hist, a dart and a gblinear booster, and
+# xgboost.get_config()) is in it.
+_ALIASES = {"learning_rate": "eta", "min_split_loss": "gamma", "reg_lambda": "lambda", "reg_alpha": "alpha",
+            "n_jobs": "nthread", "random_state": "seed"}
+_NAMES = (
+    # general and global
+    "booster", "device", "verbosity", "validate_parameters", "nthread", "disable_default_eval_metric", "num_feature",
+    "use_rmm", "use_cuda_async_pool", "fail_on_invalid_gpu_id", "seed", "seed_per_iteration", "n_jobs", "random_state",
+    # the tree booster
+    "eta", "gamma", "max_depth", "min_child_weight", "max_delta_step", "subsample", "sampling_method",
+    "colsample_bytree", "colsample_bylevel", "colsample_bynode", "lambda", "alpha", "tree_method", "scale_pos_weight",
+    "updater", "refresh_leaf", "process_type", "grow_policy", "max_leaves", "max_bin", "num_parallel_tree",
+    "monotone_constraints", "interaction_constraints", "multi_strategy", "max_cached_hist_node", "extmem_single_page",
+    "max_cat_to_onehot", "max_cat_threshold", "sparse_threshold", "max_row_perbatch",
+    # dart
+    "sample_type", "normalize_type", "rate_drop", "one_drop", "skip_drop",
+    # gblinear
+    "feature_selector", "top_k", "tolerance",
+    # the learning task
+    "objective", "base_score", "boost_from_average", "eval_metric", "num_class", "num_target",
+    "tweedie_variance_power", "huber_slope", "quantile_alpha", "aft_loss_distribution", "aft_loss_distribution_scale",
+    "lambdarank_pair_method", "lambdarank_num_pair_per_sample", "lambdarank_normalization",
+    "lambdarank_score_normalization", "lambdarank_unbiased", "lambdarank_bias_norm", "ndcg_exp_gain",
+    # what the Python package reads itself (xgboost.train's): early stopping, rounds
+    "num_boost_round", "early_stopping_rounds", "n_estimators",
+)
+# its objectives (doc/parameter.rst, "objective")
+_OBJECTIVES = (
+    "reg:squarederror", "reg:squaredlogerror", "reg:logistic", "reg:pseudohubererror", "reg:absoluteerror",
+    "reg:quantileerror", "binary:logistic", "binary:logitraw", "binary:hinge", "count:poisson", "survival:cox",
+    "survival:aft", "multi:softmax", "multi:softprob", "rank:ndcg", "rank:map", "rank:pairwise", "reg:gamma",
+    "reg:tweedie",
+)
+# what gpupack reads of a model's predictions, by table (the first: what it chooses, :func:`_objective`)
+OBJECTIVES = {
+    "regression": ("reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror", "reg:absoluteerror",
+                   "reg:gamma", "reg:tweedie", "count:poisson"),
+    "binary": ("binary:logistic",),
+    "multiclass": ("multi:softprob",),
+}
+_NOT_PROBABILITY = "gives {what}, not a probability per class (gpupack blends and scores probabilities): use {use}, " \
+                   "or leave objective out (gpupack chooses binary:logistic for two classes, multi:softprob for more)"
+PARAMS = tabular_checks.Params(
+    library="XGBoost", names=lambda: {**{n: n for n in _NAMES}, **_ALIASES},
+    ranges={
+        "eta": tabular_checks._RATE,
+        "max_depth": tabular_checks._Range(0, integer=True, why="0: no limit, with grow_policy: lossguide"),
+        "max_leaves": tabular_checks._Range(0, integer=True, why="0: no limit"),
+        **{k: tabular_checks._NONNEG for k in ("gamma", "min_child_weight", "max_delta_step", "lambda", "alpha",
+                                                "scale_pos_weight")},
+        **{k: tabular_checks._FRACTION for k in ("subsample", "colsample_bytree", "colsample_bylevel",
+                                                  "colsample_bynode")},
+        "max_bin": tabular_checks._Range(2, integer=True),
+        "num_parallel_tree": tabular_checks._Range(1, integer=True),
+        "rate_drop": tabular_checks._Range(0, 1), "skip_drop": tabular_checks._Range(0, 1),
+        "num_class": tabular_checks._Range(1, integer=True),
+        "verbosity": tabular_checks._Range(0, 3, integer=True),
+    },
+    choices={"booster": ("gbtree", "dart", "gblinear"), "tree_method": ("hist", "approx", "exact", "auto"),
+             "grow_policy": ("depthwise", "lossguide")},
+    threads="nthread",
+    job_keys={"num_boost_round": "num_boost_round", "n_estimators": "num_boost_round",
+              "early_stopping_rounds": "early_stopping_rounds"},
+    refused={"device": "the job's own key device: (cpu or cuda) puts it on the card, where the plan reserves its "
+                       "share: write device: beside params, not in them"},
+    objectives={o: o for o in _OBJECTIVES},
+    objective_refused={
+        "multi:softmax": _NOT_PROBABILITY.format(what="one class label per row", use="multi:softprob"),
+        "binary:hinge": _NOT_PROBABILITY.format(what="0/1 labels", use="binary:logistic"),
+        "binary:logitraw": _NOT_PROBABILITY.format(what="raw scores", use="binary:logistic"),
+        "reg:logistic": "is a regression on [0, 1]: for two classes use binary:logistic, or leave objective out",
+        **{o: "ranks rows within queries, which a gpupack table does not have: leave objective out"
+           for o in ("rank:ndcg", "rank:map", "rank:pairwise")},
+        **{o: "needs survival data (censored times), which a gpupack table does not have: leave objective out"
+           for o in ("survival:cox", "survival:aft")},
+        "reg:quantileerror": "gives a column per quantile, not the one number gpupack reads: use "
+                             "reg:absoluteerror for the median, or leave objective out",
+    },
+)
+
+
+def check_params(params: dict, where: str, cores: int | None) -> None:
+    """The plan entry's ``params`` against XGBoost's list above (``tabular_checks.check_params``)."""
+    tabular_checks.check_params(PARAMS, params, where, cores)
 
 
 def _objective(regression: bool, n_classes: int) -> dict:
@@ -123,5 +216,5 @@ def run(spec: XGBoostJob, comp, ctx):
 KIND = register(Kind(
     name="xgboost", spec=XGBoostJob, gpu="declared", reads="table", runs_in="python", time_model="trees",
     imports_s=1.5, cuts=("folds", "epochs"), rounds_per_epoch=50, progress="rows × rounds/s", best_step="rounds",
-    host_mib=host_mib, gpu_mib=gpu_mib, check=check,
+    host_mib=host_mib, gpu_mib=gpu_mib, check=check, check_params=check_params,
     run="jobs.xgboost_job:run", docs="XGBoost on the table's columns (numbers, categories, dates), on cores or a card"))

@@ -64,6 +64,9 @@ class Kind:
     # share follows its table, not a model and batch); None: its share is estimated from its model and batch
     gpu_mib: Callable[..., int] | None = None
     check: Callable[..., None] | None = None  # (job, comp, where) -> None; raises UserError: the door's own check
+    # (params, where, cores) -> None; raises UserError: the plan entry's ``params`` against its library's own parameter
+    # list (names, values, threads at most ``cores``: None where the cores are not known yet), before any data is read
+    check_params: Callable[..., None] | None = None
     run: str | None = None  # "module:function" of its run(spec, comp, ctx) in the job's process; None: a script
     docs: str = ""  # one line for ``docs/`` and errors: what it trains
     extra: dict[str, Any] = field(default_factory=dict)  # kind-specific facts other kinds need not know
@@ -106,6 +109,17 @@ def get(name: str) -> Kind:
     except KeyError:
         known = ", ".join(_REGISTRY) or "none (import jobs: it registers the kinds)"
         raise UserError(f"unknown job kind {name!r}; known: {known}") from None
+
+
+def lookup(name: object) -> str | None:
+    """The registered name a plan's ``kind:`` means, as written or in another case (``XGBoost``, `` timm``); None
+    when it names none."""
+    if not isinstance(name, str):
+        return None
+    if name in _REGISTRY:
+        return name
+    folded = name.strip().lower()
+    return next((k for k in _REGISTRY if k.lower() == folded), None)
 
 
 def find(name: str | None) -> Kind | None:

@@ -422,14 +422,17 @@ def from_dict(raw: Any, source: str = "<plan>") -> Plan:
     jobs = raw.get("jobs")
     if not isinstance(jobs, list) or not jobs:
         raise UserError(f"{source}: jobs: must be a non-empty list of jobs")
-    for i, job in enumerate(jobs):
-        _check_job(job, i, source)
+    jobs = [_check_job(job, i, source) for i, job in enumerate(jobs)]  # each kind as registered (``XGBoost``)
+    raw = {**raw, "jobs": jobs}
     built = []
     for i, job in enumerate(jobs):  # each by its kind's model, so that an error names its job
         try:
-            built.append(_model(job["kind"]).model_validate(job))
+            spec = _model(job["kind"]).model_validate(job)
         except ValidationError as e:
             raise UserError(_explain(e, raw, source, ("jobs", i))) from None
+        # its library's parameters, its threads at most the cores its task is given (resources.cpus)
+        check_params(spec, f"{source}: {_job_label(i, job)}.params", cores=max(1, spec.resources.cpus))
+        built.append(spec)
     try:
         return Plan.model_validate({**raw, "jobs": built})
     except ValidationError as e:
@@ -441,20 +444,35 @@ def _job_label(i: int, job: Any) -> str:
     return f"jobs[{i}] ({name})" if name else f"jobs[{i}]"
 
 
-def _check_job(job: Any, i: int, source: str) -> None:
+def _check_job(job: Any, i: int, source: str) -> dict:
+    """The job's kind and keys checked; returns the job with its kind as registered (``kind: XGBoost`` is xgboost:
+    a kind's name is matched in any case)."""
     label = _job_label(i, job)
     if not isinstance(job, dict):
         raise UserError(f"{source}: {label}: a job must be a mapping with at least name and kind")
-    kind = job.get("kind")
     known = kinds.names()
-    if kind not in known:
-        near = difflib.get_close_matches(str(kind), known, n=1)
+    if job.get("kind") is None:
+        raise UserError(f"{source}: {label}: kind is missing; the kinds are {', '.join(known)}")
+    kind = kinds.lookup(job["kind"])
+    if kind is None:
+        near = difflib.get_close_matches(str(job["kind"]).strip().lower(), known, n=1)
         hint = f" (did you mean {near[0]}?)" if near else ""
-        raise UserError(f"{source}: {label}.kind: unknown kind {kind!r}{hint}; allowed: {', '.join(known)}")
+        raise UserError(f"{source}: {label}.kind: unknown kind {job['kind']!r}{hint}; allowed: {', '.join(known)}")
+    job = job if job["kind"] == kind else {**job, "kind": kind}
     model = _model(kind)
     _check_keys(job, model, source, label)
     if isinstance(job.get("resources"), dict):
         _check_keys(job["resources"], Resources, source, f"{label}.resources")
+    return job
+
+
+def check_params(job: JobSpec, where: str, cores: int | None) -> None:
+    """A job's ``params`` against its kind's library (``core.kinds.Kind.check_params``): a name the library does not
+    know (with a "did you mean"), a value it would refuse, threads past ``cores`` (None: not known here, e.g. a
+    service's job before its slot is read) — each one UserError line naming ``where``.KEY."""
+    check = kinds.of(job).check_params
+    if check is not None and job.params:
+        check(job.params, where, cores)
 
 
 def _check_keys(raw: dict, model: type[BaseModel], source: str, where: str) -> None:
@@ -515,12 +533,14 @@ def job_from_dict(raw: Any, source: str = "job") -> JobSpec:
     """One job in the plan's schema (``kind`` timm, lightgbm or command), checked as a plan's job is: the same
     errors, as one :class:`UserError` line. A job without a name is named after its kind."""
     if isinstance(raw, dict) and "name" not in raw:
-        raw = {**raw, "name": str(raw.get("kind", "job"))}
+        raw = {**raw, "name": kinds.lookup(raw.get("kind")) or str(raw.get("kind") or "job")}
     try:
-        _check_job(raw, 0, source)
+        raw = _check_job(raw, 0, source)
         try:
-            return _model(raw["kind"]).model_validate(raw)
+            spec = _model(raw["kind"]).model_validate(raw)
         except ValidationError as e:
             raise UserError(_explain(e, {"jobs": [raw]}, source, ("jobs", 0))) from None
+        check_params(spec, f"{source}: {_job_label(0, raw)}.params", cores=None)  # threads: by who runs it
+        return spec
     except UserError as e:
         raise UserError(str(e).replace(f"{source}: {_job_label(0, raw)}", source, 1)) from None

@@ -9,17 +9,34 @@ it by force; ``set_limits`` passes the budget's cuts, read at the job's next fol
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from typing import Sequence
 
 from scheduler.execute.launch import LaunchRecord
 
 
+# a C++ library's message as XGBoost writes it: "[17:22:26] /__w/xgboost/src/objective/regression_obj.cu:83: what"
+_NATIVE = re.compile(r"\[\d\d:\d\d:\d\d\] (?:\S*[/\\])?\S+\.(?:cc|cu|h|cuh|cpp):\d+: ")
+_PARAMETER = re.compile(r"[Pp]arameter (\w+)")
+
+
 def short(error: BaseException, last: bool = True) -> str:
     """One line of an error, for a state's reason: the last (a Ray error ends with the job's own exception), or the
-    first (a job's own exception starts with what went wrong; a log's tail may follow)."""
-    text = str(error).strip().splitlines()
-    return (text[-1] if last else text[0])[:300] if text else type(error).__name__
+    first (a job's own exception starts with what went wrong; a log's tail may follow). A native library's message
+    is cut to what went wrong: its ``Stack trace:`` (XGBoost's C++ backtrace) and the help text XGBoost writes under a
+    parameter's error are dropped, and its "[time] file.cc:line: " prefix."""
+    text = str(error).strip()
+    cut = text.find("Stack trace:")
+    if cut >= 0:
+        text = text[:cut].rstrip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) >= 2 and (m := _PARAMETER.search(lines[-2])) and lines[-1].startswith(f"{m.group(1)}: "):
+        lines.pop()  # "value -1 for Parameter eta should be …" and below it the parameter's help text
+    if not lines:
+        return type(error).__name__
+    line = lines[-1] if last else lines[0]
+    return _NATIVE.sub("", line, count=1).strip()[:300] or type(error).__name__
 
 
 class ExecuteError(Exception):

@@ -54,19 +54,46 @@ def job_spec(job: Any, data: Any, metric: Any, seed: Any = None, card: str | Non
         raise ServiceError(f"metric: {show(metric)} is not one of {', '.join(METRICS)}")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31):
         raise ServiceError("seed: an integer in [0, 2^31)")
-    mib, why = _need(spec, card)
+    comp = _competition(spec, data, builtin, metric)
+    mib, why = _need(spec, card, comp)
     return {"job": spec.model_dump(mode="json"), "data": data if builtin else str(Path(data).expanduser()),
             "metric": metric, "seed": 42 if seed is None else seed, "gpu_memory_mib": mib, "why": why}
 
 
-def _need(spec, card: str | None) -> tuple[int | None, str]:
-    """The GPU memory a job needs (MiB) and where the figure comes from."""
-    if kinds.of(spec).gpu == "none":
+def _competition(spec, data: str, builtin: bool, metric: str):
+    """The competition read and checked for the job as a plan's door does (``store.datasource``): the metric against
+    the table (rmse on a table of classes is refused) and, for a kind that trains on the table, its own check (its
+    columns, its folds, its objective against the table). Every fault is a 400."""
+    from jobs.data import load_competition
+    from scheduler.core.errors import UserError
+    from scheduler.store import datasource
+
+    try:
+        comp = load_competition(datasource.materialised(data) if builtin else Path(data).expanduser(), metric)
+        if kinds.of(spec).reads == "table":
+            datasource.check_job(spec, comp)
+    except UserError as e:
+        raise ServiceError(str(e)) from None
+    return comp
+
+
+def _need(spec, card: str | None, comp=None) -> tuple[int | None, str]:
+    """The GPU memory a job needs (MiB) and where the figure comes from: as a plan run estimates it (a model's
+    memory estimated for ``card``; a kind whose share follows its table, from ``comp``'s rows and features)."""
+    kind = kinds.of(spec)
+    if kind.gpu == "none":
         return 0, f"a {spec.kind} job takes no GPU memory"
     if spec.resources.gpus:
         raise ServiceError("job.resources.gpus: a slot is a share of one device; whole devices are for plan runs")
     if spec.resources.gpu_memory is not None:
         return spec.resources.gpu_memory, "the job's resources.gpu_memory"
+    if kind.gpu_mib is not None:
+        if not spec.needs_estimate:  # on cores (an xgboost job's device: cpu)
+            return 0, f"a {spec.kind} job on device: cpu takes no GPU memory"
+        rows, features = (len(comp.train), len(comp.feature_cols)) if comp is not None else (None, None)
+        return kind.gpu_mib(spec, rows=rows, features=features), (
+            f"the plan path's estimate for a {spec.kind} job on the card: its context and {rows} rows × "
+            f"{features} features")
     model = getattr(spec, "model", None)
     if model is None:
         return None, "a command that names neither resources.gpu_memory nor a model: not checked"
@@ -76,12 +103,22 @@ def _need(spec, card: str | None) -> tuple[int | None, str]:
     return peak, f"estimated for {model} at {spec.image_size} px, batch {spec.batch_size}"
 
 
-def check_fits(spec: dict, slot_mib: int) -> None:
-    """Refuse (422) a spec that needs more GPU memory than its slot holds, saying what would fit."""
+def check_fits(spec: dict, slot_mib: int, slot_cpus: int | None = None) -> None:
+    """Refuse (422) a spec that needs more GPU memory than its slot holds, saying what would fit; with
+    ``slot_cpus``, a 400 for threads in its ``params`` past the slot's cores (which its threads are set to)."""
     need = spec.get("gpu_memory_mib")
     if need is not None and need > slot_mib:
+        smaller = "a smaller batch" if spec["job"].get("batch_size") else "a smaller table"
         raise DoesNotFit(f"job: needs {need} MiB of GPU memory ({spec['why']}), but the slot holds {slot_mib} MiB; "
-                         f"request a slot of at least {math.ceil(need / 1024)} GiB, or a smaller batch")
+                         f"request a slot of at least {math.ceil(need / 1024)} GiB, or {smaller}")
+    if slot_cpus is not None:
+        from scheduler.core.errors import UserError
+        from scheduler.core.plan import job_from_json, check_params
+
+        try:
+            check_params(job_from_json(spec["job"]), "job.params", cores=max(1, slot_cpus))
+        except UserError as e:
+            raise ServiceError(str(e)) from None
 
 
 def outputs_of(folder: Path) -> dict | None:
