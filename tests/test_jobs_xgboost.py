@@ -71,13 +71,18 @@ def test_lightgbm_and_xgboost_run_side_by_side_and_are_blended(run_cli, tmp_path
     assert code == 0, err[-2000:]
     summary = json.loads(out.strip().splitlines()[-1])
     jobs = {j["name"]: j for j in summary["jobs"]}
-    assert {n: j["state"] for n, j in jobs.items()} == {"lgbm": "SUCCEEDED", "xgb": "SUCCEEDED"}
+    assert {n: j["state"] for n, j in jobs.items()} == {"lgbm": "SUCCEEDED", "xgb": "SUCCEEDED",
+                                                          "lgbm_large": "SUCCEEDED"}
     assert jobs["xgb"]["cv_score"] > 0.9 and jobs["xgb"]["folds"] == 5
     assert (run / "submission.csv").is_file()
-    # both in the blend: the plan stacks them, and the stack is kept (a blend worse than the best job alone out of
-    # fold would keep that job alone, and say so)
-    assert summary["ensemble_method"] == "stack" and jobs["lgbm"]["weight"] > 0 and jobs["xgb"]["weight"] > 0
-    assert summary["ensemble_cv"] >= max(jobs["lgbm"]["cv_score"], jobs["xgb"]["cv_score"])
+    # the plan stacks them: the stack is kept with more than one job in it, or, where it is worse than the best job
+    # alone out of fold (digits' 1,437 rows: a coin's toss between the two), that job alone, said so; never worse
+    weights = {n: j["weight"] for n, j in jobs.items()}
+    assert summary["ensemble_method"] == "stack" and sum(weights.values()) == pytest.approx(1.0)
+    best = max(jobs, key=lambda n: jobs[n]["cv_score"])
+    assert sum(w > 0 for w in weights.values()) >= 2 or (
+        weights[best] == 1.0 and any(f"worse than {best} alone" in n for n in summary["notes"]))
+    assert summary["ensemble_cv"] >= max(j["cv_score"] for j in jobs.values())
 
 
 def test_on_a_card_its_share_comes_from_the_data(run_cli, tmp_path):
