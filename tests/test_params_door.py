@@ -317,7 +317,8 @@ def test_the_services_specs_go_through_the_same_door(served):
             ({"job": {"kind": "xgboost", "params": {"objective": "binary:logistic"}}, "data": "iris"},
              "which a table of 3 classes needs; allowed: multi:softprob"),
             ({"job": {"kind": "xgboost"}, "data": "iris", "metric": "rmse"}, "the metric rmse scores numbers"),
-            ({"job": {"name": "x"}, "data": "iris"}, "kind is missing; the kinds are")):
+            ({"job": {"name": "x"}, "data": "iris"}, "kind is missing; the kinds are"),
+            ({"job": {"kind": "xgboost", "params": {"nthread": 64}}, "data": "iris"}, "nthread")):
         with pytest.raises(ServiceError) as e:
             c.submit_job(sid, **kwargs)
         assert e.value.status == 400 and says in e.value.error, (kwargs, e.value.error)

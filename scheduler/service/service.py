@@ -312,7 +312,7 @@ class Service:
         with self._lock:
             s = self._owned(slot_id, who)
             if spec is not None:
-                check_fits(spec, s.gpu_memory_mib)
+                check_fits(spec, s.gpu_memory_mib, s.cpus)
             s.heartbeat = now
             self.disk.check()
             jid = "job-" + uuid.uuid4().hex[:12]
