@@ -33,11 +33,11 @@ def _plan(path: Path, method: str) -> Path:
     return path
 
 
-def _run_until(tmp_path, data, signum, event="blend_start"):
+def _run_until(tmp_path, data, signum, event="blend_start", in_process=True):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "scheduler", "submit", str(_plan(tmp_path / "plan.yaml", "stack")),
-                             "--data", str(data), "--run-dir", str(run_dir), "--in-process", "--no-dashboard",
-                             "--json"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             "--data", str(data), "--run-dir", str(run_dir), "--no-dashboard", "--json",
+                             *(["--in-process"] if in_process else [])], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     seen, offset, sent = [], 0, None
     end = time.time() + 240
@@ -58,9 +58,12 @@ def _run_until(tmp_path, data, signum, event="blend_start"):
     return proc.returncode, out, err, run_dir
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_stop_sent_when_the_blend_begins_leaves_a_submission_cancelled_exit_130(tmp_path, digits_dir, signum):
-    code, out, err, run_dir = _run_until(tmp_path, digits_dir, signum)
+@pytest.mark.parametrize("signum, in_process", [(signal.SIGTERM, True), (signal.SIGINT, True), (signal.SIGTERM, False)],
+                         ids=["SIGTERM", "SIGINT", "SIGTERM-ray"])
+def test_a_stop_sent_when_the_blend_begins_leaves_a_submission_cancelled_exit_130(tmp_path, digits_dir, signum,
+                                                                                   in_process):
+    """In process and on Ray (the path a user takes by default: the driver's local Ray, stopped after its jobs)."""
+    code, out, err, run_dir = _run_until(tmp_path, digits_dir, signum, in_process=in_process)
     assert code == 130, f"exit {code}\n{err[-3000:]}"
     assert "Traceback" not in err, err[-3000:]
     sub = pd.read_csv(run_dir / "submission.csv")
