@@ -393,7 +393,7 @@ class RunState:
         fresh = self._measured(t, kind) > t.get("cut_at_epoch", -1)
         if kind.time_model == "trees":
             planned_epochs, per_epoch, provisional, gap, judged = self._tree_figures(
-                spec, kind, t, modelled, planned_epochs, per_epoch, provisional, gap)
+                spec, kind, t, modelled, planned_epochs, per_epoch=per_epoch, provisional=provisional, gap=gap)
             if not judged and now is not None and per_epoch is not None and not provisional:
                 judged = now + self._least_tree_s(spec, kind, t, folds, j, per_epoch) > self.window.deadline
             fresh = fresh and judged
@@ -423,8 +423,8 @@ class RunState:
         fold early stopping ends within its first epoch reports no epoch). A cut is judged again on a newer one."""
         return len(t.get("epoch_s", ())) + (t.get("folds_done", 0) if kind.time_model == "trees" else 0)
 
-    def _tree_figures(self, spec, kind, t: dict, modelled, planned: int, per_epoch: float | None, provisional: bool,
-                      gap: float) -> tuple[int, float | None, bool, float, bool]:
+    def _tree_figures(self, spec, kind, t: dict, modelled, planned: int, *, per_epoch: float | None = None,
+                      provisional: bool = False, gap: float = 0.0) -> tuple[int, float | None, bool, float, bool]:
         """A boosting task's figures for the budget: (its epochs a fold, seconds an epoch, provisional, seconds a fold
         change, judged). Early stopping decides a fold's rounds, so the time model's rounds are a prior: once a fold
         has finished, a fold runs the epochs its finished folds ran, at their measured seconds (the fold's wall, as
