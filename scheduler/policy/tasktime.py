@@ -448,10 +448,12 @@ class TreeFold:
 
 
 def tree_fold(*, rows: int, val_rows: int, test_rows: int, features: int, categories: int = 0,
-              classes: int | None = None, task: str | None = None, lib: str, params: dict, defaults: dict,
+              classes: int | None = None, task: str | None = None, lib: str, params: dict | None = None,
+              defaults: dict | None = None,
               threads: int = 1, rounds: int = 2000, patience: int | None = 100,
               probe: tuple[float, int] | None = None) -> TreeFold:
-    """One model's fold on ``threads`` cores (see ``TREE_COST``)."""
+    """One model's fold on ``threads`` cores (see ``TREE_COST``); ``params`` over the library's ``defaults``."""
+    params, defaults = params or {}, defaults or {}
     cost = TREE_COST.get(lib, TREE_COST["lightgbm"])
     trees = trees_per_round(classes, task)
     speed = thread_speedup(threads)

@@ -54,7 +54,7 @@ def fold_fault(fold: FoldOutput, classes: list, test_ids, want: list | None = No
     return foldfiles.shape_fault(fold, list(classes), len(test_ids))
 
 
-def keep_fold(folder: Path, fold: FoldOutput, classes: list, test_ids, metric: str, split: dict | None = None,
+def keep_fold(folder: Path, fold: FoldOutput, classes: list, test_ids, metric: str, *, split: dict | None = None,
               kind: str | None = None, want: list | None = None) -> None:
     """Store one finished fold (atomically, as data only: ``store.foldfiles``) with the split it was made from and
     the kind of job that made it, and rewrite the job's prediction CSVs from every fold kept so far. Raises

@@ -210,7 +210,8 @@ class Runner:
                 fold = ev.pop("output")
                 try:
                     resume.keep_fold(self.job_dir(name), fold, ev.pop("classes"), ev.pop("test_ids"),
-                                     self.plan.metric, self.split(name), self.spec(name).kind, self.classes())
+                                     self.plan.metric, split=self.split(name), kind=self.spec(name).kind,
+                                     want=self.classes())
                 except resume.BadFold as e:  # this job's fault alone: it fails with the reason, the run goes on
                     self.refuse(name, str(e))
                     continue

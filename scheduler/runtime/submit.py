@@ -40,7 +40,7 @@ def submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], o
     if not opts.resume:
         check_unused(opts.run_dir)  # before the lock creates the folder: no empty folder left behind a refusal
     with FolderLock(opts.run_dir), Stops() as stops:
-        return _submit(dry, opts, on_update, on_start, driver, on_ready, stops)
+        return _submit(dry, opts, on_update, on_start, driver, on_ready=on_ready, stops=stops)
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -95,7 +95,7 @@ class Stops:
 
 
 def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], on_start: Callable[[Driver], None],
-            driver: type, on_ready: Callable[[RunRecord], None] | None, stops: "Stops") -> dict:
+            driver: type, *, stops: "Stops", on_ready: Callable[[RunRecord], None] | None = None) -> dict:
     if opts.resume:
         record = RunRecord.open_existing(opts.run_dir)
         info = resume.check_resumable(record)
