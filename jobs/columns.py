@@ -90,7 +90,8 @@ def _classify(name: str, col: pd.Series, test_col: pd.Series) -> Column:
 
 def _category(name: str, col: pd.Series, test_col: pd.Series, why: str) -> Column:
     seen = pd.unique(col.dropna().astype(str))
-    unseen = [v for v in pd.unique(test_col.dropna().astype(str)) if v not in set(seen)]
+    known = set(seen)
+    unseen = [v for v in pd.unique(test_col.dropna().astype(str)) if v not in known]
     if unseen:
         why += f"; {len(unseen):,} value{'s' if len(unseen) != 1 else ''} only in test.csv read as missing"
     return Column(name, CATEGORY, why, (name,), categories=tuple(sorted(seen)) + tuple(sorted(unseen)))
