@@ -1,10 +1,10 @@
 """How many boosting rounds this table takes, measured at the door: the one figure of a boosting task's time that no
 shape of a table predicts.
 
-Early stopping decides a boosting fold's rounds, and on twenty real tables its best round at one learning rate ran
+Early stopping decides a boosting fold's rounds, and on fourteen real tables its best round at one learning rate ran
 from 16 to 1,997 (``benchmarks/tree_time.py``): rows, columns, classes and categories say nothing of it, so a time
-model that assumes a median is 5× off on one table in two. A quick LightGBM on a sample of the table, at a fast rate
-and one thread, finds the table's best round there; the time model scales it to each job's rate
+model that assumes their median is several times off on one table in two. A quick LightGBM on a sample of the
+table, at a fast rate and one thread, finds the table's best round there; the time model scales it to each job's rate
 (``scheduler.policy.tasktime.expected_rounds``, ``PROBE_SCALE``: how a fold's best round compares, measured on ten
 other tables). It costs a tenth of a second to a second or two, once, before the plan is timed.
 """
