@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from jobs import JobContext, run_job, timm_job  # noqa: E402
 from jobs.data import load_competition  # noqa: E402
-from scheduler.core.plan import TimmJob  # noqa: E402
+from jobs.timm_kind import TimmJob  # noqa: E402
 from scheduler.core.walltime import LABELS, PHASES, shares  # noqa: E402
 from scheduler.policy import inputs  # noqa: E402
 

@@ -51,7 +51,7 @@ def pack_forty() -> float:
 def stop_stubborn_command(tmp: Path) -> float:
     from jobs import JobContext
     from jobs.data import load_competition, write_digits
-    from scheduler.core.plan import CommandJob
+    from jobs.command_kind import CommandJob
     from scheduler.execute import local
     from scheduler.execute.command import run as run_job
 

@@ -31,7 +31,7 @@ WITHOUT = ("import contextlib, runpy; import scheduler.execute.apply as a; a.imp
 
 
 def record(model: str, data: Path, work: Path, epochs: int = 1) -> str:
-    from scheduler.core.plan import TimmJob
+    from jobs.timm_kind import TimmJob
     from scheduler.execute.launch import LaunchRecord, dumps
 
     spec = TimmJob(name="t", kind="timm", model=model, image_size=224, batch_size=32, epochs=epochs, folds=2,

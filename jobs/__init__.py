@@ -11,11 +11,8 @@ from __future__ import annotations
 import importlib
 import time
 
-from jobs import kinds
 from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
 from scheduler.core import kinds as registry
-
-kinds.register_all()  # every process that imports a job kind's code knows them all (scheduler/__init__ does too)
 
 __all__ = ["FoldOutput", "JobContext", "JobOutput", "Stopped", "run_job"]
 

@@ -62,7 +62,7 @@ import pandas as pd
 from jobs.contract import FoldOutput, JobContext
 from jobs.data import Competition, read_csv_as_written
 from scheduler.core.scoring import get as get_metric
-from scheduler.core.plan import CommandJob
+from jobs.command_kind import CommandJob
 
 OUTPUTS = ("oof.csv", "test.csv")
 

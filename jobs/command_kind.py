@@ -6,10 +6,38 @@ budget cannot shorten it (the training deadline stops it)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
 
 from scheduler.core.errors import UserError
 from scheduler.core.kinds import Kind, register
-from scheduler.core.plan import CommandJob
+from scheduler.core.plan import JobBase
+
+
+class CommandJob(JobBase):
+    kind: Literal["command"]
+    command: list[str] = Field(min_length=1)
+    model: str | None = None  # a timm model, so gpupack can estimate the memory a command's training needs
+    image_size: int = Field(default=224, gt=0)
+    batch_size: int | None = Field(default=None, gt=0)
+    cwd: str | None = None
+    env: dict[str, str] = {}
+
+    @property
+    def needs_estimate(self) -> bool:
+        return self.resources.gpu_memory is None and self.model is not None
+
+    @property
+    def whole_devices(self) -> int:
+        return self.resources.gpus
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, v: list[str]) -> list[str]:
+        if not all(isinstance(a, str) and a for a in v):
+            raise ValueError("must be a list of non-empty strings (an argv, not a shell line)")
+        return v
 
 
 def check(job, comp, where: str) -> None:

@@ -1,5 +1,6 @@
 """The job kinds gpupack knows: each module below declares its kind's descriptor (``scheduler.core.kinds.Kind``) and
-registers it on import. A new kind is one more module here (``docs/internals.md``, "A job kind")."""
+registers it on import. The registry imports this module by name the first time it is asked
+(``scheduler.core.kinds.load``). A new kind is one more module here (``docs/internals.md``, "A job kind")."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ import numpy as np
 from jobs import boosting
 from jobs.contract import JobContext, JobOutput
 from jobs.data import Competition
-from scheduler.core.plan import LightGBMJob
 
 # chosen by measurement on five real tables (benchmarks/boosting_defaults.py, docs/peers/boosting-defaults-*.json):
 # 15 leaves of at least 50 rows each cut the error 0.9 % on average against 31 and 20 (4 of 5 tables); a rate of 0.03
@@ -57,6 +56,6 @@ LIGHTGBM = boosting.Library(name="LightGBM", defaults=DEFAULTS, threads="num_thr
                             objective=_objective, train=_train)
 
 
-def run(spec: LightGBMJob, comp: Competition, ctx: JobContext) -> JobOutput:
-    """K-fold LightGBM: one model per fold for a class or a number; for several targets, one per target and fold."""
+def run(spec, comp: Competition, ctx: JobContext) -> JobOutput:
+    """K-fold LightGBM (``spec``: a ``jobs.lightgbm_kind.LightGBMJob``): one model per fold for a class or a number; for several targets, one per target and fold."""
     return boosting.run(spec, comp, ctx, LIGHTGBM)

@@ -8,11 +8,27 @@ from __future__ import annotations
 
 import functools
 
+from typing import Literal
+
+from pydantic import Field, model_validator
+
 from jobs import tabular_checks
 from scheduler.core.kinds import Kind, register
+from scheduler.core.plan import JobBase
 
 ROUNDS_PER_EPOCH = 50  # its rounds counted in epochs of 50: the budget cuts them, its progress comes each epoch
-from scheduler.core.plan import LightGBMJob
+
+
+class LightGBMJob(JobBase):
+    kind: Literal["lightgbm"]
+    num_boost_round: int = Field(default=2000, ge=1)
+    early_stopping_rounds: int = Field(default=100, ge=1)
+
+    @model_validator(mode="after")
+    def _no_gpu(self) -> "LightGBMJob":
+        if self.resources.gpu_memory is not None or self.resources.gpus:
+            raise ValueError("a lightgbm job runs on CPU cores and takes no GPU: drop resources.gpu_memory/gpus")
+        return self
 
 
 def host_mib(job, *, cpus: int, weights_mib=None, batch=None, train_rows=None, test_rows=None, features=None) -> int:

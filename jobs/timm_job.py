@@ -38,7 +38,7 @@ from jobs.trainer import OutOfMemory, StepSettings, Trainer, guarded, predict_sh
 from scheduler.policy.autotune import (PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS, BatchTuner, lr_factor,
                                        optimizer_steps)
 from scheduler.core.scoring import get as get_metric
-from scheduler.core.plan import TimmJob
+from jobs.timm_kind import TimmJob
 from scheduler.core.walltime import Ledger
 from scheduler.core import rehearsal
 from scheduler.policy import inputs

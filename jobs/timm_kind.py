@@ -5,9 +5,89 @@ the budget may cut its folds and epochs, and it reads images. Light: nothing her
 
 from __future__ import annotations
 
+import difflib
+import functools
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
 from scheduler.core.errors import UserError
 from scheduler.core.kinds import Kind, register
-from scheduler.core.plan import TimmJob
+from scheduler.core.plan import JobBase
+
+
+class TimmJob(JobBase):
+    kind: Literal["timm"]
+
+    @model_validator(mode="after")
+    def _one_device(self) -> "TimmJob":
+        if self.resources.gpus > 1:
+            raise ValueError("a timm job trains on one device; several whole devices (gpus: N) are for a command "
+                             "job that runs its own DDP (e.g. torchrun)")
+        if self.pretrained and self.weights:
+            raise ValueError("give either pretrained: true (timm's weights from the hub cache) or weights: (a local "
+                             "checkpoint), not both")
+        return self
+    model: str
+    image_size: int = Field(default=224, gt=0, le=4096)
+    batch_size: int | Literal["auto"] = 64
+    fixed_batch: bool = False  # keep this batch; wait for a later wave rather than shrink
+    fold_parallel: bool = True  # folds side by side where the band has room (policy.tasks); false: one after another
+    epochs: int = Field(default=10, ge=1, le=10_000)
+    # the body's learning rate; where the plan names none, the door chooses it (policy.recipe: pretrained or not, the
+    # optimizer steps a fold) and the dry run says why
+    lr: float = Field(default=1e-3, gt=0)
+    head_lr_factor: float | None = Field(default=None, gt=0, le=1000)  # the new classifier's lr ÷ lr (policy.recipe)
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    amp: bool = True
+    channels_last: bool = True
+    compile: bool = False
+    grad_accum: int = Field(default=1, ge=1, le=1024)
+    patience: int = Field(default=3, ge=1, le=1000)
+    weights: str | None = None  # a local checkpoint file; nothing is downloaded
+    # timm's own pretrained weights for the model (its pretrained_cfg's tag), loaded through timm from the Hugging Face
+    # hub cache (HF_HOME); the door checks they are there or fetchable (jobs.weights), `prefetch` fetches them
+    pretrained: bool = False
+    # training augmentation: auto (chosen from the data: jobs.augment), none, crop (random-resized crops), or flip
+    # (crops and horizontal flips); test-time augmentation averages image and mirror (tta: auto = where flips train)
+    augment: Literal["auto", "none", "crop", "flip"] = "auto"
+    tta: bool | Literal["auto"] = "auto"
+    # the training images decoded once to uint8 and kept on the card (counted in the job's MiB); None: the planner
+    # decides (policy.inputs: when they take at most 1/16 of the band), false: streamed from the host
+    images_on_device: bool | None = None
+
+    @field_validator("batch_size")
+    @classmethod
+    def _positive_batch(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v <= 0:
+            raise ValueError("must be a positive integer or 'auto'")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        known = timm_models()
+        if v not in known:
+            near = difflib.get_close_matches(v, known, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(near)}?" if near else "; see timm.list_models()"
+            raise ValueError(f"timm does not know the model '{v}'{hint}")
+        return v
+
+    @property
+    def uses_gpu(self) -> bool:
+        return True
+
+    @property
+    def needs_estimate(self) -> bool:
+        return self.resources.gpu_memory is None
+
+
+@functools.lru_cache(maxsize=1)
+def timm_models() -> tuple[str, ...]:
+    """Every model name timm knows (its import: a second or two, once)."""
+    import timm
+
+    return tuple(timm.list_models())
 
 
 def host_mib(job, *, cpus: int, weights_mib=None, batch=None, train_rows=None, test_rows=None, features=None) -> int:

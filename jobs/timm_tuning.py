@@ -14,7 +14,7 @@ from jobs.images import ResizableBatchSampler
 from jobs.memory import CudaMemory, SimulatedDevice
 from jobs.trainer import Trainer
 from scheduler.core import rehearsal
-from scheduler.core.plan import TimmJob
+from jobs.timm_kind import TimmJob
 from scheduler.policy.autotune import MIN_STEPS, BatchTuner, Observation, lr_factor
 
 log = logging.getLogger("gpupack.job")

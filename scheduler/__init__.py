@@ -1,1 +1,2 @@
-import jobs  # noqa: F401 -- registers the job kinds (core.kinds) before any plan is read
+"""gpupack: the system (``scheduler``) that packs and runs the training jobs (``jobs``). Importing it loads nothing
+else: the job kinds' registry is filled when it is first asked (``scheduler.core.kinds.load``)."""

@@ -8,7 +8,7 @@ import torch
 from jobs import JobContext, run_job, timm_job
 from jobs.augment import Views, choose
 from jobs.data import load_competition, write_digits
-from scheduler.core.plan import TimmJob
+from jobs.timm_kind import TimmJob
 from small_images import write_image_competition
 
 

@@ -13,7 +13,7 @@ from scheduler.policy.packing import Assignment
 from scheduler.store import outputs
 from scheduler.policy.ensemble import METHODS
 from scheduler.core.scoring import get as get_metric
-from scheduler.core.plan import LightGBMJob
+from jobs.lightgbm_kind import LightGBMJob
 from scheduler.store.record import RunRecord
 from scheduler.runtime.submit import write_submission
 

@@ -10,7 +10,7 @@ from jobs import JobContext, run_job, timm_job
 from jobs.data import load_competition, write_digits
 from jobs.images import DeviceImages, ImageSet, LoaderSettings, ResizableBatchSampler, normalize
 from scheduler.core import plan as planmod
-from scheduler.core.plan import TimmJob
+from jobs.timm_kind import TimmJob
 from scheduler.core.walltime import PHASES, Ledger, largest_loss, merge, summarize
 from scheduler.policy import dryrun, inputs
 from scheduler.policy.advice import Observed, advise

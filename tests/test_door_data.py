@@ -332,7 +332,7 @@ def test_a_command_relative_to_its_cwd_is_found(tmp_path, run_cli):
 
 
 def _command(tmp_path, body: str):
-    from scheduler.core.plan import CommandJob
+    from jobs.command_kind import CommandJob
 
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(body))

@@ -28,7 +28,7 @@ import gc, json, sys, weakref
 from pathlib import Path
 from jobs import JobContext, run_job, timm_job
 from jobs.data import load_competition, write_digits
-from scheduler.core.plan import TimmJob
+from jobs.timm_kind import TimmJob
 
 timm_job.REHEARSAL_STEPS_PER_EPOCH = 2
 work = Path(sys.argv[1])

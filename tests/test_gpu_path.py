@@ -19,7 +19,7 @@ from scheduler.core.hardware import physical_memory_mib, visible_index
 from scheduler.core.memcap import MIN_ALLOCATOR_MIB, memory_cap
 from scheduler.execute.apply import hold_to, process_cap
 from scheduler.policy.overhead import outside_allocator_mib, overhead_for
-from scheduler.core.plan import TimmJob
+from jobs.timm_kind import TimmJob
 
 H100_MIB = 81_559  # what NVML reports for an H100 80GB HBM3
 A100_40_MIB = 40 * 1024

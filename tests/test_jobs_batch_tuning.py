@@ -12,7 +12,7 @@ from jobs.memory import SimulatedDevice
 from scheduler.core.folds import fold_train_rows
 from scheduler.policy.estimate import estimate, simulated_peak
 from scheduler.policy.settle import batch_ceiling
-from scheduler.core.plan import TimmJob
+from jobs.timm_kind import TimmJob
 
 
 @pytest.fixture(scope="module")

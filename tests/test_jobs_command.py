@@ -15,7 +15,7 @@ from scheduler.execute import local
 from scheduler.execute.command import run as run_job
 from jobs.data import load_competition, write_digits
 from scheduler.core.memcap import memory_cap
-from scheduler.core.plan import CommandJob
+from jobs.command_kind import CommandJob
 from waiting import HANG_S, wait_until
 
 CENTROIDS = """\

@@ -8,7 +8,7 @@ import pytest
 from jobs import JobContext, run_job
 from jobs.data import load_competition, write_digits
 from scheduler.core.scoring import accuracy
-from scheduler.core.plan import LightGBMJob
+from jobs.lightgbm_kind import LightGBMJob
 
 
 @pytest.fixture(scope="module")

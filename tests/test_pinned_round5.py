@@ -27,7 +27,7 @@ import jobs  # noqa: F401 -- registers the kinds
 from jobs import JobContext
 from jobs import boosting
 from scheduler.core import hardware, kinds
-from scheduler.core.plan import LightGBMJob
+from jobs.lightgbm_kind import LightGBMJob
 from scheduler.policy import budget, tasktime
 from scheduler.policy import runloop as rl
 from scheduler.policy.budget import JobProgress, decide_cuts, decide_restores, decide_takebacks, remaining_s

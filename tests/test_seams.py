@@ -122,7 +122,7 @@ def test_out_of_memory_halving_stops_at_the_ladders_floor_and_fails_the_job(tmp_
     with a reason naming it, never trying a batch below the floor (0 would be no batch at all)."""
     from jobs import JobContext, run_job, timm_job
     from jobs.data import load_competition
-    from scheduler.core.plan import TimmJob
+    from jobs.timm_kind import TimmJob
     from scheduler.policy.estimate import LADDER, estimate, simulated_peak
 
     monkeypatch.setattr(timm_job, "REHEARSAL_STEPS_PER_EPOCH", 2)

@@ -13,7 +13,8 @@ import torch
 
 from jobs import timm_job
 from scheduler.core.memcap import memory_cap
-from scheduler.core.plan import CommandJob, TimmJob
+from jobs.command_kind import CommandJob
+from jobs.timm_kind import TimmJob
 from scheduler.execute import apply
 from scheduler.execute.launch import LaunchRecord
 from scheduler.policy.autotune import statistical_cap

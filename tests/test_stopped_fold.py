@@ -10,7 +10,7 @@ import pytest
 from jobs import JobContext, run_job
 from jobs import timm_job
 from jobs.data import load_competition, write_digits
-from scheduler.core.plan import TimmJob
+from jobs.timm_kind import TimmJob
 from scheduler.runtime.submit import write_submission
 from scheduler.store import outputs
 from scheduler.store.record import RunRecord

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from scheduler.core.plan import LightGBMJob
+from jobs.lightgbm_kind import LightGBMJob
 from scheduler.execute import apply
 from scheduler.execute.launch import LaunchRecord
 
@@ -53,7 +53,7 @@ def test_a_ray_actors_task_counts_from_its_actor_being_made(digits, tmp_path):
 FROZEN = """
 import gc, sys, weakref
 sys.path.insert(0, {root!r})
-from scheduler.core.plan import LightGBMJob
+from jobs.lightgbm_kind import LightGBMJob
 from scheduler.execute import apply
 from scheduler.execute.launch import LaunchRecord
 spec = LightGBMJob(name="lgbm", kind="lightgbm", folds=2, resources={{"cpus": 1}}, params={{"num_leaves": 7}})

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from jobs.lightgbm_kind import LightGBMJob
 from scheduler.core import plan as planmod
 from scheduler.policy import plantime
 from scheduler.policy import runloop as rl
@@ -41,8 +42,8 @@ def test_the_plans_rounds_change_the_prediction():
     # with early stopping on, 10 rounds still cap the fold
     assert predict(tree_work(rounds=10)).fold_s < predict(tree_work(rounds=300)).fold_s
     # and through a plan's job, as the dry run reads it
-    plan_ten = planmod.LightGBMJob(name="l", kind="lightgbm", num_boost_round=10)
-    plan_300 = planmod.LightGBMJob(name="l", kind="lightgbm", num_boost_round=300)
+    plan_ten = LightGBMJob(name="l", kind="lightgbm", num_boost_round=10)
+    plan_300 = LightGBMJob(name="l", kind="lightgbm", num_boost_round=300)
     works = [tt.work_of(j, "l", 5, rows=25_000, test_rows=6_000, features=9) for j in (plan_ten, plan_300)]
     assert works[0].rounds == 10 and works[1].rounds == 300 and works[0].patience_rounds == 100
     assert predict(works[0]).total_s < predict(works[1]).total_s
@@ -74,7 +75,7 @@ def test_the_learning_rate_and_the_table_shape_the_rounds_and_the_round():
 
 def test_a_caller_that_passes_nothing_of_the_table_still_gets_a_time():
     """The door's old description (rows, test rows, features) still predicts: defaults for the rest."""
-    job = planmod.LightGBMJob(name="l", kind="lightgbm")
+    job = LightGBMJob(name="l", kind="lightgbm")
     w = tt.work_of(job, "l", 5, rows=1437, test_rows=360)
     t = predict(w)
     assert t.total_s > 0 and t.epochs >= 1 and w.classes is None and w.categories is None

@@ -1,27 +1,32 @@
-"""What a job kind is to the rest of gpupack, written once: the descriptor (:class:`Kind`) and the registry.
+"""What a job kind is to the rest of gpupack, written once: the descriptor (:class:`Kind`), the description of a job's
+work (:class:`Work`) and the registry.
 
 A plan names a job's ``kind`` (``timm``, ``lightgbm``, ``command``, …). Everything gpupack decides about a job that
 depends on its kind — how its plan entry is validated, whether it takes GPU memory and how that is found, whether the
 fitter sets its batch, whether its folds may run side by side as lanes, what the budget may shorten, which time model
-predicts it, how its process is started, what its progress is counted in — is a field of its :class:`Kind`. The
-planner, packer, lanes, budget, host memory, door checks, advice and report ask the descriptor; outside ``jobs/``
-nothing compares a kind's name.
+predicts it, how its process is started, what its progress is counted in — is a field of its :class:`Kind`. What a
+job's own entry asks for — its network, batch, epochs, rounds, image size, … — reaches the planner, the time model,
+the budget, the dry run and the runner as its :class:`Work`, which its kind's module fills from the entry
+(``Kind.work(job)``): outside ``jobs/`` nothing reads a job's fields by name, and nothing compares a kind's name.
 
-The layers: this interface sits in ``core`` (below ``policy``), each kind's module in ``jobs/`` declares and registers
-its descriptor (``jobs/kinds.py`` lists them), and ``scheduler/__init__`` imports ``jobs`` so that every process that
-uses gpupack — the CLI, the service, a Ray worker unpickling a spec — has the kinds before it reads a plan. A kind's
-behaviour that needs its library or the competition (the door's check, the job's own run) is a hook whose code lives
-in ``jobs/``; what the pure layers ask is plain data here.
+The layers: this interface sits in ``core`` (below ``policy``), and each kind's module in ``jobs/`` declares its plan
+entry's model (a :class:`~scheduler.core.plan.JobBase` subclass), its work and its descriptor, and registers it;
+``jobs/kinds.py`` lists the modules. The registry is filled the first time it is asked (:func:`load`: ``jobs.kinds``
+imported by name, once), so that every process that reads a plan or runs a job — the CLI, the service, a worker
+unpickling a spec — has every kind, and a process that never asks (``import scheduler``, a job actor before its
+record arrives) loads none of them. A kind's behaviour that needs its library or the competition (the door's check,
+the job's own run) is a hook whose code lives in ``jobs/``; what the pure layers ask is plain data here.
 
-To add a kind: write ``jobs/<kind>_job.py`` with its spec (a :class:`~scheduler.core.plan.JobBase` subclass with
-``kind: Literal["<kind>"]``), its ``run(spec, comp, ctx) -> JobOutput`` and its ``KIND = Kind(...)``; list the module
-in ``jobs/kinds.py``. ``docs/internals.md`` ("A job kind") walks through it.
+To add a kind: write ``jobs/<kind>_job.py`` with its spec (a ``JobBase`` subclass with ``kind: Literal["<kind>"]``),
+its ``work(spec) -> Work``, its ``run(spec, comp, ctx) -> JobOutput`` and its ``KIND = register(Kind(...))``; list the
+module in ``jobs/kinds.py``. ``docs/internals.md`` ("A job kind") walks through it.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Mapping
 
 from scheduler.core.errors import UserError
 
@@ -35,6 +40,40 @@ RunsIn = Literal["torch", "python", "script"]
 TimeModel = Literal["images", "trees", "wall"]
 # images: start-up, steps per epoch, validation, prediction (policy.tasktime's timm model); trees: boosting rounds on
 # cores; wall: one measured wall per job name (a script gpupack cannot see inside)
+
+
+@dataclass(frozen=True)
+class Work:
+    """A job's work, whatever its kind: what the planner, the fitter, the time model, the budget, the dry run and the
+    runner read of a job (its kind's module fills it from its plan entry: ``Kind.work``). A field a kind does not
+    have keeps its default (a tree kind has no network, an image kind no rounds)."""
+
+    folds: int = 1
+    params: Mapping[str, Any] = field(default_factory=dict)  # its library's parameters (the plan's ``params``)
+    # a network by timm's name: its card memory estimated from it and its batch, its speed from the card's time model
+    model: str | None = None
+    image_size: int = 224  # pixels a side of the images it trains on
+    batch: int | None = None  # samples a step (None: no batch, or ``auto``: the fitter chooses it)
+    auto_batch: bool = False  # the plan leaves the batch to the fitter (``batch_size: auto``)
+    fixed_batch: bool = False  # the batch is kept as written: a later wave rather than a smaller batch
+    epochs: int = 1  # passes over a fold's rows (a tree kind: its rounds counted in epochs, ``Kind.rounds_per_epoch``)
+    patience: int | None = None  # epochs without gain before a fold stops (None: every epoch runs)
+    # a tree kind's most rounds a fold (boosting rounds, a forest's trees), each a tree per model (per class where the
+    # kind's trees are; ``Kind.tree_cost``); None: the time model's ``DEFAULT_ROUNDS``
+    rounds: int | None = None
+    patience_rounds: int | None = None  # early stopping's rounds without gain (None: every round runs)
+    lr: float | None = None  # the learning rate of a kind the fitter sets a batch for (it scales with the batch)
+    head_lr_factor: float | None = None  # a new classifier head's rate ÷ ``lr`` (None: the recipe's)
+    lr_named: bool = False  # the plan names the rate itself (the door keeps it)
+    pretrained: bool = False  # it starts from pretrained weights (the recipe's rate)
+    optimizer: str = "adamw"
+    grad_accum: int = 1  # steps accumulated before the optimizer steps
+    amp: bool = True  # mixed precision
+    channels_last: bool = True
+    tta: bool | str = False  # test-time augmentation (``auto`` until the door decides it from the data)
+    augment: str | None = None  # training augmentation (``auto`` until the door decides it); None: a kind without
+    images_on_device: bool | None = None  # its decoded images kept on the card (None: the planner decides)
+    fold_parallel: bool = True  # its folds may run side by side where its kind has lanes
 
 
 @dataclass(frozen=True)
@@ -68,8 +107,20 @@ class Kind:
     # list (names, values, threads at most ``cores``: None where the cores are not known yet), before any data is read
     check_params: Callable[..., None] | None = None
     run: str | None = None  # "module:function" of its run(spec, comp, ctx) in the job's process; None: a script
+    # (job) -> Work: what its plan entry asks for, as the rest of gpupack reads it; None: its folds and params alone
+    work_of: Callable[[Any], Work] | None = None
+    # the trees time model's figures for this kind (``policy.tasktime.TREE_COST``'s keys; ``per_class``: False where
+    # one tree serves every class, as a forest's does; ``shaped``: False where its trees' shape is not the boosting
+    # libraries' leaves or depth); None: ``TREE_COST``'s own for its name, else LightGBM's
+    tree_cost: Mapping[str, float] | None = None
     docs: str = ""  # one line for ``docs/`` and errors: what it trains
     extra: dict[str, Any] = field(default_factory=dict)  # kind-specific facts other kinds need not know
+
+    def work(self, job: Any) -> Work:
+        """What ``job`` (a spec of this kind) asks for, as the rest of gpupack reads it."""
+        if self.work_of is not None:
+            return self.work_of(job)
+        return Work(folds=job.folds, params=dict(job.params))
 
     @property
     def cuttable(self) -> bool:
@@ -86,6 +137,29 @@ class Kind:
 
 
 _REGISTRY: dict[str, Kind] = {}
+REGISTRY_MODULE = "jobs.kinds"  # lists every kind's module; imported by its name (``core`` sits below ``jobs``)
+_loaded = False
+
+
+def load() -> None:
+    """Fill the registry, once: import ``jobs.kinds``, which imports every kind's module (each registers itself).
+    Every question asked of the registry below calls it first, so a process has the kinds as soon as it needs one
+    (a plan read, a spec checked or run) and not before (``import scheduler`` loads none)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True  # before the imports: a kind's module that asks the registry while it loads does not load again
+    try:
+        listed = importlib.import_module(REGISTRY_MODULE)
+        listed.register_all()
+    except BaseException:
+        _loaded = False
+        raise
+    # in the list's order, whichever module a process imported first (a worker unpickling a spec imports its own)
+    order = {module: i for i, module in enumerate(listed.MODULES)}
+    ranked = sorted(_REGISTRY.values(), key=lambda k: order.get(k.spec.__module__, len(order)))
+    _REGISTRY.clear()
+    _REGISTRY.update((k.name, k) for k in ranked)
 
 
 def register(kind: Kind) -> Kind:
@@ -99,15 +173,17 @@ def register(kind: Kind) -> Kind:
 
 def names() -> tuple[str, ...]:
     """The registered kinds' names, in registration order."""
+    load()
     return tuple(_REGISTRY)
 
 
 def get(name: str) -> Kind:
     """The descriptor of kind ``name``; a UserError naming the known kinds when there is none."""
+    load()
     try:
         return _REGISTRY[name]
     except KeyError:
-        known = ", ".join(_REGISTRY) or "none (import jobs: it registers the kinds)"
+        known = ", ".join(_REGISTRY) or "none"
         raise UserError(f"unknown job kind {name!r}; known: {known}") from None
 
 
@@ -116,6 +192,7 @@ def lookup(name: object) -> str | None:
     when it names none."""
     if not isinstance(name, str):
         return None
+    load()
     if name in _REGISTRY:
         return name
     folded = name.strip().lower()
@@ -124,9 +201,17 @@ def lookup(name: object) -> str | None:
 
 def find(name: str | None) -> Kind | None:
     """The descriptor of kind ``name``, or None (a run folder written by a kind this install does not have)."""
-    return _REGISTRY.get(name) if name is not None else None
+    if name is None:
+        return None
+    load()
+    return _REGISTRY.get(name)
 
 
 def of(job: Any) -> Kind:
     """The descriptor of a job spec (anything with ``.kind``) or of a kind's name."""
     return get(job if isinstance(job, str) else job.kind)
+
+
+def work(job: Any) -> Work:
+    """What a job spec asks for, as its kind describes it (``Kind.work``)."""
+    return of(job).work(job)

@@ -8,7 +8,6 @@ the allowed ones), then each job by its ``kind``'s own model. Every error a pers
 from __future__ import annotations
 
 import difflib
-import functools
 from pathlib import Path
 from typing import Any, Literal
 
@@ -81,109 +80,6 @@ class JobBase(_Strict):
     @property
     def needs_estimate(self) -> bool:
         return False
-
-
-class TimmJob(JobBase):
-    kind: Literal["timm"]
-
-    @model_validator(mode="after")
-    def _one_device(self) -> "TimmJob":
-        if self.resources.gpus > 1:
-            raise ValueError("a timm job trains on one device; several whole devices (gpus: N) are for a command "
-                             "job that runs its own DDP (e.g. torchrun)")
-        if self.pretrained and self.weights:
-            raise ValueError("give either pretrained: true (timm's weights from the hub cache) or weights: (a local "
-                             "checkpoint), not both")
-        return self
-    model: str
-    image_size: int = Field(default=224, gt=0, le=4096)
-    batch_size: int | Literal["auto"] = 64
-    fixed_batch: bool = False  # keep this batch; wait for a later wave rather than shrink
-    fold_parallel: bool = True  # folds side by side where the band has room (policy.tasks); false: one after another
-    epochs: int = Field(default=10, ge=1, le=10_000)
-    # the body's learning rate; where the plan names none, the door chooses it (policy.recipe: pretrained or not, the
-    # optimizer steps a fold) and the dry run says why
-    lr: float = Field(default=1e-3, gt=0)
-    head_lr_factor: float | None = Field(default=None, gt=0, le=1000)  # the new classifier's lr ÷ lr (policy.recipe)
-    optimizer: Literal["adamw", "sgd"] = "adamw"
-    amp: bool = True
-    channels_last: bool = True
-    compile: bool = False
-    grad_accum: int = Field(default=1, ge=1, le=1024)
-    patience: int = Field(default=3, ge=1, le=1000)
-    weights: str | None = None  # a local checkpoint file; nothing is downloaded
-    # timm's own pretrained weights for the model (its pretrained_cfg's tag), loaded through timm from the Hugging Face
-    # hub cache (HF_HOME); the door checks they are there or fetchable (jobs.weights), `prefetch` fetches them
-    pretrained: bool = False
-    # training augmentation: auto (chosen from the data: jobs.augment), none, crop (random-resized crops), or flip
-    # (crops and horizontal flips); test-time augmentation averages image and mirror (tta: auto = where flips train)
-    augment: Literal["auto", "none", "crop", "flip"] = "auto"
-    tta: bool | Literal["auto"] = "auto"
-    # the training images decoded once to uint8 and kept on the card (counted in the job's MiB); None: the planner
-    # decides (policy.inputs: when they take at most 1/16 of the band), false: streamed from the host
-    images_on_device: bool | None = None
-
-    @field_validator("batch_size")
-    @classmethod
-    def _positive_batch(cls, v: int | str) -> int | str:
-        if isinstance(v, int) and v <= 0:
-            raise ValueError("must be a positive integer or 'auto'")
-        return v
-
-    @field_validator("model")
-    @classmethod
-    def _known_model(cls, v: str) -> str:
-        known = timm_models()
-        if v not in known:
-            near = difflib.get_close_matches(v, known, n=3, cutoff=0.6)
-            hint = f"; did you mean {', '.join(near)}?" if near else "; see timm.list_models()"
-            raise ValueError(f"timm does not know the model '{v}'{hint}")
-        return v
-
-    @property
-    def uses_gpu(self) -> bool:
-        return True
-
-    @property
-    def needs_estimate(self) -> bool:
-        return self.resources.gpu_memory is None
-
-
-class LightGBMJob(JobBase):
-    kind: Literal["lightgbm"]
-    num_boost_round: int = Field(default=2000, ge=1)
-    early_stopping_rounds: int = Field(default=100, ge=1)
-
-    @model_validator(mode="after")
-    def _no_gpu(self) -> "LightGBMJob":
-        if self.resources.gpu_memory is not None or self.resources.gpus:
-            raise ValueError("a lightgbm job runs on CPU cores and takes no GPU: drop resources.gpu_memory/gpus")
-        return self
-
-
-class CommandJob(JobBase):
-    kind: Literal["command"]
-    command: list[str] = Field(min_length=1)
-    model: str | None = None  # a timm model, so gpupack can estimate the memory a command's training needs
-    image_size: int = Field(default=224, gt=0)
-    batch_size: int | None = Field(default=None, gt=0)
-    cwd: str | None = None
-    env: dict[str, str] = {}
-
-    @property
-    def needs_estimate(self) -> bool:
-        return self.resources.gpu_memory is None and self.model is not None
-
-    @property
-    def whole_devices(self) -> int:
-        return self.resources.gpus
-
-    @field_validator("command")
-    @classmethod
-    def _argv(cls, v: list[str]) -> list[str]:
-        if not all(isinstance(a, str) and a for a in v):
-            raise ValueError("must be a list of non-empty strings (an argv, not a shell line)")
-        return v
 
 
 JobSpec = JobBase  # a job of any kind: its kind's own model (``core.kinds``), validated by the registry
@@ -284,13 +180,6 @@ class Plan(_Strict):
             if j.name == name:
                 return j
         raise KeyError(name)
-
-
-@functools.lru_cache(maxsize=1)
-def timm_models() -> tuple[str, ...]:
-    import timm
-
-    return tuple(timm.list_models())
 
 
 # --- loading ------------------------------------------------------------------------------------------------------
@@ -530,7 +419,7 @@ def job_from_json(dumped: dict) -> JobSpec:
 
 
 def job_from_dict(raw: Any, source: str = "job") -> JobSpec:
-    """One job in the plan's schema (``kind`` timm, lightgbm or command), checked as a plan's job is: the same
+    """One job in the plan's schema (any registered ``kind``), checked as a plan's job is: the same
     errors, as one :class:`UserError` line. A job without a name is named after its kind."""
     if isinstance(raw, dict) and "name" not in raw:
         raw = {**raw, "name": kinds.lookup(raw.get("kind")) or str(raw.get("kind") or "job")}

@@ -19,7 +19,7 @@ from pathlib import Path
 from jobs import command_job
 from jobs.contract import FoldOutput, JobContext, JobOutput
 from jobs.data import Competition
-from scheduler.core.plan import CommandJob
+from jobs.command_kind import CommandJob
 from scheduler.execute import local
 from scheduler.execute.launch import LaunchRecord
 

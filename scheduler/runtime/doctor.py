@@ -118,7 +118,7 @@ def check_oom_recovery(workdir: Path) -> Check:
 
     from jobs import JobContext, run_job
     from jobs.data import load_competition, write_digits
-    from scheduler.core.plan import TimmJob
+    from jobs.timm_kind import TimmJob
     from scheduler.execute.apply import hold_to, process_cap
     from scheduler.policy.estimate import simulated_peak
 
@@ -156,7 +156,8 @@ def check_first_steps(workdir: Path) -> Check:
 
     from jobs import JobContext, run_job
     from jobs.data import load_competition, write_digits
-    from scheduler.core.plan import CommandJob, LightGBMJob
+    from jobs.command_kind import CommandJob
+    from jobs.lightgbm_kind import LightGBMJob
 
     comp = load_competition(write_digits(workdir / "digits-kinds"))
     parts, figures = [], {}

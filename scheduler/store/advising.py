@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from jobs import timm_kind
 from scheduler.core import kinds
 from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
@@ -112,7 +113,7 @@ def advise(*, hardware: str, budget: str, data: str | None = None, metric: str |
     if metric is not None and metric not in planmod.METRICS:
         raise UserError(f"--metric: unknown metric '{metric}'; allowed: {', '.join(planmod.METRICS)}")
     for m in models or []:
-        if m != adv.LIGHTGBM and m not in planmod.timm_models():
+        if m != adv.LIGHTGBM and m not in timm_kind.timm_models():
             raise UserError(f"--models: timm does not know the model '{m}' (or name lightgbm)")
     from scheduler.core import hardware as hw
 
