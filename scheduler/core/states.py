@@ -18,7 +18,8 @@ class JobState(str, enum.Enum):
 
 
 _LEGAL = {
-    JobState.PENDING: {JobState.RUNNING, JobState.CANCELLED, JobState.FAILED},
+    # SUCCEEDED: a restart of a task that had succeeded (below), withdrawn by the budget before it started
+    JobState.PENDING: {JobState.RUNNING, JobState.CANCELLED, JobState.FAILED, JobState.SUCCEEDED},
     JobState.RUNNING: {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.PENDING},  # PENDING = retry
     JobState.SUCCEEDED: {JobState.PENDING},  # a task whose folds the budget cut, restarted when time came back
     JobState.FAILED: set(),

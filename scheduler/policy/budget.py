@@ -58,7 +58,11 @@ idle). A running or waiting job gets its limit back; a job that already ended sh
 it skipped (its finished folds are kept, and every limit still standing goes with it): the projection counts its
 start-up from its ``TaskTime`` and places it after every task launched before it, and epochs given back are
 counted in full (folds that ran to their cut say nothing of early stopping), so
-an undo is never made that could not end in time. At the training deadline every job is asked to stop
+an undo is never made that could not end in time. A restart never runs for nothing and never undoes a success: the
+task is judged with its own epochs' errors in the margin (they left it when the task ended), a restart a later cut
+would take back to the folds it had is withdrawn before it starts, and a restart that fails leaves the task
+SUCCEEDED with the folds it had. The run loop reverses no decision on a task (a cut after an undo, an undo after a
+cut) before a task has reported since it was made: the budget changes its mind only on new figures. At the training deadline every job is asked to stop
 (it keeps its finished folds); a job that has not answered ``grace_s`` later is stopped by force, so ensembling and
 writing always keep their reserve.
 """
@@ -450,7 +454,8 @@ MAX_DECISIONS = 64  # a look's decisions at most: each lowers a limit, so a look
 
 
 def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadline: float,
-                error_margin: float = DEFAULT_MARGIN, *, projection: Projection = ALONE) -> list[Cut]:
+                error_margin: float = DEFAULT_MARGIN, *, projection: Projection = ALONE,
+                held: frozenset[str] = frozenset()) -> list[Cut]:
     """Every cut this look needs: decisions (``_one_cut``) are made one after another, each on the projection with
     the earlier ones made, until no task's projected end, stretched by the estimate's error, passes the window or no
     job is left to cut. A running job is cut at most once per look (a new cut of it is judged on what the last one
@@ -459,8 +464,9 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
     needs: the look then gives back (``_refill``) what still fits with every cut made. What the look returns is each
     job's change, all told (epochs, then folds); each cut's ``estimated_finish_s`` is the plan's projected finish with
     all of them made: what the look expects to happen (the budget benchmark's first estimate, taken after one cut a
-    job while the plan was still 27 % late, was 36 % off what happened)."""
-    current, once, reasons, order, decisions = list(jobs), frozenset(), {}, [], 0
+    job while the plan was still 27 % late, was 36 % off what happened). ``held``: jobs this look may not cut (the
+    run loop's hysteresis: a job given time back is not cut again before a task has reported since)."""
+    current, once, reasons, order, decisions = list(jobs), frozenset(held), {}, [], 0
     while decisions < MAX_DECISIONS:
         decision = _one_cut(current, now, window_start, deadline, error_margin=error_margin, projection=projection,
                             done=once)

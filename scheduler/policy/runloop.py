@@ -70,6 +70,10 @@ class RunState:
         self.compared: list[tuple[str, float]] = []  # (task, each measured epoch against what the estimate said)
         self._known: set | None = None
         self._last_rebalance = 0.0
+        # the budget's hysteresis: what it last decided of each task ("cut" or "restore") and the count of reports
+        # (``_news``) it decided on; it does not reverse a decision before a task has reported since
+        self._news = 0
+        self._decided: dict[str, tuple[str, int]] = {}
 
     @property
     def states(self) -> dict[str, JobState]:
@@ -149,6 +153,7 @@ class RunState:
         if ev.kind not in ("epoch", "fold"):
             return []
         j = self.jobs[ev.job]
+        self._news += 1
         self._time(j, ev)
         j.progress.update({k: v for k, v in ev.fields.items() if k != "time"})
         if ev.kind == "fold":
@@ -258,6 +263,7 @@ class RunState:
     def _on_JobFinished(self, ev: JobFinished) -> list:
         j = self.jobs[ev.job]
         j.launched = False
+        self._news += 1
         out = []
         if j.state == JobState.PENDING:  # it ran and ended before a poll saw it start
             out.append(self._set(ev.job, JobState.RUNNING, attempt=j.attempt))
@@ -273,10 +279,17 @@ class RunState:
     def _on_JobFailed(self, ev: JobFailed) -> list:
         j, name = self.jobs[ev.job], ev.job
         j.launched = False
+        self._news += 1
         out: list = []
         if j.state == JobState.PENDING:
             out.append(self._set(name, JobState.RUNNING, attempt=j.attempt))
         out.append(Log(name, f"attempt {j.attempt} failed: {ev.detail or ev.error}"))
+        if j.timing.get("folds_kept"):  # it had succeeded before the budget started it again: its folds stand
+            j.timing["folds_done"] = max(j.timing.get("folds_done", 0), j.timing.pop("folds_kept"))
+            j.limits.pop("planned_folds", None)  # and it is not started again
+            j.limits.pop("planned_epochs", None)
+            return out + [self._set(name, JobState.SUCCEEDED, reason="started again by the budget for the folds it "
+                                    f"skipped, it failed ({ev.error}): the folds it had finished stand")]
         if j.attempt <= self.spec(name).retries and not self.interrupted and not self._past_deadline(ev.now):
             moves = self._placeable(name, ev.cluster)
             if moves is None:
@@ -507,30 +520,55 @@ class RunState:
                 self.jobs[p.name].progress["eta_s"] = round(eta, 1)
         margin = budget.margin(self.errors, self._model_error)
         out: list = []
-        for cut in budget.decide_takebacks(progress + waiting, now, self.window.started_at, margin,
-                                           projection=projection):
+        for cut in budget.decide_takebacks([p for p in progress + waiting if not self._reverses(p.name, "cut")], now,
+                                           self.window.started_at, margin, projection=projection):
+            self._decided[cut.job] = ("cut", self._news)
             out += self._cut(cut, margin)
         if out:
             return out
+        held = frozenset(n for n in self.jobs if self._reverses(n, "cut"))
         for cut in budget.decide_cuts(progress + waiting, now, self.window.started_at, self.window.deadline, margin,
-                                      projection=projection):
+                                      projection=projection, held=held):
+            self._decided[cut.job] = ("cut", self._news)
             out += self._cut(cut, margin)
         if out:
             return out
         short = [self._progress(n, j, finished=True) for n, j in self.jobs.items() if self._cut_short(j)
                  and not self._past_deadline(now) and not self.interrupted]
-        cut = {p.name: (self.jobs[p.name].limits.get("planned_folds", p.folds),
-                        self.jobs[p.name].limits.get("planned_epochs", p.epochs))
-               for p in progress + waiting + short if self.jobs[p.name].limits}
+        cut = {p.name: self._planned(p, self.jobs[p.name]) for p in progress + waiting + short
+               if self.jobs[p.name].limits and not self._reverses(p.name, "restore")}
+        # a task that ended is judged with its own epochs' errors in the margin, as it will be once started again
+        # (they left the margin when it ended): a restart judged without them was cut back the next look
+        again = budget.margin(self.errors + [e for n, e in self.compared if n in {p.name for p in short}],
+                              self._model_error)
         for r in budget.decide_restores(progress + waiting + short, cut, now, self.window.started_at,
-                                        self.window.deadline, margin, projection=projection):
-            out += self._cut(r, margin) if r.new < r.old else self._restore(r, margin)  # a fold back at fewer epochs
+                                        self.window.deadline, again, projection=projection):
+            self._decided[r.job] = ("restore", self._news)
+            out += self._cut(r, again) if r.new < r.old else self._restore(r, again)  # a fold back at fewer epochs
         return out
+
+    def _reverses(self, name: str, what: str) -> bool:
+        """Whether deciding ``what`` ("cut" or "restore") of a task now would reverse the budget's last decision on
+        it with no task having reported since: the hysteresis that bounds how often the budget changes its mind on
+        a task (a mis-estimated kind, given back and cut again on the same figures, was cut and restored six times
+        in 27 s, a task that had succeeded restarted among them). A new report (an epoch, a fold, a task's end) is
+        new figures: a decision may be reversed on them."""
+        last = self._decided.get(name)
+        return last is not None and last[0] != what and last[1] == self._news
+
+    def _planned(self, p: budget.JobProgress, j: JobRun) -> tuple[int, int]:
+        """A cut task's (folds, epochs) before its cuts, for the budget's undo. Epochs only where its limit holds it
+        (its epochs are the limit): a limit above the epochs it runs (a boosting task's early stopping ran fewer)
+        gives nothing back when raised, and was 'given back' at every look (13 → 15, twenty times in two seconds)."""
+        binding = j.limits.get("epochs") is not None and j.limits["epochs"] <= p.epochs
+        return j.limits.get("planned_folds", p.folds), j.limits.get("planned_epochs", p.epochs) if binding else p.epochs
 
     def _cut(self, cut: budget.Cut, margin: float) -> list:
         """A budget cut made: the job's limit, its record, its progress (a job that ended takes the limit when it is
         started again: ``_restore``); a time bound (``until``) goes to the job as it is."""
         j = self.jobs[cut.job]
+        if cut.what == "folds" and self._restarted(j) and cut.new <= j.timing["folds_kept"]:
+            return self._withdraw(cut, margin)
         if cut.what == "until":
             j.limits["until"] = cut.until
             j.progress.update({"cut": self._cut_text(j), "cut_reason": cut.reason})
@@ -543,6 +581,26 @@ class RunState:
                            "cut": self._cut_text(j), "cut_reason": cut.reason})
         live = [] if j.state == JobState.SUCCEEDED else [SetLimits(cut.job, {cut.what: cut.new})]
         return live + [Record("budget_cut", cut.job, self._decision(cut, margin)), Progress(cut.job, dict(j.progress))]
+
+    def _restarted(self, j: JobRun) -> bool:
+        """A task that had ended short, started again by the budget for its skipped folds, that has not started."""
+        return self._waiting(j) and bool(j.timing.get("folds_kept"))
+
+    def _withdraw(self, cut: budget.Cut, margin: float) -> list:
+        """A restart the budget would cut to the folds the task had already finished: it would run nothing new (its
+        start-up for its kept folds alone), so it is withdrawn before it starts and the task ends as it had,
+        SUCCEEDED with its finished folds."""
+        j = self.jobs[cut.job]
+        kept = j.timing.pop("folds_kept")
+        j.timing["folds_done"] = kept
+        j.limits["folds"] = kept
+        j.launched = False
+        j.progress.update({"folds": kept, "folds_done": kept, "cut": self._cut_text(j), "cut_reason": cut.reason})
+        return [Kill(cut.job, "its restart withdrawn before it started"),
+                Record("budget_cut", cut.job, self._decision(cut, margin)),
+                self._set(cut.job, JobState.SUCCEEDED, folds=kept,
+                          reason=f"its restart withdrawn before it started: {cut.reason}"),
+                Progress(cut.job, dict(j.progress))]
 
     def _decision(self, c: budget.Cut, margin: float) -> dict:
         """A cut's or an undo's record: what, old → new, why, and the estimate it stood on (``budget_cut`` /
