@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from scheduler.core.errors import UserError
-from scheduler.core.kinds import Kind, register
+from scheduler.core.kinds import Kind, Work, register
 from scheduler.core.plan import JobBase
 
 
@@ -38,6 +38,13 @@ class CommandJob(JobBase):
         if not all(isinstance(a, str) and a for a in v):
             raise ValueError("must be a list of non-empty strings (an argv, not a shell line)")
         return v
+
+
+def work(job: CommandJob) -> Work:
+    """What gpupack knows of a script's work: the timm model it names (its card share estimated from it), its image
+    size and batch; its time is its last measured wall (``wall_learned``)."""
+    return Work(folds=job.folds, params=dict(job.params), model=job.model, image_size=job.image_size,
+                batch=job.batch_size)
 
 
 def check(job, comp, where: str) -> None:
@@ -67,4 +74,4 @@ def check(job, comp, where: str) -> None:
 
 KIND = register(Kind(
     name="command", spec=CommandJob, gpu="declared", reads="anything", runs_in="script", time_model="wall",
-    imports_s=0.3, wall_learned=True, check=check, docs="any training script, run as a process"))
+    imports_s=0.3, wall_learned=True, check=check, work_of=work, docs="any training script, run as a process"))

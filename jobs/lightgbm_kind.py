@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from jobs import tabular_checks
-from scheduler.core.kinds import Kind, register
+from scheduler.core.kinds import Kind, Work, register
 from scheduler.core.plan import JobBase
 
 ROUNDS_PER_EPOCH = 50  # its rounds counted in epochs of 50: the budget cuts them, its progress comes each epoch
@@ -29,6 +29,12 @@ class LightGBMJob(JobBase):
         if self.resources.gpu_memory is not None or self.resources.gpus:
             raise ValueError("a lightgbm job runs on CPU cores and takes no GPU: drop resources.gpu_memory/gpus")
         return self
+
+
+def work(job: LightGBMJob) -> Work:
+    """Its rounds a fold and early stopping's patience, as the time model and the budget read them."""
+    return Work(folds=job.folds, params=dict(job.params), rounds=job.num_boost_round,
+                patience_rounds=job.early_stopping_rounds)
 
 
 def host_mib(job, *, cpus: int, weights_mib=None, batch=None, train_rows=None, test_rows=None, features=None) -> int:
@@ -124,4 +130,4 @@ KIND = register(Kind(
     name="lightgbm", spec=LightGBMJob, gpu="none", reads="table", runs_in="python", time_model="trees",
     imports_s=1.5, cuts=("folds", "epochs"), rounds_per_epoch=ROUNDS_PER_EPOCH, progress="rows × rounds/s",
     best_step="rounds", host_mib=host_mib, check=check, check_params=check_params,
-    run="jobs.lightgbm_job:run", docs="LightGBM on the table's columns: numbers, categories, dates"))
+    run="jobs.lightgbm_job:run", work_of=work, docs="LightGBM on the table's columns: numbers, categories, dates"))

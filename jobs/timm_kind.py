@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from scheduler.core.errors import UserError
-from scheduler.core.kinds import Kind, register
+from scheduler.core.kinds import Kind, Work, register
 from scheduler.core.plan import JobBase
 
 
@@ -90,13 +90,24 @@ def timm_models() -> tuple[str, ...]:
     return tuple(timm.list_models())
 
 
+def work(job: TimmJob) -> Work:
+    """Its network, batch, epochs and the rest of its training, as the planner, time model and budget read them."""
+    auto = job.batch_size == "auto"
+    return Work(folds=job.folds, params=dict(job.params), model=job.model, image_size=job.image_size,
+                batch=None if auto else job.batch_size, auto_batch=auto, fixed_batch=job.fixed_batch,
+                epochs=job.epochs, patience=job.patience, lr=job.lr, head_lr_factor=job.head_lr_factor,
+                lr_named="lr" in job.model_fields_set, pretrained=job.pretrained, optimizer=job.optimizer,
+                grad_accum=job.grad_accum, amp=job.amp, channels_last=job.channels_last, tta=job.tta,
+                augment=job.augment, images_on_device=job.images_on_device, fold_parallel=job.fold_parallel)
+
+
 def host_mib(job, *, cpus: int, weights_mib=None, batch=None, train_rows=None, test_rows=None, features=None) -> int:
     """Its process's host RAM (``policy.hostmem.timm_mib``: weights, decoded images, loader workers, pinned batches)."""
     from scheduler.policy import hostmem
 
     return hostmem.timm_mib(weights_mib=weights_mib, train_rows=train_rows, test_rows=test_rows,
                             image_size=job.image_size, cpus=cpus, batch=batch,
-                            images_on_device=bool(getattr(job, "images_on_device", False)))
+                            images_on_device=bool(job.images_on_device))
 
 
 def check(job, comp, where: str) -> None:
@@ -113,4 +124,4 @@ KIND = register(Kind(
     name="timm", spec=TimmJob, gpu="estimated", reads="images", runs_in="torch", time_model="images",
     imports_s=6.0,  # torch + timm ≈ 5–7 s on the development CPU
     batch=True, lanes=True, cuts=("folds", "epochs", "until"), progress="images/s", best_step="ep",
-    host_mib=host_mib, check=check, run="jobs.timm_job:run", docs="an image classifier from timm"))
+    host_mib=host_mib, check=check, run="jobs.timm_job:run", work_of=work, docs="an image classifier from timm"))

@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from jobs import boosting, tabular_checks
-from scheduler.core.kinds import Kind, register
+from scheduler.core.kinds import Kind, Work, register
 from scheduler.core.plan import JobBase
 
 # chosen by measurement on five real tables (benchmarks/boosting_defaults.py, docs/peers/boosting-defaults-*.json):
@@ -53,6 +53,12 @@ class XGBoostJob(JobBase):
     @property
     def needs_estimate(self) -> bool:
         return self.device == "cuda" and self.resources.gpu_memory is None
+
+
+def work(job: XGBoostJob) -> Work:
+    """Its rounds a fold and early stopping's patience, as the time model and the budget read them."""
+    return Work(folds=job.folds, params=dict(job.params), rounds=job.num_boost_round,
+                patience_rounds=job.early_stopping_rounds)
 
 
 def gpu_mib(job: XGBoostJob, *, rows: int | None, features: int | None) -> int:
@@ -217,4 +223,4 @@ KIND = register(Kind(
     name="xgboost", spec=XGBoostJob, gpu="declared", reads="table", runs_in="python", time_model="trees",
     imports_s=1.5, cuts=("folds", "epochs"), rounds_per_epoch=50, progress="rows × rounds/s", best_step="rounds",
     host_mib=host_mib, gpu_mib=gpu_mib, check=check, check_params=check_params,
-    run="jobs.xgboost_job:run", docs="XGBoost on the table's columns (numbers, categories, dates), on cores or a card"))
+    run="jobs.xgboost_job:run", work_of=work, docs="XGBoost on the table's columns (numbers, categories, dates), on cores or a card"))

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from scheduler.policy.dryrun import DryRun
 from scheduler.policy.estimate import OVER_ESTIMATE, over_estimate
+from scheduler.core import kinds
 from scheduler.core.hardware import GpuReading
 from scheduler.core.units import format_duration, format_mib
 from scheduler.core.states import JobState
@@ -69,7 +70,9 @@ def show_dry_run(dry: DryRun, console: Console) -> None:
         spec = dry.spec(row["task"])
         where = f"{row['node']}:{row['device']}" if row["device"] is not None else f"{row['node']} (CPU)"
         folds = "all" if row["folds"] is None else ",".join(map(str, row["folds"]))
-        j.add_row(row["task"], spec.kind, folds, str(row["wave"]), where, str(getattr(spec, "batch_size", None) or "—"),
+        w = kinds.work(spec)
+        j.add_row(row["task"], spec.kind, folds, str(row["wave"]), where,
+                  str(("auto" if w.auto_batch else w.batch) or "—"),
                   format_mib(row["host_memory_mib"]), row["reason"])
     console.print(j)
     show_timeline(dry, console)

@@ -56,7 +56,7 @@ class Work:
     batch: int | None = None  # samples a step (None: no batch, or ``auto``: the fitter chooses it)
     auto_batch: bool = False  # the plan leaves the batch to the fitter (``batch_size: auto``)
     fixed_batch: bool = False  # the batch is kept as written: a later wave rather than a smaller batch
-    epochs: int = 1  # passes over a fold's rows (a tree kind: its rounds counted in epochs, ``Kind.rounds_per_epoch``)
+    epochs: int | None = None  # passes over a fold's rows (None: a kind without epochs of its own)
     patience: int | None = None  # epochs without gain before a fold stops (None: every epoch runs)
     # a tree kind's most rounds a fold (boosting rounds, a forest's trees), each a tree per model (per class where the
     # kind's trees are; ``Kind.tree_cost``); None: the time model's ``DEFAULT_ROUNDS``
@@ -179,6 +179,8 @@ def names() -> tuple[str, ...]:
 
 def get(name: str) -> Kind:
     """The descriptor of kind ``name``; a UserError naming the known kinds when there is none."""
+    if name in _REGISTRY:  # registered already (a worker's spec brought its own kind's module): the rest not needed
+        return _REGISTRY[name]
     load()
     try:
         return _REGISTRY[name]
@@ -192,6 +194,8 @@ def lookup(name: object) -> str | None:
     when it names none."""
     if not isinstance(name, str):
         return None
+    if name in _REGISTRY:
+        return name
     load()
     if name in _REGISTRY:
         return name
@@ -203,7 +207,8 @@ def find(name: str | None) -> Kind | None:
     """The descriptor of kind ``name``, or None (a run folder written by a kind this install does not have)."""
     if name is None:
         return None
-    load()
+    if name not in _REGISTRY:
+        load()
     return _REGISTRY.get(name)
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from scheduler.core import kinds
+
 ENV = "GPUPACK_LAUNCH"  # a child process finds its record here (base64 of the pickle)
 FILE = "launch.json"  # a task's record, saved beside its folder by the planner (``scheduler.execute.records``)
 # what the runtime binds to a planned record when it launches it (``bind``); every other field is the planner's
@@ -61,9 +63,8 @@ class LaunchRecord:
     cwd: str | None = None  # where a process backend starts it; None: where the backend runs
 
     def __post_init__(self) -> None:
-        batch = getattr(self.spec, "batch_size", 0)
-        if batch is not None and not isinstance(batch, int):
-            raise ValueError(f"task '{self.task}': batch_size {batch!r} reached the launch record; the planner "
+        if self.spec is not None and kinds.work(self.spec).auto_batch:
+            raise ValueError(f"task '{self.task}': batch_size 'auto' reached the launch record; the planner "
                              f"fits every batch to a number before a job runs (a planner bug)")
         for name in ("kept_folds", "env"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))

@@ -162,8 +162,9 @@ def modelled_epoch_s(plan, assignments, *, card: str, rows: int, test_rows: int,
     speeds: dict[str, Speed] = {}
     for a in assignments:
         job = plan.job(job_of(a.job))
-        if kinds.of(job).time_model == "images" and isinstance(job.batch_size, int):
-            sp = speed(job.model, job.image_size, job.batch_size, card)
+        w = kinds.work(job)
+        if kinds.of(job).time_model == "images" and w.batch is not None:
+            sp = speed(w.model, w.image_size, w.batch, card)
             if sp is not None:
                 speeds[a.job] = sp
     where = {a.job: (a.wave, a.node, a.device) for a in assignments}
@@ -171,8 +172,8 @@ def modelled_epoch_s(plan, assignments, *, card: str, rows: int, test_rows: int,
     for name, sp in speeds.items():
         mates = [speeds[n] for n in speeds if where.get(n) == where.get(name)]
         slowdown = shared(mates, card)["slowdown"]
-        job = plan.job(job_of(name))
-        w = timemodel.work_for(rows, test_rows, folds=job.folds, epochs=job.epochs, batch=sp.batch,
-                               tta=job.tta is True)  # resolved from the data at the door (datasource.with_views)
+        asks = kinds.work(plan.job(job_of(name)))
+        w = timemodel.work_for(rows, test_rows, folds=asks.folds, epochs=asks.epochs or 1, batch=sp.batch,
+                               tta=asks.tta is True)  # resolved from the data at the door (datasource.with_views)
         out[name] = round(timemodel.epoch_s(sp, w, slowdown), 3)
     return out

@@ -71,11 +71,12 @@ class DryRun:
             }
             if job.name in self.lanes_why:
                 row["lanes_why"] = self.lanes_why[job.name]
-            if getattr(job, "batch_size", None) is not None:
-                row["batch_size"] = job.batch_size
-            if getattr(job, "lr", None) is not None and kinds.of(job).batch:  # a rate the door chose or kept
-                row["lr"] = job.lr
-                row["head_lr_factor"] = job.head_lr_factor or 1.0
+            asks = kinds.work(job)
+            if asks.batch is not None or asks.auto_batch:
+                row["batch_size"] = "auto" if asks.auto_batch else asks.batch
+            if asks.lr is not None and kinds.of(job).batch:  # a rate the door chose or kept
+                row["lr"] = asks.lr
+                row["head_lr_factor"] = asks.head_lr_factor or 1.0
             if job.name in self.lr_why:
                 row["lr_why"] = self.lr_why[job.name]
             if job.name in self.whole:
@@ -87,8 +88,8 @@ class DryRun:
                 row["estimate_source"] = fig.source
                 row["computed_mib"] = fig.computed_mib
                 row["measured_mib"] = fig.measured_mib
-            if getattr(job, "images_on_device", None) is not None:
-                row["images_on_device"] = job.images_on_device
+            if asks.images_on_device is not None:
+                row["images_on_device"] = asks.images_on_device
             if job.name in self.images_mib:  # counted in estimated_mib and in the share
                 row["images_mib"] = self.images_mib[job.name]
             row["reason"] = a.reason
@@ -225,14 +226,13 @@ def expected_gain(specs: list, card: str, speed=None) -> dict | None:
 
     if len(specs) < 2:
         return None
-    pairs = [(s.model, s.batch_size) for s in specs
-             if getattr(s, "model", None) and isinstance(getattr(s, "batch_size", None), int)]
+    works = [w for w in map(kinds.work, specs) if w.model and w.batch is not None]
+    pairs = [(w.model, w.batch) for w in works]
     if len(pairs) < 2:
         return None
     try:
         model_speed = speed or (lambda m, size, b, c: timemodel.speed(m, size, b, card=c))
-        speeds = [model_speed(s.model, getattr(s, "image_size", 224), s.batch_size, card)
-                  for s in specs if getattr(s, "model", None) and isinstance(getattr(s, "batch_size", None), int)]
+        speeds = [model_speed(w.model, w.image_size, w.batch, card) for w in works]
     except Exception:  # noqa: BLE001 -- no time model here (its benchmark table is absent): the measured sets
         speeds = [None]
     if None not in speeds and card in hw.PROFILES:
@@ -251,11 +251,11 @@ def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, in
     band = plan.band
     jobs = []
     for job in plan.jobs:
-        batch = fitted.batches.get(job.name)
-        splittable = (kinds.of(job).lanes and getattr(job, "fold_parallel", True) and fitted.memory_mib[job.name] > 0)
+        batch, asks = fitted.batches.get(job.name), kinds.work(job)
+        splittable = kinds.of(job).lanes and asks.fold_parallel and fitted.memory_mib[job.name] > 0
         jobs.append(tk.LaneJob(job.name, job.folds, fitted.memory_mib[job.name], job.resources.cpus,
                                splittable=splittable,
-                               model=getattr(job, "model", None), batch=batch if isinstance(batch, int) else None,
+                               model=asks.model, batch=batch if isinstance(batch, int) else None,
                                host_mib=host(job.name, tk.lane_cpus(job.resources.cpus, 2) if splittable
                                              else job.resources.cpus) if host else 0))
 
@@ -321,8 +321,8 @@ def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None, features: in
     out = []
     for job in plan.jobs:
         declared = job.resources.gpu_memory
-        model = getattr(job, "model", None)
-        batch = getattr(job, "batch_size", None)
+        asks = kinds.work(job)
+        model, batch = asks.model, "auto" if asks.auto_batch else asks.batch
         by_data = kinds.of(job).gpu_mib
         if declared is None and job.needs_estimate and by_data is not None:
             declared = by_data(job, rows=rows, features=features)
@@ -336,10 +336,9 @@ def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None, features: in
         if batch is None:  # a script named a model and no batch: its memory estimated at a middling one
             batch = 64
         out.append(FitJob(job.name, job.resources.cpus, declared, None if auto else batch, auto_batch=auto,
-                          fixed=getattr(job, "fixed_batch", False), lr=getattr(job, "lr", None),
-                          optimizer=getattr(job, "optimizer", "adamw"),
+                          fixed=asks.fixed_batch, lr=asks.lr, optimizer=asks.optimizer,
                           train_rows=fold_train_rows(rows, job.folds) if kinds.of(job).batch else None,
-                          epochs=getattr(job, "epochs", None), grad_accum=getattr(job, "grad_accum", 1)))
+                          epochs=asks.epochs, grad_accum=asks.grad_accum))
     return out
 
 
@@ -353,8 +352,9 @@ def _images_on_card(plan: Plan, hardware: hw.Hardware, train_rows: int | None) -
     for job in plan.jobs:
         if kinds.of(job).reads != "images":
             continue
-        keep = inputs.on_device(train_rows, job.image_size, smallest, plan.band[1], job.images_on_device)
-        out[job.name] = inputs.decoded_mib(train_rows, job.image_size) if keep and train_rows else None
+        asks = kinds.work(job)
+        keep = inputs.on_device(train_rows, asks.image_size, smallest, plan.band[1], asks.images_on_device)
+        out[job.name] = inputs.decoded_mib(train_rows, asks.image_size) if keep and train_rows else None
     return out
 
 
@@ -369,11 +369,10 @@ def _estimator(plan: Plan, card: str | None = None, measured=None, seen: dict | 
     seen = {} if seen is None else seen
 
     def est(name: str, batch: int) -> int:
-        j = specs[name]
+        j = kinds.work(specs[name])
         if (name, batch) not in seen:
-            seen[name, batch] = figure(j.model, j.image_size, batch, amp=getattr(j, "amp", True),
-                                       optimizer=getattr(j, "optimizer", "adamw"),
-                                       channels_last=getattr(j, "channels_last", True), card=card, measured=measured)
+            seen[name, batch] = figure(j.model, j.image_size, batch, amp=j.amp, optimizer=j.optimizer,
+                                       channels_last=j.channels_last, card=card, measured=measured)
         return seen[name, batch].mib + ((images or {}).get(name) or 0)
 
     return est
@@ -431,8 +430,9 @@ def _host_memory(plan: Plan, fitted, estimated: bool, train_rows: int | None, te
         batch = fitted.batches.get(job.name)
         if estimated and kinds.of(job).gpu == "estimated" and isinstance(batch, int):
             try:  # the measurement is cached: the fitter asked for it already
-                weights[job.name] = estimate(job.model, job.image_size, batch, amp=job.amp,
-                                             optimizer=job.optimizer).weights_mib
+                asks = kinds.work(job)
+                weights[job.name] = estimate(asks.model, asks.image_size, batch, amp=asks.amp,
+                                             optimizer=asks.optimizer).weights_mib
             except Exception:  # noqa: BLE001 -- no estimate here: hostmem's stated default for the weights
                 pass
 
@@ -450,23 +450,24 @@ def _rate(job, change: dict, train_rows: int | None, timing: plantime.Timing | N
     the optimizer steps a fold takes at the fitted batch and epochs (the rehearsal's cap where it runs as one). The
     plan's own ``lr`` wins; a rate the fitter scaled with the batch keeps that scale. Fills ``why``; returns the
     changes to the job (``lr``, ``head_lr_factor``)."""
-    batch = change.get("batch_size", job.batch_size)
-    epochs = change.get("epochs", job.epochs)
+    asks = kinds.work(job)
+    batch = change.get("batch_size", asks.batch)
+    epochs = change.get("epochs", asks.epochs)
     rows = fold_train_rows(train_rows, job.folds)
     steps = None
     if rows and isinstance(batch, int):  # as the job counts them (jobs.timm_job: optimizer_steps, the cap)
         if timing is not None and timing.rehearsal:
             epochs = min(epochs, rehearsal.EPOCHS)
-        steps = optimizer_steps(rows, batch, epochs, job.grad_accum)
+        steps = optimizer_steps(rows, batch, epochs, asks.grad_accum)
         if timing is not None and timing.rehearsal:
             steps = min(steps, rehearsal.STEPS_PER_EPOCH * epochs)
-    named = "lr" in job.model_fields_set
-    r = recipe.choose(pretrained=job.pretrained, optimizer=job.optimizer, steps=steps,
-                      lr=job.lr if named else None, head_lr_factor=job.head_lr_factor)
+    named = asks.lr_named
+    r = recipe.choose(pretrained=asks.pretrained, optimizer=asks.optimizer, steps=steps,
+                      lr=asks.lr if named else None, head_lr_factor=asks.head_lr_factor)
     why[job.name] = r.why
     out = {"head_lr_factor": r.head_lr_factor}
     if not named:  # the rule's rate, with the fitter's batch scaling (SGD) where it changed the batch
-        out["lr"] = r.lr * (change["lr"] / job.lr if "lr" in change else 1.0)
+        out["lr"] = r.lr * (change["lr"] / asks.lr if "lr" in change else 1.0)
     return out
 
 
@@ -518,13 +519,13 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
     updates, lr_why = [], {}
     for job in plan.jobs:
         change = {}
-        if fitted.batches.get(job.name) is not None and getattr(job, "batch_size", None) != fitted.batches[job.name]:
+        if fitted.batches.get(job.name) is not None and kinds.work(job).batch != fitted.batches[job.name]:
             change["batch_size"] = fitted.batches[job.name]
             if fitted.lrs.get(job.name) is not None:
                 change["lr"] = fitted.lrs[job.name]
         if job.name in fitted.epochs:  # the statistics rule's floor: more epochs rather than a batch of 1 or 2
             change["epochs"] = fitted.epochs[job.name]
-        if job.name in images and job.images_on_device is None and train_rows:  # the job applies the planner's decision
+        if job.name in images and kinds.work(job).images_on_device is None and train_rows:  # the job applies the planner's decision
             change["images_on_device"] = images[job.name] is not None
         if kinds.of(job).batch:  # the learning rate the door chooses goes with the batch it fits
             change.update(_rate(job, change, train_rows, timing, lr_why))
@@ -608,9 +609,9 @@ def device_slowdown(plan: Plan, tasks: dict, card: str, speed=None):
             return 1.0
         speeds = []
         for n in names:
-            s = plan.job(tasks[n].job if n in tasks else tk.job_of(n))
-            if getattr(s, "model", None) and isinstance(getattr(s, "batch_size", None), int):
-                sp = fn(s.model, getattr(s, "image_size", 224), s.batch_size, card)
+            w = kinds.work(plan.job(tasks[n].job if n in tasks else tk.job_of(n)))
+            if w.model and w.batch is not None:
+                sp = fn(w.model, w.image_size, w.batch, card)
                 if sp is not None:
                     speeds.append(sp)
         slow = float(colocation.shared(speeds, card)["slowdown"]) if len(speeds) > 1 else 1.0

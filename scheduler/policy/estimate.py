@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from scheduler.core import kinds
 from scheduler.core.errors import UserError
 from scheduler.policy.overhead import overhead_for
 
@@ -131,7 +132,8 @@ class SimulatedPeak:
 
 def simulated_peak(spec, scale: float = 1.0) -> SimulatedPeak:
     """The simulated device's memory model for a timm ``spec`` (at the plan's image size, not the rehearsal's)."""
-    return SimulatedPeak(spec.model, spec.image_size, spec.amp, spec.optimizer, spec.channels_last, scale or 1.0)
+    w = kinds.work(spec)
+    return SimulatedPeak(w.model, w.image_size, w.amp, w.optimizer, w.channels_last, scale or 1.0)
 
 
 # (model, image_size, batch_size, *, amp, optimizer, channels_last, card) -> (MiB, source) or None: a measured figure

@@ -92,10 +92,11 @@ def plan_times(plan, tasks: dict[str, Task], assignments, *, card: str, timing: 
     for a in assignments:
         t = tasks.get(a.job) or Task(a.job, a.job, None)
         job = plan.job(t.job)
-        network = (job.kind, getattr(job, "model", None))
-        folds = len(t.folds) if t.folds is not None else getattr(job, "folds", 1) or 1
+        asks = kinds.work(job)
+        network = (job.kind, asks.model)
+        folds = len(t.folds) if t.folds is not None else asks.folds or 1
         cpus = rehearsal.threads(a.cpus, waves[a.wave], timing.cores) if timing.rehearsal else a.cpus
-        batch = batch_of(t.job) if batch_of else getattr(job, "batch_size", None)
+        batch = batch_of(t.job) if batch_of else asks.batch
         work = tt.work_of(job, a.job, folds, rows=data.rows, test_rows=data.test_rows, batch=batch, cpus=cpus,
                           features=data.features, categories=data.categories, classes=data.classes,
                           problem=data.problem, probe=data.probe, ray_process=not timing.in_process,

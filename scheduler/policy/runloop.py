@@ -100,7 +100,7 @@ class RunState:
     def folds(self, name: str) -> int:
         """How many folds a task runs."""
         t = self.tasks.get(name)
-        return len(t.folds) if t is not None and t.folds is not None else getattr(self.spec(name), "folds", 1)
+        return len(t.folds) if t is not None and t.folds is not None else kinds.work(self.spec(name)).folds
 
     def _set(self, name: str, new: JobState, **fields) -> Transition:
         old = self.jobs[name].state
@@ -226,11 +226,10 @@ class RunState:
 
     def _config(self, name: str, batch=None) -> tuple | None:
         """What makes two jobs' memory the same: model, image size, batch, precision, optimizer, memory format."""
-        spec = self.spec(name)
-        if not getattr(spec, "model", None):
+        w = kinds.work(self.spec(name))
+        if not w.model:
             return None
-        return (spec.model, getattr(spec, "image_size", None), batch or getattr(spec, "batch_size", None),
-                getattr(spec, "amp", True), getattr(spec, "optimizer", "adamw"), getattr(spec, "channels_last", True))
+        return (w.model, w.image_size, batch or w.batch, w.amp, w.optimizer, w.channels_last)
 
     def _on_PeakMeasured(self, ev: PeakMeasured) -> list:
         """A real peak: a warning when it passed the job's estimate by more than ``estimate.OVER_ESTIMATE``, and
@@ -239,7 +238,7 @@ class RunState:
         j, planned, mib = self.jobs[ev.job], self.where[ev.job].gpu_memory_mib, math.ceil(ev.mib)
         j.progress.update(measured_mib=mib, measured_batch=ev.batch)
         out: list = []
-        over = over_estimate(planned, mib) if ev.batch == getattr(self.spec(ev.job), "batch_size", None) else None
+        over = over_estimate(planned, mib) if ev.batch == kinds.work(self.spec(ev.job)).batch else None
         if over is not None:
             out.append(Record("memory_over_estimate", ev.job, {"estimated_mib": planned, "measured_mib": mib,
                                                                 "over": round(over, 4), "batch_size": ev.batch}))
@@ -400,7 +399,7 @@ class RunState:
         spec, t, folds = self.spec(name), j.timing, self.folds(name)
         modelled = self.timing_model.times.get(name) if self.timing_model is not None else None
         kind = kinds.of(spec)
-        planned_epochs = t.get("epochs") or (modelled.epochs if modelled else None) or getattr(spec, "epochs", 1)
+        planned_epochs = t.get("epochs") or (modelled.epochs if modelled else None) or kinds.work(spec).epochs or 1
         per_epoch, val, provisional = self._steady(t)
         gap = statistics.mean(t["fold_gap_s"]) if t.get("fold_gap_s") else 0.0
         fresh = self._measured(t, kind) > t.get("cut_at_epoch", -1)
@@ -422,7 +421,7 @@ class RunState:
             modelled_seconds_per_epoch=self.modelled.get(name) if kind.time_model == "images" else None,
             epochs_per_finished_fold=(sum(t["fold_epochs"]) / len(t["fold_epochs"])) if t.get("fold_epochs") else None,
             planned_epochs=j.limits.get("planned_epochs", planned_epochs), validation_s=val,
-            patience=getattr(spec, "patience", None) if t.get("val_s") else None,
+            patience=kinds.work(spec).patience if t.get("val_s") else None,
             fold_overhead_s=gap,
             startup_s=t.get("startup_s", 0.0), strength=strength, cuttable=kind.cuttable,
             fresh=fresh, waiting=self._waiting(j),
@@ -456,7 +455,7 @@ class RunState:
             return (max(1, math.ceil(epochs / len(runs))), sum(s for s, _ in runs) / epochs, False, 0.0, True)
         ran = t.get("epoch_in_fold", 0) or 0
         if ran >= expected:  # its rounds have passed the estimate: at least its patience more
-            patience = getattr(spec, "early_stopping_rounds", None) or 0
+            patience = kinds.work(spec).patience_rounds or 0
             return ran + max(1, math.ceil(patience / block)), per_epoch, provisional, gap, True
         return expected, per_epoch, provisional, gap, False
 
@@ -466,8 +465,8 @@ class RunState:
         fold runs at least its patience and one round (or its most rounds, where fewer), the fold under way at least
         one epoch more. Late even so, it is judged on its measurement alone: no prior stands behind the cut."""
         block = kind.rounds_per_epoch or 1
-        most = getattr(spec, "num_boost_round", None) or block
-        patience = getattr(spec, "early_stopping_rounds", None)
+        work = kinds.work(spec)
+        most, patience = work.rounds or block, work.patience_rounds
         least = max(1, math.ceil((min(most, patience + 1) if patience else most) / block))
         ran = t.get("epoch_in_fold", 0) or 0
         left = min(folds, j.limits.get("folds", folds)) - max(t.get("folds_done", 0), t.get("folds_kept", 0)) - 1

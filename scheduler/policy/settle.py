@@ -19,26 +19,27 @@ AUTO_FALLBACK = 64  # ``auto`` with no share to fit (no estimate possible): a mi
 
 def settle(spec, share_mib: int | None, fold_rows: int | None) -> tuple[object, list[str]]:
     """``spec`` with a numeric batch that respects the statistics rule, and the notes that say what changed."""
-    batch = getattr(spec, "batch_size", None)
-    if not kinds.of(spec).batch or batch is None:
+    w = kinds.work(spec)
+    batch = w.batch
+    if not kinds.of(spec).batch or (batch is None and not w.auto_batch):
         return spec, []
     notes: list[str] = []
-    if not isinstance(batch, int):
+    if w.auto_batch:
         batch = _auto(spec, share_mib)
         notes.append(f"{spec.name}: batch auto → {batch} (the largest rung that fits {share_mib or '—'} MiB)")
         spec = spec.model_copy(update={"batch_size": batch})
-    if fold_rows and not spec.fixed_batch:  # the fitter's rule (policy.fit): the batch, then the epochs
-        new = statistics_batch(batch, fold_rows, spec.epochs, spec.grad_accum)
-        epochs = statistics_epochs(new, fold_rows, spec.epochs, spec.grad_accum)
+    if fold_rows and not w.fixed_batch:  # the fitter's rule (policy.fit): the batch, then the epochs
+        new = statistics_batch(batch, fold_rows, w.epochs, w.grad_accum)
+        epochs = statistics_epochs(new, fold_rows, w.epochs, w.grad_accum)
         if new != batch:
-            factor = lr_factor(batch, new, spec.optimizer)
+            factor = lr_factor(batch, new, w.optimizer)
             notes.append(f"{spec.name}: batch {batch} → {new} for statistics: {fold_rows:,} training rows per fold × "
-                         f"{spec.epochs} epochs give {optimizer_steps(fold_rows, batch, spec.epochs, spec.grad_accum)} "
+                         f"{w.epochs} epochs give {optimizer_steps(fold_rows, batch, w.epochs, w.grad_accum)} "
                          f"optimizer steps at {batch}, "
-                         f"{optimizer_steps(fold_rows, new, spec.epochs, spec.grad_accum)} at {new}")
-            spec = spec.model_copy(update={"batch_size": new, "lr": spec.lr * factor})
-        if epochs != spec.epochs:
-            notes.append(f"{spec.name}: epochs {spec.epochs} → {epochs} for statistics: the batch goes no lower than "
+                         f"{optimizer_steps(fold_rows, new, w.epochs, w.grad_accum)} at {new}")
+            spec = spec.model_copy(update={"batch_size": new, "lr": w.lr * factor})
+        if epochs != w.epochs:
+            notes.append(f"{spec.name}: epochs {w.epochs} → {epochs} for statistics: the batch goes no lower than "
                          f"{new}, and {fold_rows:,} rows per fold need more epochs for enough optimizer steps")
             spec = spec.model_copy(update={"epochs": epochs})
     return spec, notes
@@ -48,8 +49,9 @@ def _auto(spec, share_mib: int | None) -> int:
     if share_mib:
         from scheduler.policy.estimate import largest_batch
 
-        found = largest_batch(spec.model, spec.image_size, share_mib, amp=spec.amp, optimizer=spec.optimizer,
-                              channels_last=spec.channels_last)
+        w = kinds.work(spec)
+        found = largest_batch(w.model, w.image_size, share_mib, amp=w.amp, optimizer=w.optimizer,
+                              channels_last=w.channels_last)
         if found:
             return found
     return AUTO_FALLBACK
@@ -60,9 +62,10 @@ def batch_ceiling(spec, train_rows: int | None, fold_rows: int | None) -> int | 
     batch itself when it is fixed or the data's rows are unknown; else the statistics rule's cap for a fold
     (``autotune.statistical_cap``), within the training rows, and never below the batch it starts at. Decided here,
     on the planner's side, and carried by the launch record: the job applies it and re-decides nothing."""
-    batch = getattr(spec, "batch_size", None)
-    if not kinds.of(spec).batch or not isinstance(batch, int):
+    w = kinds.work(spec)
+    batch = w.batch
+    if not kinds.of(spec).batch or batch is None:
         return None
-    if spec.fixed_batch or not train_rows or not fold_rows:
+    if w.fixed_batch or not train_rows or not fold_rows:
         return batch
-    return max(batch, min(train_rows, statistical_cap(fold_rows, spec.epochs, spec.grad_accum)))
+    return max(batch, min(train_rows, statistical_cap(fold_rows, w.epochs, w.grad_accum)))

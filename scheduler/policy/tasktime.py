@@ -563,20 +563,16 @@ def work_of(job, task: str, folds: int, *, rows: int | None = None, test_rows: i
             batch: int | None = None, cpus: int = 1, features: int | None = None, categories: int | None = None,
             classes: int | None = None, problem: str | None = None, command_s: float | None = None,
             ray_process: bool = True, probe: tuple[float, int] | None = None) -> TaskWork:
-    """A plan job's task as the time model reads it (``job``: a ``core.plan`` job spec, already fitted); the table's
-    shape (``features``, ``categories``, ``classes``, ``problem``) as the door read it (``plantime.Data``)."""
-    kind = job.kind
-    params = getattr(job, "params", None)
-    return TaskWork(task, kind, folds, rows, test_rows, job_folds=getattr(job, "folds", 1) or 1,
-                    model=getattr(job, "model", None), image_size=getattr(job, "image_size", 224) or 224,
-                    batch=batch if isinstance(batch, int) else None, epochs=getattr(job, "epochs", 1) or 1,
-                    cpus=cpus, tta=getattr(job, "tta", None) is True, patience=getattr(job, "patience", None),
-                    amp=getattr(job, "amp", True), images_on_device=bool(getattr(job, "images_on_device", False)),
-                    features=features, categories=categories, classes=classes, problem=problem,
-                    rounds=getattr(job, "num_boost_round", None),
-                    patience_rounds=getattr(job, "early_stopping_rounds", None) or None,
-                    params=dict(params) if isinstance(params, dict) else {}, command_s=command_s,
-                    ray_process=ray_process, probe=probe)
+    """A plan job's task as the time model reads it (``job``: a ``core.plan`` job spec, already fitted; what it asks
+    for: its kind's ``Work``); the table's shape (``features``, ``categories``, ``classes``, ``problem``) as the door
+    read it (``plantime.Data``)."""
+    w = kinds.work(job)
+    return TaskWork(task, job.kind, folds, rows, test_rows, job_folds=w.folds or 1, model=w.model,
+                    image_size=w.image_size or 224, batch=batch if isinstance(batch, int) else None,
+                    epochs=w.epochs or 1, cpus=cpus, tta=w.tta is True, patience=w.patience, amp=w.amp,
+                    images_on_device=bool(w.images_on_device), features=features, categories=categories,
+                    classes=classes, problem=problem, rounds=w.rounds, patience_rounds=w.patience_rounds or None,
+                    params=dict(w.params), command_s=command_s, ray_process=ray_process, probe=probe)
 
 
 def _packaged() -> str:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scheduler.core import boundedlog, rehearsal
+from scheduler.core import boundedlog, kinds, rehearsal
 from scheduler.core.hardware import card_name
 from scheduler.core.states import JobState
 from scheduler.policy import runloop as rl
@@ -233,13 +233,12 @@ class Runner:
         """A real card's figures for a job's fold: kept in the measurements cache (the next estimate of the same
         configuration uses them), and handed to the state machine (a warning past the estimate; waiting jobs of the
         same configuration ask for the measured MiB)."""
-        spec = self.spec(name)
-        if not getattr(spec, "model", None) or not m.get("batch_size"):
+        w = kinds.work(self.spec(name))
+        if not w.model or not m.get("batch_size"):
             return
         card = card_name(m.get("card") or self.dry.hardware.profile)
-        config = measurements.Config(spec.model, getattr(spec, "image_size", 224), int(m["batch_size"]),
-                                     measurements.precision_of(getattr(spec, "amp", True)), card, m.get("torch"),
-                                     getattr(spec, "optimizer", "adamw"), getattr(spec, "channels_last", True))
+        config = measurements.Config(w.model, w.image_size, int(m["batch_size"]), measurements.precision_of(w.amp),
+                                     card, m.get("torch"), w.optimizer, w.channels_last)
         source = f"{self.record.dir.name}/{name}"
         try:
             measurements.record(config, allocator_peak_mib=m.get("allocator_peak_mib"),

@@ -94,13 +94,13 @@ def _need(spec, card: str | None, comp=None) -> tuple[int | None, str]:
         return kind.gpu_mib(spec, rows=rows, features=features), (
             f"the plan path's estimate for a {spec.kind} job on the card: its context and {rows} rows × "
             f"{features} features")
-    model = getattr(spec, "model", None)
-    if model is None:
+    w = kinds.work(spec)
+    if w.model is None:
         return None, "a command that names neither resources.gpu_memory nor a model: not checked"
-    if not isinstance(spec.batch_size, int):
+    if w.batch is None:
         raise ServiceError("job.batch_size: a number in a slot (the slot's size is fixed; 'auto' is for plan runs)")
-    peak, _ = estimate_model(model, spec.image_size, spec.batch_size, card)
-    return peak, f"estimated for {model} at {spec.image_size} px, batch {spec.batch_size}"
+    peak, _ = estimate_model(w.model, w.image_size, w.batch, card)
+    return peak, f"estimated for {w.model} at {w.image_size} px, batch {w.batch}"
 
 
 def check_fits(spec: dict, slot_mib: int, slot_cpus: int | None = None) -> None:

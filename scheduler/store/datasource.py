@@ -70,7 +70,8 @@ def with_views(plan: Plan, choice: DataChoice) -> Plan:
     """The plan with every timm job's ``augment: auto`` and ``tta: auto`` decided from the competition's images
     (``jobs.augment``): decided once here, the dry run's time model counts the test-time passes and the job applies
     what it is given."""
-    if not any(kinds.of(j).reads == "images" and "auto" in (j.augment, j.tta) for j in plan.jobs):
+    if not any(kinds.of(j).reads == "images" and "auto" in (kinds.work(j).augment, kinds.work(j).tta)
+               for j in plan.jobs):
         return plan  # before the imports: jobs.augment brings torch (~400 MiB) into a driver that may need none
     from jobs import augment
     from jobs.data import load_competition
