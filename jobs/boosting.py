@@ -21,8 +21,9 @@ from typing import Callable
 
 import numpy as np
 
-from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
-from jobs.data import Competition, split_folds
+from jobs import fold_driver
+from jobs.contract import FoldOutput, JobContext, JobOutput
+from jobs.data import Competition
 from jobs.throughput import ThroughputWindow
 from scheduler.core import kinds
 from scheduler.core.folds import fold_train_rows
@@ -177,71 +178,64 @@ def _fold(lib: Library, data: tuple, models: list, most: tuple[int, int], on_rou
 
 
 def run(spec, comp: Competition, ctx: JobContext, lib: Library) -> JobOutput:
-    """K-fold boosting with ``lib`` (see the module's docstring)."""
+    """K-fold boosting with ``lib`` (see the module's docstring); the loop is ``jobs.fold_driver``'s."""
     ledger = Ledger.since(ctx.started_at)  # set-up: the matrices; train: boosting (its validation rounds within)
-    if not comp.feature_cols:
-        raise ValueError(f"{comp.root / 'train.csv'}: no feature columns for job '{spec.name}'")
-    with ledger.phase("setup"):  # numbers, categories (shared codes) and date parts: jobs.columns
-        X, X_test = comp.features("train"), comp.features("test")
-    metric, ids, y = get_metric(ctx.metric), comp.train_ids, comp.y
-    models, strata = _models(comp, ctx, lib)
-    fold_rows = fold_train_rows(len(comp.train), spec.folds) or len(comp.train)
-    base = {**for_rows(lib.defaults, fold_rows), lib.threads: threads(ctx), lib.seed: ctx.seed,
-            **lib.from_spec(spec, ctx)}
-    models = [(column, {**base, **objective, **spec.params}, binary) for column, objective, binary in models]
+    kind = _Boosting(spec, comp, ctx, lib, ledger)
     out = JobOutput(job=spec.name, classes=list(comp.classes), test_ids=comp.test_ids, folds=[], metric=ctx.metric)
-    rates, walls, round_rates = [], [], []
-    per_epoch = kinds.of(spec).rounds_per_epoch or spec.num_boost_round
-    # a fold's epochs as the time model expects them (early stopping decides: the rounds it expects at this rate),
-    # its models together
-    expected, _ = tasktime.expected_rounds(spec.kind, tasktime.learning_rate(models[0][1], {}), spec.num_boost_round,
-                                           spec.early_stopping_rounds)
-    epochs = math.ceil(expected / per_epoch) * len(models)
-    first = True  # the task's first fold it trains: its first round holds the start-up
-    mine = ctx.my_folds(split_folds(strata, spec.folds, ctx.seed))
-    for i, k, (tr, va) in mine:
-        if ctx.kept_fold(out, k):  # finished before a restart: its saved predictions come back, it is not rerun
-            continue
-        if ctx.stop_requested():
-            out.notes.append(f"stopped before fold {k}: {len(out.folds)} of {len(mine)} folds finished")
-            break
-        if i >= ctx.fold_limit(len(mine)):
-            out.notes.append(f"folds cut by the budget: {i} of {len(mine)} run")
-            break
+    return fold_driver.drive(kind, out, ctx, labels=kind.strata, folds=spec.folds, ledger=ledger)
+
+
+class _Boosting(fold_driver.FoldKind):
+    """One boosting job's folds: each fold's models trained with early stopping, their rounds counted as epochs."""
+
+    rates = (fold_driver.TRAIN, fold_driver.WALL, "rounds_per_s")
+
+    def __init__(self, spec, comp: Competition, ctx: JobContext, lib: Library, ledger: Ledger):
+        """The matrices, the models and their parameters, once for all folds."""
+        if not comp.feature_cols:
+            raise ValueError(f"{comp.root / 'train.csv'}: no feature columns for job '{spec.name}'")
+        self.spec, self.comp, self.ctx, self.lib, self.ledger = spec, comp, ctx, lib, ledger
+        with ledger.phase("setup"):  # numbers, categories (shared codes) and date parts: jobs.columns
+            self.X, self.X_test = comp.features("train"), comp.features("test")
+        models, self.strata = _models(comp, ctx, lib)
+        fold_rows = fold_train_rows(len(comp.train), spec.folds) or len(comp.train)
+        self.base = {**for_rows(lib.defaults, fold_rows), lib.threads: threads(ctx), lib.seed: ctx.seed,
+                     **lib.from_spec(spec, ctx)}
+        self.models = [(column, {**self.base, **objective, **spec.params}, binary)
+                       for column, objective, binary in models]
+        self.metric = get_metric(ctx.metric)
+        self.per_epoch = kinds.of(spec).rounds_per_epoch or spec.num_boost_round
+        # a fold's epochs as the time model expects them (early stopping decides: the rounds it expects at this
+        # rate), its models together
+        expected, _ = tasktime.expected_rounds(spec.kind, tasktime.learning_rate(self.models[0][1], {}),
+                                               spec.num_boost_round, spec.early_stopping_rounds)
+        self.epochs = math.ceil(expected / self.per_epoch) * len(self.models)
+
+    def fit_fold(self, fold: fold_driver.Fold) -> fold_driver.Fitted:
+        spec, ctx, ledger, per_epoch, tr, va = self.spec, self.ctx, self.ledger, self.per_epoch, fold.train, fold.val
+        y, k = self.comp.y, fold.k
         t0 = time.perf_counter()
         window = ThroughputWindow(ctx.report, every_s=SAMPLE_EVERY_S, ledger=ledger)
         # the budget's cut of its epochs caps the fold's rounds, its models sharing them; uncut, its own most
         cut = ctx.limits().get("epochs")
         cap = spec.num_boost_round if cut is None else max(1, min(spec.num_boost_round,
-                                                                  int(cut) * per_epoch // len(models)))
-        hook = Rounds(ctx, window, ledger, rows=len(tr), fold=k, epochs=(per_epoch, epochs), first=first)
-        first = False
-        try:
-            f = _fold(lib, (X, y, X_test, tr, va), models, (cap, spec.early_stopping_rounds), hook, ledger)
-        except Stopped:
-            out.notes.append(f"stopped during fold {k}: {len(out.folds)} of {spec.folds} folds finished")
-            break
+                                                                  int(cut) * per_epoch // len(self.models)))
+        hook = Rounds(ctx, window, ledger, rows=len(tr), fold=k, epochs=(per_epoch, self.epochs), first=fold.first)
+        f = _fold(self.lib, (self.X, y, self.X_test, tr, va), self.models, (cap, spec.early_stopping_rounds), hook,
+                  ledger)
         elapsed = time.perf_counter() - t0
         rate = len(tr) * f.rounds / f.train_s if f.train_s > 0 else None  # rows × boosting rounds per second
-        rates.append(rate)
-        walls.append(len(tr) * f.rounds / elapsed if elapsed > 0 else None)
-        round_rates.append(f.rounds / f.train_s if f.train_s > 0 else None)
-        score = metric.fn(y[va], f.val)
-        ctx.fold_finished(out, FoldOutput(fold=k, val_ids=ids[va], val_pred=f.val, test_pred=f.test, score=score,
-                                          epochs=f.best, samples_per_s=rate, val_true=y[va]),
-                          seconds=round(elapsed, 3), epochs=hook.epochs_run, best_round=f.best, **ledger.figures())
-        # a fold shorter than a sample's period still leaves its rate and breakdown (status, the live table)
-        window.final(fold=k, iteration=f.best, num_threads=base[lib.threads])
+        score = self.metric.fn(y[va], f.val)
         log.info("%s fold %d: %s %.5f at round %d (%.1f s)", spec.name, k, ctx.metric, score, f.best, elapsed)
-    out.throughput = {"train_samples_per_s": _mean(rates), "wall_samples_per_s": _mean(walls),
-                      "samples_per_s": _mean(rates), "rounds_per_s": _mean(round_rates),
-                      "num_threads": {**base, **spec.params}[lib.threads],
-                      "unit": "rows × boosting rounds per second", **ledger.figures()}
-    ctx.report("sample", {"train_samples_per_s": _mean(rates), "wall_samples_per_s": _mean(walls),
-                          "samples_per_s": _mean(rates), "final": True, "job_end": True, **ledger.figures()})
-    return out
+        return fold_driver.Fitted(
+            FoldOutput(fold=k, val_ids=self.comp.train_ids[va], val_pred=f.val, test_pred=f.test, score=score,
+                       epochs=f.best, samples_per_s=rate, val_true=y[va]),
+            window,
+            rates={fold_driver.TRAIN: rate, fold_driver.WALL: len(tr) * f.rounds / elapsed if elapsed > 0 else None,
+                   "rounds_per_s": f.rounds / f.train_s if f.train_s > 0 else None},
+            figures={"seconds": round(elapsed, 3), "epochs": hook.epochs_run, "best_round": f.best},
+            final={"iteration": f.best, "num_threads": self.base[self.lib.threads]})
 
-
-def _mean(values: list) -> float | None:
-    values = [v for v in values if v]
-    return float(np.mean(values)) if values else None
+    def throughput(self) -> dict:
+        return {"num_threads": {**self.base, **self.spec.params}[self.lib.threads],
+                "unit": "rows × boosting rounds per second"}

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from jobs import fold_driver
 from jobs.augment import Views, choose as augment_views
-from jobs.contract import FoldOutput, JobContext, JobOutput, Stopped
-from jobs.data import Competition, split_folds
+from jobs.contract import FoldOutput, JobContext, JobOutput
+from jobs.data import Competition
 from jobs.images import DeviceImages, ImageSet, LoaderSettings, ResizableBatchSampler
 from jobs.memory import cuda_device, measured_figures
 from jobs.models import new_model
@@ -92,8 +93,6 @@ class _Job:
     classes: list
     notes: list[str]
     step_times: list[float] = field(default_factory=list)
-    train_rates: list[float] = field(default_factory=list)
-    wall_rates: list[float] = field(default_factory=list)
     peaks: list[float] = field(default_factory=list)
     views: Views | None = None  # the training views and test-time augmentation (jobs.augment), chosen once per job
     weights: str | None = None  # the tag of the pretrained weights every fold starts from (None: from scratch)
@@ -166,74 +165,69 @@ def run(spec: TimmJob, comp: Competition, ctx: JobContext) -> JobOutput:
     ledger = Ledger.since(ctx.started_at)
     with ledger.phase("setup"):
         job = _prepare(spec, comp, ctx, ledger)
-    ctx, notes = job.ctx, job.notes
-    y, ids = comp.y, comp.train_ids
-    out = JobOutput(job=spec.name, classes=list(comp.classes), test_ids=comp.test_ids, folds=[], metric=ctx.metric,
-                    notes=notes)
-    mine = ctx.my_folds(split_folds(y, spec.folds, ctx.seed))
-    for i, k, (tr, va) in mine:
-        if ctx.kept_fold(out, k):  # finished before a restart: its saved predictions come back, it is not rerun
-            continue
-        if ctx.stop_requested():
-            notes.append(f"stopped before fold {k}: {len(out.folds)} of {len(mine)} folds finished")
-            break
-        if i >= ctx.fold_limit(len(mine)):
-            notes.append(f"folds cut by the budget: {i} of {len(mine)} run")
-            break
-        if ctx.time_over():
-            notes.append(f"the budget's time bound passed: {i} of {len(mine)} folds run")
-            break
-        with ledger.phase("setup"):
-            fold = _new_fold(job, k, tr, va, y)
-        window = ThroughputWindow(ctx.report, ledger=ledger)  # each fold's running totals start at 0 (the counters)
-        try:
-            best_state, best_val, best_score, epochs_run, fold_rate = _train_fold(job, fold, window)
-        except Stopped:
-            notes.append(f"stopped during fold {k}: {len(out.folds)} of {len(mine)} folds finished")
-            kept = _finished_epoch(job, fold) if not out.folds else None  # nothing finished: the last resort
-            if kept is not None:
-                state, val, score, epochs = kept
-                fold.trainer.model.load_state_dict(state)
-                test_pred = job.predict_test(fold.trainer)
-                out.partial = FoldOutput(fold=k, val_ids=ids[va], val_pred=val, test_pred=test_pred, score=score,
-                                         epochs=epochs, val_true=y[va])
-                notes.append(f"kept fold {k}'s best finished epoch ({epochs}, {ctx.metric} {score:.4f}) as a "
-                             "partial model")
-            break
+    out = JobOutput(job=spec.name, classes=list(comp.classes), test_ids=comp.test_ids, folds=[],
+                    metric=job.ctx.metric, notes=job.notes)
+    return fold_driver.drive(_TimmFolds(job, comp), out, job.ctx, labels=comp.y, folds=spec.folds, ledger=ledger)
+
+
+class _TimmFolds(fold_driver.FoldKind):
+    """One timm job's folds: a fresh model each, trained epoch by epoch (``_train_fold``), its best epoch kept."""
+
+    def __init__(self, job: _Job, comp: Competition):
+        self.job, self.y, self.ids = job, comp.y, comp.train_ids
+        self.fold: _Fold | None = None  # the fold under way, for a stop to fall back on
+
+    def fit_fold(self, fold: fold_driver.Fold) -> fold_driver.Fitted:
+        job, k, va = self.job, fold.k, fold.val
+        with job.ledger.phase("setup"):
+            self.fold = current = _new_fold(job, k, fold.train, va, self.y)
+        window = ThroughputWindow(job.ctx.report, ledger=job.ledger)  # each fold's running totals start at 0
+        best_state, best_val, best_score, epochs_run, rates = _train_fold(job, current, window)
         # the real card's figures, read before prediction: the runtime keeps them in the measurements cache
-        measured = measured_figures(job.memory, fold.train_loader.batch_sampler.batch_size)
-        fold.trainer.model.load_state_dict(best_state)
-        test_pred = job.predict_test(fold.trainer)
-        ctx.fold_finished(out, FoldOutput(fold=k, val_ids=ids[va], val_pred=best_val, test_pred=test_pred,
-                                          score=best_score, epochs=epochs_run, samples_per_s=fold_rate,
-                                          val_true=y[va]),
-                          **({"measured": {**measured, "train_samples_per_s": fold_rate}} if measured else {}),
-                          **ledger.figures())
-        window.final(fold=k, batch_size=job.tuner.batch_size, **job.sample_figures())
-        del fold
-        # the fold's model, optimizer and loaders gone before the next fold builds: any reference cycle still holding
-        # them collected, the allocator's cache emptied. On an H100 a fold's leftovers (then held by the trainer's
-        # own cycle) stayed on the card through the next fold, which ran out of memory (tests/test_fold_release.py)
-        job.recover()
-    train_rate = _mean(job.train_rates)
-    out.throughput = {
-        "train_samples_per_s": train_rate,
-        "wall_samples_per_s": _mean(job.wall_rates),
-        "samples_per_s": train_rate,  # the training-step rate, under its older name
-        "step_time_s_median": float(statistics.median(job.step_times)) if job.step_times else None,
-        "batch_size": job.tuner.batch_size,
-        "compute_batch_size": compute_batch(job.tuner.batch_size, ctx),
-        "image_size": job.scale.image_size,
-        "gpu_mem_peak_mib": max(job.peaks) if job.peaks else None,
-        "input_pipeline": job.input_pipeline(),
-        "weights": job.weights or "scratch",
-        **ledger.figures(),
-    }
-    # the job's last word, however soon it ended: its rates and where its wall time went
-    ctx.report("sample", {"train_samples_per_s": train_rate, "wall_samples_per_s": out.throughput["wall_samples_per_s"],
-                          "samples_per_s": train_rate, "final": True, "job_end": True, **ledger.figures(),
-                          **job.sample_figures()})
-    return out
+        measured = measured_figures(job.memory, current.train_loader.batch_sampler.batch_size)
+        current.trainer.model.load_state_dict(best_state)
+        test_pred = job.predict_test(current.trainer)
+        # the fold's model, optimizer and loaders gone when this returns (``fold_done`` then frees the cache): on an
+        # H100 a fold's leftovers stayed on the card through the next fold, which ran out of memory
+        # (tests/test_fold_release.py)
+        self.fold = None
+        return fold_driver.Fitted(
+            FoldOutput(fold=k, val_ids=self.ids[va], val_pred=best_val, test_pred=test_pred, score=best_score,
+                       epochs=epochs_run, samples_per_s=rates[fold_driver.TRAIN], val_true=self.y[va]),
+            window, rates,
+            figures={"measured": {**measured, "train_samples_per_s": rates[fold_driver.TRAIN]}} if measured else {},
+            final={"batch_size": job.tuner.batch_size, **job.sample_figures()})
+
+    def stopped(self, fold: fold_driver.Fold, out: JobOutput) -> None:
+        """Nothing finished: the stopped fold's best finished epoch is the last resort (``out.partial``)."""
+        job, current, self.fold, k, va = self.job, self.fold, None, fold.k, fold.val
+        kept = _finished_epoch(job, current) if not out.folds and current is not None else None
+        if kept is None:
+            return
+        state, val, score, epochs = kept
+        current.trainer.model.load_state_dict(state)
+        test_pred = job.predict_test(current.trainer)
+        out.partial = FoldOutput(fold=k, val_ids=self.ids[va], val_pred=val, test_pred=test_pred, score=score,
+                                 epochs=epochs, val_true=self.y[va])
+        out.notes.append(f"kept fold {k}'s best finished epoch ({epochs}, {job.ctx.metric} {score:.4f}) as a "
+                         "partial model")
+
+    def fold_done(self) -> None:
+        # any reference cycle still holding the fold's objects collected, the allocator's cache emptied
+        self.job.recover()
+
+    def throughput(self) -> dict:
+        job = self.job
+        return {"step_time_s_median": float(statistics.median(job.step_times)) if job.step_times else None,
+                "batch_size": job.tuner.batch_size,
+                "compute_batch_size": compute_batch(job.tuner.batch_size, job.ctx),
+                "image_size": job.scale.image_size,
+                "gpu_mem_peak_mib": max(job.peaks) if job.peaks else None,
+                "input_pipeline": job.input_pipeline(),
+                "weights": job.weights or "scratch"}
+
+    def last_sample(self) -> dict:
+        return self.job.sample_figures()
 
 
 def _steady_figures(job: _Job, steps: int, steady_steps: int, steady_wall: float, val_s: float,
@@ -247,11 +241,6 @@ def _steady_figures(job: _Job, steps: int, steady_steps: int, steady_wall: float
             "steady_steps": steady_steps, "steady_step_s": None if step_s is None else round(step_s, 5),
             "steady_epoch_s": None if step_s is None else round(step_s * steps, 4), "val_s": round(val_s, 4),
             "epoch_wall_s": round(wall, 4)}
-
-
-def _mean(values: list) -> float | None:
-    values = [v for v in values if v]
-    return float(np.mean(values)) if values else None
 
 
 def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext, ledger: Ledger | None = None) -> _Job:
@@ -400,7 +389,8 @@ def _finished_epoch(job: _Job, fold: _Fold) -> tuple | None:
 
 
 def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
-    """Train one fold; returns (best state, its validation predictions, its score, epochs run, train samples/s).
+    """Train one fold; returns (best state, its validation predictions, its score, epochs run, its rates: train
+    and wall samples/s).
 
     Validation (with precise BN before it) runs only where early stopping needs it (``policy.inputs.validates``):
     the last epoch, and every ⌈patience/2⌉ epochs back from it. Every second goes to a phase of the job's ledger."""
@@ -533,7 +523,7 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
     if best_state is None and epochs_run:  # cut by the budget before any validation: the last epoch's model
         best_val, best_score = validate()
         best_state = _cpu_state(trainer.model)
-    job.train_rates.append(fold_samples / fold_seconds if fold_seconds > 0 else None)
     wall = time.perf_counter() - fold_start
-    job.wall_rates.append(fold_samples / wall if wall > 0 else None)
-    return best_state, best_val, best_score, epochs_run, job.train_rates[-1]
+    rates = {fold_driver.TRAIN: fold_samples / fold_seconds if fold_seconds > 0 else None,
+             fold_driver.WALL: fold_samples / wall if wall > 0 else None}
+    return best_state, best_val, best_score, epochs_run, rates

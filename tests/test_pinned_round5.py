@@ -69,7 +69,8 @@ def _run(tmp_path, comp, limits: dict, **spec):
 
 def test_a_boosting_job_under_a_folds_limit_runs_that_many_folds_and_no_more(tmp_path):
     """4 folds planned, the budget's limit 2: folds 0 and 1 train, the third is not begun. Fault caught:
-    ``if i >= ctx.fold_limit(...)`` in ``jobs/boosting.py`` changed to ``>`` ran 3 folds."""
+    ``if i >= ctx.fold_limit(...)`` in ``jobs/fold_driver.py`` (the loop ``boosting.run`` drives) changed to ``>``
+    ran 3 folds."""
     out, calls = _run(tmp_path, _table(), {"folds": 2})
     assert [f.fold for f in out.folds] == [0, 1]
     assert len(calls) == 2
