@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from jobs import boosting, tabular_checks
+from jobs import tabular_checks
 from scheduler.core.kinds import Kind, Work, register
 from scheduler.core.plan import JobBase
 
@@ -182,8 +182,10 @@ def _objective(regression: bool, n_classes: int) -> dict:
     return {"objective": "multi:softprob", "num_class": n_classes}
 
 
-def _train(params: dict, train: tuple, valid: tuple, rounds: int, early: int, on_round) -> boosting.Trained:
+def _train(params: dict, train: tuple, valid: tuple, rounds: int, early: int, on_round):
     import xgboost as xgb
+
+    from jobs import boosting
 
     class EachRound(xgb.callback.TrainingCallback):
         def after_iteration(self, model, epoch: int, evals_log) -> bool:
@@ -210,13 +212,13 @@ def _device(spec: XGBoostJob, ctx) -> dict:
     return {"device": "cuda" if spec.device == "cuda" and ctx.device == "cuda" else "cpu"}
 
 
-XGBOOST = boosting.Library(name="XGBoost", defaults=DEFAULTS, threads="nthread", seed="seed", objective=_objective,
-                           train=_train, from_spec=_device)
-
-
 def run(spec: XGBoostJob, comp, ctx):
     """K-fold XGBoost: one model per fold for a class or a number; for several targets, one per target and fold."""
-    return boosting.run(spec, comp, ctx, XGBOOST)
+    from jobs import boosting  # the fold loop and the table's columns (pandas): the job's, not its spec's reader's
+
+    xgboost = boosting.Library(name="XGBoost", defaults=DEFAULTS, threads="nthread", seed="seed", objective=_objective,
+                               train=_train, from_spec=_device)
+    return boosting.run(spec, comp, ctx, xgboost)
 
 
 KIND = register(Kind(

@@ -260,3 +260,59 @@ def test_a_command_jobs_process_starts_without_scikit_learn_or_torch():
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'torch', 'lightgbm', 'timm'}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+HEAVY = {"pandas", "torch", "timm", "sklearn", "lightgbm", "xgboost"}
+
+
+def _loaded(code: str, env: dict | None = None) -> dict:
+    """What a fresh interpreter holds after ``code``: {"gpupack": its modules of scheduler and jobs, "top": every
+    top-level module}, as the code's last line prints them."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    probe = (f"{code}\nimport json as _j, sys as _s\n"
+             "print(_j.dumps({'gpupack': sorted(m for m in _s.modules if m.split('.')[0] in ('scheduler', 'jobs')),"
+             " 'top': sorted({m.split('.')[0] for m in _s.modules})}))")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, **(env or {})})
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_the_package_root_imports_nothing():
+    """``scheduler/__init__.py`` imports nothing (it imported ``jobs`` to fill the kinds' registry: every process
+    that touched gpupack, a job actor included, loaded 28 modules, pandas and pydantic, 1.45 s); the registry is
+    filled when it is first asked (``core.kinds.load``). ``import scheduler.core.units`` loads that module alone."""
+    root = ast.parse((ROOT / "scheduler" / "__init__.py").read_text())
+    assert [n.lineno for n in ast.walk(root) if isinstance(n, (ast.Import, ast.ImportFrom))] == []
+    found = _loaded("import scheduler.core.units")
+    assert found["gpupack"] == ["scheduler", "scheduler.core", "scheduler.core.units"]
+    assert not {"pydantic", "pandas", "numpy", "yaml"} & set(found["top"])
+
+
+@pytest.mark.parametrize("kind", ["timm", "lightgbm", "xgboost", "command"])
+def test_a_job_actors_process_imports_no_pandas_torch_or_timm_before_its_job_asks(kind):
+    """A job actor's process — its module (``execute.ray_actor``), the record's runner (``execute.apply``), the
+    record itself unpickled (its spec brings its own kind's module) and its kind looked up — loads none of pandas,
+    torch, timm, scikit-learn, LightGBM or XGBoost: those are its job's to import when it runs. So each launch pays
+    only for what its job uses (an actor's import was 864 ms with the registry loaded by ``import scheduler``)."""
+    from scheduler.core.plan import job_from_dict
+    from scheduler.execute.launch import ENV, LaunchRecord, dumps
+
+    asks = {"timm": {"model": "resnet18", "batch_size": 32}, "command": {"command": ["true"]}}.get(kind, {})
+    record = LaunchRecord(task="t", job="t", spec=job_from_dict({"kind": kind, **asks}), data_dir=".", workdir=".",
+                          metric="accuracy", seed=0)
+    found = _loaded("import os\nimport scheduler.execute.ray_actor, scheduler.execute.apply\n"
+                    "from scheduler.core import kinds\nfrom scheduler.execute.launch import loads\n"
+                    f"kinds.of(loads(os.environ[{ENV!r}]).spec)", env={ENV: dumps(record)})
+    assert HEAVY & set(found["top"]) == set()
+
+
+def test_the_import_check_itself_sees_a_heavy_import():
+    """The same probe sees what a module brings: the boosting kinds' fold loop (``jobs.boosting``, which their runs
+    import) brings pandas, which the actor above never asks for."""
+    found = _loaded("import jobs.boosting")
+    assert "pandas" in found["top"] and "jobs.boosting" in found["gpupack"]
