@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("jobs.timm_kind", "jobs.lightgbm_kind", "jobs.command_kind", "jobs.xgboost_job")
+MODULES = ("jobs.timm_kind", "jobs.lightgbm_kind", "jobs.command_kind", "jobs.xgboost_job", "jobs.extratrees_job")
 
 
 def register_all() -> None:

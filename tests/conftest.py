@@ -107,3 +107,19 @@ class Capture:
     def __exit__(self, *exc):
         sys.stdout, sys.stderr = self._out, self._err
         self.out, self.err = self.o.getvalue(), self.e.getvalue()
+
+
+def submit_in_process(mp, home, plan_text: str) -> Capture:
+    """``submit plan.yaml --in-process --json --run-dir runs/r1`` in ``home`` as a user runs it, with a cache and a
+    store of what this machine learned of its own (``mp``: a MonkeyPatch); its output, the run having succeeded."""
+    from scheduler.cli.main import main
+
+    mp.setenv("GPUPACK_CACHE_DIR", str(home / "cache"))
+    mp.setenv("GPUPACK_MEASUREMENTS", str(home / "learned.sqlite"))
+    mp.chdir(home)
+    (home / "plan.yaml").write_text(plan_text)
+    capture = Capture()
+    with capture:
+        code = main(["submit", "plan.yaml", "--in-process", "--json", "--run-dir", "runs/r1"])
+    assert code == 0, capture.err
+    return capture

@@ -11,7 +11,7 @@ import sys
 import jsonschema
 import pytest
 
-from conftest import Capture, FAKE_TRAIN
+from conftest import FAKE_TRAIN, submit_in_process
 from scheduler.policy import timerecord as tr
 from scheduler.policy.tasktime import where_learned
 from scheduler.store import runview, timings
@@ -55,19 +55,11 @@ def ran(tmp_path_factory):
     """One finished run of PLAN (the CLI, in process), its store of what was learned a file of its own; the run
     folder, the summary, the progress lines (stderr under --json) and the store's path."""
     from _pytest.monkeypatch import MonkeyPatch
-    from scheduler.cli.main import main
 
     mp = MonkeyPatch()
     home = tmp_path_factory.mktemp("timed")
     store = home / "learned.sqlite"
-    mp.setenv("GPUPACK_CACHE_DIR", str(home / "cache"))
-    mp.setenv("GPUPACK_MEASUREMENTS", str(store))
-    mp.chdir(home)
-    (home / "plan.yaml").write_text(PLAN)
-    capture = Capture()
-    with capture:
-        code = main(["submit", "plan.yaml", "--in-process", "--json", "--run-dir", "runs/r1"])
-    assert code == 0, capture.err
+    capture = submit_in_process(mp, home, PLAN)
     yield {"home": home, "run": home / "runs" / "r1", "summary": json.loads(capture.out), "lines": capture.err,
            "store": store}
     mp.undo()

@@ -73,6 +73,16 @@ class JobBase(_Strict):
     retries: int = Field(default=1, ge=0, le=10)
     params: dict[str, Any] = {}
 
+    @model_validator(mode="after")
+    def _no_card_for_a_cpu_kind(self) -> "JobBase":
+        """A kind that never takes a card (``Kind.gpu == "none"``) refuses one in its entry."""
+        kind = kinds.find(getattr(self, "kind", None))
+        if kind is not None and kind.gpu == "none" and (self.resources.gpu_memory is not None or self.resources.gpus):
+            article = "an" if kind.name[:1] in "aeiou" else "a"
+            raise ValueError(f"{article} {kind.name} job runs on CPU cores and takes no GPU: drop "
+                             f"resources.gpu_memory/gpus")
+        return self
+
     @property
     def uses_gpu(self) -> bool:
         return self.resources.gpus > 0 or self.resources.gpu_memory is not None or self.needs_estimate

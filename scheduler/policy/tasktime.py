@@ -120,6 +120,17 @@ TREE_COST = {
                 "s_cell_data": 1.02e-7, "best_rounds": 187.0, "rate_exp": 0.97},
 }
 TREE_RATE_AT = 0.05  # the learning rate best_rounds was measured at (and assumed where a job names none)
+
+
+def tree_cost(lib: str) -> dict:
+    """A tree kind's figures: its descriptor's own (``Kind.tree_cost``: a kind added in its one module), else
+    ``TREE_COST``'s for its name, else LightGBM's. ``per_class`` (default True): a round grows a tree per class for
+    more than two classes and a model per target (a forest's one tree serves every class and target); ``shaped`` (default True): a tree's cost follows
+    the boosting libraries' leaves or depth (``tree_shape``), else its cells alone (rows × features)."""
+    k = kinds.find(lib)
+    if k is not None and k.tree_cost is not None:
+        return dict(k.tree_cost)
+    return TREE_COST.get(lib, TREE_COST["lightgbm"])
 # n threads do a round n ** this faster than one: assumed (2 threads 1.5×), not measured — on the shared 2-core
 # machine two OpenMP threads beside other work ran 7-25× slower than one (they wait on each other's cores)
 TREE_THREAD_EXP = 0.6
@@ -421,7 +432,7 @@ def expected_rounds(lib: str, rate: float, most: int, patience: int | None,
     × its prior's ratio to LightGBM's), else ``TREE_COST``'s prior; either scaled to ``rate``."""
     if not patience:
         return most, most
-    cost = TREE_COST.get(lib, TREE_COST["lightgbm"])
+    cost = tree_cost(lib)
     if probe is not None:
         at, found = probe
         best = (found * PROBE_SCALE * cost["best_rounds"] / TREE_COST["lightgbm"]["best_rounds"]
@@ -454,11 +465,11 @@ def tree_fold(*, rows: int, val_rows: int, test_rows: int, features: int, catego
               probe: tuple[float, int] | None = None) -> TreeFold:
     """One model's fold on ``threads`` cores (see ``TREE_COST``); ``params`` over the library's ``defaults``."""
     params, defaults = params or {}, defaults or {}
-    cost = TREE_COST.get(lib, TREE_COST["lightgbm"])
-    trees = trees_per_round(classes, task)
+    cost = tree_cost(lib)
+    trees = trees_per_round(classes, task) if cost.get("per_class", True) else 1
     speed = thread_speedup(threads)
     cells = tree_cells(rows=rows, features=features, categories=categories, lib=lib, params=params,
-                       defaults=defaults)
+                       defaults=defaults) if cost.get("shaped", True) else rows * max(1, features)
     run, best = expected_rounds(lib, learning_rate(params, defaults), rounds, patience, probe)
     round_s = trees * (cost["s_cell_round"] * cells + cost["s_row_round"] * rows + cost["s_tree"]) / speed
     data_s = (rows + val_rows) * max(1, features) * cost["s_cell_data"]
@@ -493,16 +504,19 @@ def _trees(w: TaskWork, threads: int) -> TaskTime:
     f = tree_fold(rows=rows, val_rows=val, test_rows=w.test_rows or 0, features=features,
                   categories=w.categories or 0, classes=w.classes, task=w.problem, lib=w.kind, params=w.params or {},
                   defaults=defaults, threads=threads, rounds=most, patience=w.patience_rounds, probe=w.probe)
-    models = models_of(w.classes, w.problem)
+    cost = tree_cost(w.kind)
+    models = models_of(w.classes, w.problem) if cost.get("per_class", True) else 1
     block = kinds.get(w.kind).rounds_per_epoch or f.rounds  # its rounds counted in epochs (what the budget cuts)
     epochs = max(1, round(f.rounds / block)) * models  # the job counts its models' epochs together
-    trees = trees_per_round(w.classes, w.problem)
+    trees = trees_per_round(w.classes, w.problem) if cost.get("per_class", True) else 1
     rate = learning_rate(w.params or {}, defaults)
-    shape = (f"{rows:,} rows × {features} features ({w.categories or 0} categorical) × {tree_shape(w.kind, w.params or {}, defaults):.2f}"
-             f" (tree shape)" + (f" × {trees} trees (classes)" if trees > 1 else "")
+    shaped = (f" × {tree_shape(w.kind, w.params or {}, defaults):.2f} (tree shape)" if cost.get("shaped", True)
+              else "")
+    shape = (f"{rows:,} rows × {features} features ({w.categories or 0} categorical){shaped}"
+             + (f" × {trees} trees (classes)" if trees > 1 else "")
              + (f", {models} models (targets)" if models > 1 else ""))
-    src = {"step_s": f"{shape} at {TREE_COST.get(w.kind, TREE_COST['lightgbm'])['s_cell_round']:g} s a cell "
-                     f"(measured on real tables, benchmarks/tree_time.py) ÷ {thread_speedup(threads):.2f} for "
+    src = {"step_s": f"{shape} at {cost['s_cell_round']:g} s a cell "
+                     f"(measured: benchmarks/tree_time.py, or the kind's own) ÷ {thread_speedup(threads):.2f} for "
                      f"{threads} core(s); "
                      + (f"{f.rounds} rounds: the best at rate {rate:g} (≈{f.best}"
                         + (f", from this table's probe: {w.probe[1]} at {w.probe[0]:g}" if w.probe else
