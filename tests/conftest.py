@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.core import hardware as hw_module
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -34,6 +36,22 @@ def own_learned_store(tmp_path_factory):
     os.environ["GPUPACK_MEASUREMENTS"] = str(tmp_path_factory.mktemp("learned") / "measurements.sqlite")
     yield
     os.environ.pop("GPUPACK_MEASUREMENTS", None)
+
+
+PROFILE_SIZED_CORES = (64, "CPU affinity")  # more than any profile's node: a plan packs on its profile's cores
+REAL_USABLE_CORES = hw_module.usable_cores  # what this process is given, read as a run reads it
+
+
+@pytest.fixture(scope="session", autouse=True)
+def a_machine_of_the_profiles_size():
+    """A plan run here packs on the cores this process is given (``hardware.with_local_cores``: its affinity, its
+    cgroup's quota), which on a 2-core box are 2; the tests that describe a plan on its profile's machine run as on one
+    of 64 cores, so the profile's node keeps its own. ``tests/test_machine_size.py`` reads the real figure
+    (``REAL_USABLE_CORES``) and fakes its own machines; a test that means this machine patches ``usable_cores``."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(hw_module, "usable_cores", lambda root="/", affinity=None: PROFILE_SIZED_CORES)
+    yield
+    mp.undo()
 
 
 @pytest.fixture

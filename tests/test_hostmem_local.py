@@ -14,8 +14,6 @@ from scheduler.core import hardware as hw
 
 GIB = 2**30
 
-REHEARSED = "the profile's, rehearsed on this machine's 64 (by its CPU affinity)"  # no GPU here: a rehearsal
-
 
 @pytest.fixture
 def cgroup(tmp_path, monkeypatch):
@@ -27,7 +25,6 @@ def cgroup(tmp_path, monkeypatch):
     monkeypatch.setattr("scheduler.execute.oomsign.CGROUP_EVENTS", (str(events),))
     # on a machine of more cores than the profile's node (its cores are the fewer of the two: test_machine_size.py)
     monkeypatch.setattr(hw, "usable_cores", lambda root="/", affinity=None: (64, "CPU affinity"))
-    monkeypatch.setattr(hw, "sees_gpu", lambda nvml=None: False)  # a CPU rehearsal, on any machine
     return events
 
 
@@ -41,7 +38,7 @@ def test_a_local_dry_run_packs_against_the_cgroup_limit_and_a_cluster_keeps_its_
         cgroup, run_cli, monkeypatch):
     local = _dry_run(run_cli)
     assert local["hardware"]["nodes"] == [{"node": "local", "cpus": 36, "gpus": 1, "memory_mib": 5120,
-                                           "memory_source": "cgroup limit", "cpus_source": REHEARSED}]
+                                           "memory_source": "cgroup limit", "cpus_source": None}]
     for row in local["nodes"]:  # each wave's tasks within the 5 GiB, and the figure's source said beside it
         assert row["host_memory_mib"] == 5120 and row["host_memory_source"] == "cgroup limit"
         assert row["host_used_mib"] <= 5120
@@ -70,7 +67,7 @@ def test_the_text_dry_run_names_the_ram_figure_and_a_plans_own_figure_wins(cgrou
     code, out, err = run_cli("submit", plan, "--dry-run", "--json")
     assert code == 0, err[-2000:]
     assert json.loads(out)["hardware"]["nodes"][0] == {"node": "local", "cpus": 30, "gpus": 1, "memory_mib": 3072,
-                                                       "memory_source": "given", "cpus_source": REHEARSED}
+                                                       "memory_source": "given", "cpus_source": None}
 
 
 # a command job the kernel's OOM killer ends: the count in memory.events grows by one, then SIGKILL (as the kernel

@@ -6,9 +6,19 @@ local dry run packs on this machine's cores, not the profile's 36 on a 2-core ma
 import json
 from pathlib import Path
 
+import pytest
+from conftest import REAL_USABLE_CORES
+
 from scheduler.core import hardware as hw
+from scheduler.core import plan as planmod
 
 GIB = 1 << 30
+
+
+@pytest.fixture(autouse=True)
+def this_machine(monkeypatch):
+    """The readers as a run calls them, not conftest's machine of the profile's size: each test fakes its own."""
+    monkeypatch.setattr(hw, "usable_cores", REAL_USABLE_CORES)
 
 
 def _write(root: Path, rel: str, text: str) -> None:
@@ -76,10 +86,10 @@ def test_a_local_node_has_the_fewer_of_the_profiles_cores_and_the_machines():
     assert [n.cpus for n in two.nodes] == [4, 4]  # a local Ray's two nodes share the machine
 
 
-def test_a_local_dry_run_on_a_gpu_counts_this_machines_cores_not_the_profiles(tmp_path, run_cli, monkeypatch):
-    """plans/tabular.yaml (A10-24GB: 36 cores a node) on a GPU machine of 2 usable cores: 2 cores on the node, said."""
+def test_a_local_dry_run_counts_this_machines_cores_not_the_profiles(tmp_path, run_cli, monkeypatch):
+    """plans/tabular.yaml (A10-24GB: 36 cores a node) on a machine of 2 usable cores (a card or none): 2 cores on
+    the node, said."""
     monkeypatch.setattr(hw, "usable_cores", lambda root="/", affinity=None: (2, "CPU affinity"))
-    monkeypatch.setattr(hw, "sees_gpu", lambda nvml=None: True)
     root = Path(__file__).resolve().parents[1]
     code, out, err = run_cli("submit", root / "plans" / "tabular.yaml", "--dry-run", "--json")
     assert code == 0, err
@@ -91,15 +101,29 @@ def test_a_local_dry_run_on_a_gpu_counts_this_machines_cores_not_the_profiles(tm
     assert "of 36 cores" not in out and "2 cores (this machine's" in out.replace("\n", "")
 
 
-def test_a_cpu_rehearsal_packs_the_profiles_cores_and_says_this_machines(run_cli, monkeypatch):
-    """Without a GPU the plan is rehearsed: packed on the profile's node as on the card (option1's LightGBM beside its
-    image jobs, one wave), its threads shared out over this machine's cores; the node says both."""
-    monkeypatch.setattr(hw, "usable_cores", lambda root="/", affinity=None: (2, "CPU affinity"))
-    monkeypatch.setattr(hw, "sees_gpu", lambda nvml=None: False)
-    root = Path(__file__).resolve().parents[1]
-    code, out, err = run_cli("submit", root / "plans" / "option1.yaml", "--dry-run", "--json")
+def test_a_cpu_rehearsal_counts_the_cores_this_process_is_given_dry_run_and_submit_alike(tmp_path, run_cli,
+                                                                                         monkeypatch):
+    """Without a card the plan is rehearsed, and packed on the cores this process is given, as a run on the card is
+    (issue 55: option1 on a 2-core machine counted the profile's 30, 20 of them busy in one wave). Here a nested v1
+    cgroup's quota (2.5 cores: 2) under an affinity of 36: the node has 2 cores, said with the profile's figure it
+    capped; option1's LightGBM asks 12, so the node is 12 (the most one job asks: packed, never refused, its
+    threads the machine's) and LightGBM waits for the image jobs' wave. The submit path resolves the same way."""
+    from scheduler.policy import dryrun
+
+    root, usable = _v1_tree(tmp_path / "fake"), hw.usable_cores
+    monkeypatch.setattr(hw, "usable_cores", lambda r="/", affinity=None: usable(root, affinity=set(range(36))))
+    plans = Path(__file__).resolve().parents[1] / "plans"
+    code, out, err = run_cli("submit", plans / "option1.yaml", "--dry-run", "--json")
     assert code == 0, err
     body = json.loads(out)
-    assert [n["cpus"] for n in body["hardware"]["nodes"]] == [hw.from_profile("A100-40GB").nodes[0].cpus]
-    assert "rehearsed on this machine's 2" in body["hardware"]["nodes"][0]["cpus_source"]
-    assert {t["wave"] for t in body["tasks"]} == {0}
+    node = body["hardware"]["nodes"][0]
+    assert node["cpus"] == 12 and "this machine's: 2 by its cgroup CPU quota" in node["cpus_source"]
+    assert "the profile's 30 capped" in node["cpus_source"] and "12, the most one job asks" in node["cpus_source"]
+    assert {t["task"]: t["wave"] for t in body["tasks"]}["lgbm"] == 1
+    code, out, err = run_cli("submit", plans / "option1.yaml", "--dry-run")
+    assert code == 0, err
+    assert "the profile's 30 capped to them" in out.replace("\n", "")
+    plan = planmod.from_dict({"name": "t", "hardware": "A100-40GB", "budget": "1h",
+                              "jobs": [{"name": "g", "kind": "lightgbm", "resources": {"cpus": 1}}]})
+    assert [n.cpus for n in dryrun.resolve_hardware(plan, local=True).nodes] == [2]  # what submit packs on
+    assert [n.cpus for n in dryrun.resolve_hardware(plan).nodes] == [30]  # not run here: the profile's

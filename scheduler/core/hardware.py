@@ -448,8 +448,10 @@ def with_local_cores(hardware: Hardware, least: int = 1, cores: tuple[int, str] 
     affinity, capped by its cgroup's CPU quota; ``cores`` in a test), shared evenly by the nodes a local Ray stands up
     on it (as host RAM is), since a dry run of an A10-24GB plan once counted the profile's 36 cores on a 2-core
     machine; but never fewer than ``least`` (the most one job of the plan asks), so that a plan that packs on the
-    profile still packs here (that job runs on the cores there are: its threads are capped at the machine's). A plan
-    that names its ``hardware.cpus`` keeps them (the caller does not call this)."""
+    profile still packs here (that job runs on the cores there are: its threads are capped at the machine's). A card
+    seen or not: a CPU rehearsal packs this machine's cores as a run on the card does (issue 55: a rehearsal that
+    packed the profile's 30 on 2 counted 20 cores busy in one wave). The node says the profile's figure it capped.
+    A plan that names its ``hardware.cpus`` keeps them (the caller does not call this)."""
     have, why = cores or usable_cores()
     per = max(1, have // max(1, len(hardware.nodes)))
     shared = f", shared by {len(hardware.nodes)} nodes" if len(hardware.nodes) > 1 else ""
@@ -459,7 +461,7 @@ def with_local_cores(hardware: Hardware, least: int = 1, cores: tuple[int, str] 
             nodes.append(n)
             continue
         count = max(per, min(n.cpus, least))
-        said = f"{LOCAL_CORES}: {have} by its {why}{shared}"
+        said = f"{LOCAL_CORES}: {have} by its {why}{shared}, the profile's {n.cpus} capped to them"
         if count > per:
             said += f"; {count}, the most one job asks"
         nodes.append(n.with_(cpus=count, cpus_source=said))
@@ -471,8 +473,8 @@ def resolve(spec: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: i
     """``auto`` detects through NVML; anything else is a profile name. Host RAM per node (``with_host_ram``):
     ``memory_mib`` when given, else this machine's when the plan runs here (``local``, or ``auto``, which is this
     machine by definition), else the profile's typical figure. Cores per node: ``cpus`` when given, else, for a plan
-    run here on a GPU (``local`` with ``least_cpus``, the most one of its jobs asks), the fewer of the profile's and
-    this machine's (``with_local_cores``), else the profile's (a CPU rehearsal shares this machine's out over them).""" 
+    run here (``local`` with ``least_cpus``, the most one of its jobs asks), on a card or rehearsed on the CPU, the
+    fewer of the profile's and this machine's (``with_local_cores``), else the profile's."""
     if spec.strip().lower() == "auto":
         hw = detect(nvml)
         if cpus is not None:
@@ -480,25 +482,8 @@ def resolve(spec: str, gpus_per_node: int | None = None, nodes: int = 1, cpus: i
     else:
         hw = from_profile(spec, gpus_per_node=gpus_per_node, nodes=nodes, cpus=cpus)
     if local and cpus is None and least_cpus is not None:  # a plan run here: this machine's cores (with_local_cores)
-        hw = with_local_cores(hw, least_cpus) if sees_gpu(nvml) else rehearsal_cores(hw)
+        hw = with_local_cores(hw, least_cpus)
     return with_host_ram(hw, memory_mib, local=local)
-
-
-def sees_gpu(nvml=None) -> bool:
-    """Whether NVML sees a device here: a plan run here then runs for real; without one it is a CPU rehearsal."""
-    try:
-        return bool(read_gpus(nvml))
-    except Exception:  # noqa: BLE001 -- no driver, no library, no device: a rehearsal
-        return False
-
-
-def rehearsal_cores(hardware: Hardware, cores: tuple[int, str] | None = None) -> Hardware:
-    """A CPU rehearsal packs the profile's cores, as it packs the profile's card (what runs on the card is
-    rehearsed, at the card's sizes): its tasks' threads are this machine's cores shared out as the plan shares the
-    profile's node (``core.rehearsal.threads``), and the node says both figures."""
-    have, why = cores or usable_cores()
-    said = f"the profile's, rehearsed on this machine's {have} (by its {why})"
-    return dataclasses.replace(hardware, nodes=tuple(n.with_(cpus_source=said) for n in hardware.nodes))
 
 
 # --- a job's share of the card that is really there ----------------------------------------------------------------
