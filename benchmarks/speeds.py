@@ -53,7 +53,7 @@ def stop_stubborn_command(tmp: Path) -> float:
     from jobs.data import load_competition, write_digits
     from jobs.command_kind import CommandJob
     from scheduler.execute import local
-    from scheduler.execute.command import run as run_job
+    from scheduler.execute.script import run as run_job
 
     local.TERM_GRACE_S = 0.5
     script = tmp / "stubborn.py"

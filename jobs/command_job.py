@@ -1,8 +1,9 @@
-"""Any training script, run as a process; it joins the ensemble through two CSV files. This module is what is
-command-specific and pure: the environment a script is given (:func:`environment`, the contract below) and its two
-files read into the job's folds (:func:`read_outputs`). The process itself is the executor's, like every job kind's:
-``scheduler.execute.command`` runs it through the one process backend (``scheduler.execute.local``), which starts,
-signals, watches, logs and ends it.
+"""Any training script, run as a process; it joins the ensemble through two CSV files. This module is the ``command``
+kind's own part of running one (:func:`script`, the descriptor's ``script_of``): the process to start (its argv, its
+folder, the environment below: :func:`environment`), its ``fold`` lines and its two files read into the job's folds
+(:class:`CommandScript`, :func:`read_outputs`). The process itself is the executor's, like every job kind's:
+``scheduler.execute.script`` starts it through the one process backend (``scheduler.execute.local``), which
+signals, watches, logs and ends it, and hands this module its lines and its end.
 
 The script is started from ``spec.command`` (an argv, no shell) in ``spec.cwd`` (or the current folder), in its own
 process group, with the parent's environment plus ``spec.env`` plus:
@@ -59,12 +60,70 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jobs.contract import FoldOutput, JobContext
+from jobs.contract import FoldOutput, JobContext, JobOutput, Script
 from jobs.data import Competition, read_csv_as_written
 from scheduler.core.scoring import get as get_metric
 from jobs.command_kind import CommandJob
 
 OUTPUTS = ("oof.csv", "test.csv")
+RESERVED = ("fold", "score", "output", "classes", "test_ids")  # a fold event's own fields, not the script's to set
+
+
+def script(spec: CommandJob, comp: Competition, ctx: JobContext) -> CommandScript:
+    """The job's script as the executor starts it: its argv, its folder (``spec.cwd``, else the current one), its
+    environment (:func:`environment`), its outputs in ``<workdir>/output``."""
+    output_dir = (ctx.workdir / "output").resolve()
+    cwd = Path(spec.cwd).expanduser() if spec.cwd else Path.cwd()
+    if not cwd.is_dir():
+        raise ValueError(f"job '{spec.name}': cwd {cwd} is not a folder")
+    out = JobOutput(job=spec.name, classes=list(comp.classes), test_ids=comp.test_ids, folds=[], metric=ctx.metric)
+    return CommandScript(argv=spec.command, cwd=cwd, env=environment(spec, comp, ctx, output_dir),
+                         output_dir=output_dir, out=out, comp=comp, ctx=ctx)
+
+
+class CommandScript(Script):
+    """The folds of the script's two files, each reported once (``ctx.fold_finished``): when the script's ``fold``
+    line finds it in the files, else when the script has ended. The script's other figures of the fold go with it."""
+
+    def __init__(self, *, comp: Competition, ctx: JobContext, **script):
+        super().__init__(**script)
+        self.comp, self.ctx = comp, ctx
+        self.figures: dict[int, dict] = {}  # fold → what the script's line said of it
+
+    def line(self, fields: dict) -> None:
+        try:
+            k = int(fields.get("fold"))
+        except (TypeError, ValueError):
+            return
+        self.figures[k] = {n: v for n, v in fields.items() if n not in RESERVED}
+        try:
+            folds = read_folds(self.output_dir, self.comp, self.ctx.metric)
+        except ValueError:  # not written yet, or being written: read again at the end
+            return
+        self._report([f for f in folds if f.fold == k])
+
+    def _report(self, folds: list[FoldOutput]) -> None:
+        done = {f.fold for f in self.out.folds}
+        for f in folds:
+            if f.fold not in done:
+                self.ctx.fold_finished(self.out, f, **self.figures.get(f.fold, {}))
+
+    def end(self, stopped: bool) -> None:
+        """The folds the files hold once the script has ended; malformed files are an error unless it was stopped
+        (a stopped script may have left them half written)."""
+        missing = missing_outputs(self.output_dir)
+        if missing:  # exit 0 and nothing written is no success: a failed task, which --resume runs again
+            said = f"no {' or '.join(missing)} in {self.output_dir}: the command's predictions cannot join the ensemble"
+            if not stopped:
+                raise RuntimeError(f"job '{self.out.job}': the command exited with status 0 but wrote {said}")
+            self.out.notes.append(said)
+            return
+        try:
+            self._report(read_folds(self.output_dir, self.comp, self.ctx.metric))
+        except ValueError as e:
+            if not stopped:
+                raise RuntimeError(f"job '{self.out.job}': {e}") from None
+            self.out.notes.append(f"outputs unreadable after the stop: {e}")
 
 
 def environment(spec: CommandJob, comp: Competition, ctx: JobContext, output_dir: Path) -> dict[str, str]:

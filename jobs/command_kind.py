@@ -1,5 +1,5 @@
-"""The ``command`` kind: any training script, run as a process the executor supervises (``scheduler.execute.command``;
-its environment and files: ``jobs.command_job``). gpupack cannot see inside it: its card share is what the plan
+"""The ``command`` kind: any training script, run as a process the executor supervises (``scheduler.execute.script``;
+what is the kind's own of it — its argv, environment, fold lines and files: ``jobs.command_job``). gpupack cannot see inside it: its card share is what the plan
 declares (or an estimate from a named timm model), its time is the last measured wall of a job of that name, and the
 budget cannot shorten it (the training deadline stops it)."""
 
@@ -74,4 +74,5 @@ def check(job, comp, where: str) -> None:
 
 KIND = register(Kind(
     name="command", spec=CommandJob, gpu="declared", reads="anything", runs_in="script", time_model="wall",
-    imports_s=0.3, wall_learned=True, check=check, work_of=work, docs="any training script, run as a process"))
+    imports_s=0.3, wall_learned=True, check=check, work_of=work, script_of="jobs.command_job:script",
+    docs="any training script, run as a process"))

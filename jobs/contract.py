@@ -77,6 +77,26 @@ class JobOutput:
         return np.mean([f.test_pred for f in self.folds], axis=0)
 
 
+class Script:
+    """A job of a script kind (its descriptor's ``runs_in`` is ``"script"``) as its kind hands it to the executor.
+
+    The kind's own (``jobs/``, e.g. :mod:`jobs.command_job`): what process to start — ``argv``, ``cwd``, ``env``
+    and the folder its outputs go to — and how what the process says and writes becomes the job's output
+    (:meth:`line`, :meth:`end`, filling ``out``). The executor's (``scheduler.execute.script``): starting it,
+    forwarding its ``GPUPACK`` lines, passing the budget's cuts on, stopping it at a stop or its deadline, ending what
+    it left running, its exit status and its wall time. A subclass fills the two methods."""
+
+    def __init__(self, *, argv, cwd: Path, env: dict[str, str], output_dir: Path, out: JobOutput):
+        self.argv, self.cwd, self.env, self.output_dir, self.out = tuple(argv), cwd, env, output_dir, out
+
+    def line(self, fields: dict) -> None:
+        """The script printed a ``fold`` line (``GPUPACK {"event": "fold", …}``; ``fields``: the line less its
+        ``event`` and ``time``)."""
+
+    def end(self, stopped: bool) -> None:
+        """The script has ended (``stopped``: the job asked it to): the folds its outputs hold, into ``out``."""
+
+
 def _no_report(kind: str, data: dict) -> None:
     pass
 

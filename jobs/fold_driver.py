@@ -11,7 +11,7 @@ driver keeps it) and its throughput window's last sample; the job's throughput i
 its last word a ``sample`` marked ``job_end``.
 
 Who uses it: the timm job (``jobs.timm_job``) and the boosting kinds (``jobs.boosting``: LightGBM, XGBoost). Not the
-``command`` kind (``scheduler.execute.command``): its folds are a loop in the user's script, another process, which
+``command`` kind (``scheduler.execute.script``): its folds are a loop in the user's script, another process, which
 gpupack sees only as the ``GPUPACK`` lines it prints and the two CSV files it writes. So gpupack cannot call a fit per
 fold: the split is the script's own (it is told the folds by ``GPUPACK_FOLDS`` / ``GPUPACK_FOLD_INDICES``), kept folds
 are not handed to it, the budget's cuts reach it as the ``GPUPACK_LIMITS`` file it may read, and a stop is SIGTERM to

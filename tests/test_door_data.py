@@ -350,7 +350,7 @@ HEAD = """\
 
 def test_a_command_that_exits_0_writing_nothing_fails(tmp_path):
     from jobs import JobContext
-    from scheduler.execute.command import run as run_job
+    from scheduler.execute.script import run as run_job
     from jobs.data import load_competition
 
     comp = load_competition(_competition(tmp_path / "data", ["a", "b"], rows=30))
@@ -361,7 +361,7 @@ def test_a_command_that_exits_0_writing_nothing_fails(tmp_path):
 
 def test_a_command_whose_oof_rows_hold_no_fold_fails(tmp_path):
     from jobs import JobContext
-    from scheduler.execute.command import run as run_job
+    from scheduler.execute.script import run as run_job
     from jobs.data import load_competition
 
     comp = load_competition(_competition(tmp_path / "data", ["a", "b"], rows=30))
@@ -380,7 +380,7 @@ def test_an_oof_csv_with_an_id_in_two_folds_fails_its_task(tmp_path):
     """In-sample predictions (each id in both folds, predicted by the model that trained on it) would score CV 1.0
     and take the blend's whole weight."""
     from jobs import JobContext
-    from scheduler.execute.command import run as run_job
+    from scheduler.execute.script import run as run_job
     from jobs.data import load_competition
 
     comp = load_competition(_competition(tmp_path / "data", ["a", "b"], rows=30))

@@ -1,5 +1,5 @@
 """A command job: a script run as a process of the one process backend (``scheduler.execute.local``, driven by
-``scheduler.execute.command``) that writes oof.csv and test.csv."""
+``scheduler.execute.script``) that writes oof.csv and test.csv."""
 
 import json
 import sys
@@ -12,7 +12,7 @@ import pytest
 
 from jobs import JobContext
 from scheduler.execute import local
-from scheduler.execute.command import run as run_job
+from scheduler.execute.script import run as run_job
 from jobs.data import load_competition, write_digits
 from scheduler.core.memcap import memory_cap
 from jobs.command_kind import CommandJob

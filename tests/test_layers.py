@@ -255,7 +255,7 @@ def test_a_command_jobs_process_starts_without_scikit_learn_or_torch():
     import sys
 
     code = ("import sys; import scheduler.execute.ray_actor, scheduler.execute.apply, scheduler.core.plan, jobs, "
-            "jobs.data, jobs.command_job, scheduler.execute.command, scheduler.core.scoring as s; "
+            "jobs.data, jobs.command_job, scheduler.execute.script, scheduler.core.scoring as s; "
             "s.get('accuracy')([0, 1], [[0.9, 0.1], [0.2, 0.8]]); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'torch', 'lightgbm', 'timm'}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout

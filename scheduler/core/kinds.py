@@ -18,8 +18,8 @@ record arrives) loads none of them. A kind's behaviour that needs its library or
 the job's own run) is a hook whose code lives in ``jobs/``; what the pure layers ask is plain data here.
 
 To add a kind: write ``jobs/<kind>_job.py`` with its spec (a ``JobBase`` subclass with ``kind: Literal["<kind>"]``),
-its ``work(spec) -> Work``, its ``run(spec, comp, ctx) -> JobOutput`` and its ``KIND = register(Kind(...))``; list the
-module in ``jobs/kinds.py``. ``docs/internals.md`` ("A job kind") walks through it.
+its ``work(spec) -> Work``, its ``run(spec, comp, ctx) -> JobOutput`` (a script kind: its ``script(spec, comp, ctx)
+-> jobs.contract.Script`` instead) and its ``KIND = register(Kind(...))``; list the module in ``jobs/kinds.py``. ``docs/internals.md`` ("A job kind") walks through it.
 """
 
 from __future__ import annotations
@@ -107,6 +107,9 @@ class Kind:
     # list (names, values, threads at most ``cores``: None where the cores are not known yet), before any data is read
     check_params: Callable[..., None] | None = None
     run: str | None = None  # "module:function" of its run(spec, comp, ctx) in the job's process; None: a script
+    # a script kind's "module:function" of (spec, comp, ctx) -> jobs.contract.Script: the process the executor starts
+    # for it (``scheduler.execute.script``) and how what the process prints and writes becomes the job's folds
+    script_of: str | None = None
     # (job) -> Work: what its plan entry asks for, as the rest of gpupack reads it; None: its folds and params alone
     work_of: Callable[[Any], Work] | None = None
     # the trees time model's figures for this kind (``policy.tasktime.TREE_COST``'s keys; ``per_class``: False where

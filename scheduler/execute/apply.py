@@ -1,6 +1,6 @@
 """What a job's own process does with its launch record, whichever backend started that process: set its threads
 and device, cap its GPU memory (once, here), write a built-in competition a node lacks, and run the job
-(``jobs.run_job``; a ``command``'s script through the process backend, :mod:`scheduler.execute.command`) with a
+(``jobs.run_job``; a ``command``'s script through the process backend, :mod:`scheduler.execute.script`) with a
 context made from the record alone.
 
 The cap is ``core.memcap``'s one rule, of the record's share, the card *this process* sees (torch's figure for a job
@@ -162,7 +162,7 @@ def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: 
     with LoggerTap(report):
         comp = load_competition(data_dir, record.metric)
         if kinds.get(record.kind).script:  # a script: a process of the one process backend, run from here
-            from scheduler.execute import command
+            from scheduler.execute import script
 
-            return command.run(record.spec, comp, ctx)
+            return script.run(record.spec, comp, ctx)
         return run_job(record.spec, comp, ctx)

@@ -15,7 +15,7 @@ its finished folds), ``kill`` SIGKILL to the group, :meth:`LocalHandle.stop` the
 the child (or a script, through ``GPUPACK_LIMITS``) reads at each fold or epoch. The output comes back pickled
 (``result.pickle``); a failure's reason is the child's ``error`` event.
 
-A plan's ``command`` job runs here too (:mod:`scheduler.execute.command`, from the job's own process): its script is
+A plan's ``command`` job runs here too (:mod:`scheduler.execute.script`, from the job's own process): its script is
 an argv record, its log kept to ``log_limit`` bytes (``core.boundedlog``), and its process group named in the folder's
 ``pid`` file while it runs, so that a resumed run ends what a lost driver left running (:func:`end_recorded`).
 """

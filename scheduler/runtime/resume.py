@@ -235,7 +235,7 @@ def stop_leftovers(record: RunRecord, grace_s: float = 5.0) -> list[str]:
     they survive a job process killed by force; the process backend names each group in its ``pid`` file while it
     runs): SIGTERM to the group, SIGKILL after ``grace_s``; and the local Ray processes it started that outlived it
     (``note_ray_processes``). Returns the tasks whose scripts were stopped."""
-    from scheduler.execute import command, local
+    from scheduler.execute import local, script
 
     left = [d for d in record.run_info().get("ray_processes") or [] if _alive(d)]  # the lost driver's Ray
     if left:
@@ -244,7 +244,7 @@ def stop_leftovers(record: RunRecord, grace_s: float = 5.0) -> list[str]:
                                   f"({', '.join(sorted({str(d.get('name')) for d in left}))})")
         record.set_run(ray_processes=[])
     stopped = []
-    for path in sorted((record.dir / "jobs").glob(f"*/{command.FOLDER}/{local.PID_FILE}")):
+    for path in sorted((record.dir / "jobs").glob(f"*/{script.FOLDER}/{local.PID_FILE}")):
         task = path.parent.parent.name
         d = local.end_recorded(path, grace_s)
         if d is not None:
