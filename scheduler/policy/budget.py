@@ -9,8 +9,10 @@ current limits, start-up included, in the order it was launched — so tasks wai
 projected finish. A running task's remainder comes from its **steady** figures: seconds per epoch at the pace of its
 steady training steps (every step after the task's first, which pays for the process, imports, data decoding and
 compile, reported apart as ``startup_s``), seconds per validation, and seconds per fold change (set-up and test
-prediction) — never from a first epoch that holds the start-up; before it has ``MIN_STEADY_STEPS`` of them (or a
-second epoch when the job reports no steady figures) the time model's figures stand in for it, slowed by its
+prediction), less what it has run of the fold under way since its last report (``in_fold_left_s``: a task that
+reports only whole folds keeps its finish through the fold) — never from a first epoch that holds the start-up;
+before it has ``MIN_STEADY_STEPS`` of them (or a second epoch when the job reports no steady figures) the time
+model's figures stand in for it, slowed by its
 neighbours as a waiting task's are (measured figures already hold that). Without a time model
 (``ALONE``, the view before it, kept for callers that have none) each task with steady figures is projected alone
 from now (``plan_finish``'s view), and a task without them is not projected.
@@ -116,6 +118,8 @@ class JobProgress:
     modelled_prediction_s: float = 0.0  # the time model's test prediction, until a fold change is measured
     until: float | None = None  # its time bound (the run's clock): its training ends there, its last fold then ends
     boundable: bool = False  # its kind ends a fold's training at a time bound (``Kind.cuts`` holds "until")
+    since_report_s: float = 0.0  # seconds it has run since its attempt's last report (an epoch's or a fold's end)
+    reports_epochs: bool = False  # it reports each epoch: until its next report it runs an epoch, not a whole fold
 
     @property
     def per_epoch(self) -> tuple[float | None, bool]:
@@ -168,9 +172,22 @@ def _validations(p: JobProgress, start: int, per_fold: int) -> int:
     return sum(1 for e in range(start + 1, per_fold + 1) if validates(e, per_fold, p.patience))
 
 
+def in_fold_left_s(p: JobProgress, figure_s: float, next_report_s: float) -> float:
+    """What is left of the fold under way whose figure (from its last report) is ``figure_s``: less the time it has
+    run since that report (``since_report_s``), never below nothing. A task that reports only whole folds (a boosting
+    job whose early stopping ends a fold inside an epoch, the command kind) otherwise keeps the same time left through
+    a fold: counted from each look's now, its finish slid later until the fold reported, and each look cut a task
+    waiting behind it one step more. A task that reports each epoch has run, since, at most the work until its next
+    report (``next_report_s``: an epoch, with its validation, and at a fold's start the fold change): an epoch that
+    overruns its figure is not taken for epochs after it."""
+    spent = min(p.since_report_s, next_report_s) if p.reports_epochs else p.since_report_s
+    return max(0.0, figure_s - spent)
+
+
 def remaining_s(p: JobProgress) -> float | None:
     """Seconds the job still needs: remaining epochs × seconds per epoch + remaining validations × seconds per
-    validation + a fold change per unfinished fold; before a measured epoch, the time model's; None without either."""
+    validation + a fold change per unfinished fold, less what it has run of the fold under way since it last reported
+    (``in_fold_left_s``); before a measured epoch, the time model's; None without either."""
     if p.finished:
         return 0.0
     per_epoch, _ = p.per_epoch
@@ -179,13 +196,14 @@ def remaining_s(p: JobProgress) -> float | None:
     per_fold = p.epochs
     if p.epochs_per_finished_fold is not None:
         per_fold = min(p.epochs, max(1, round(p.epochs_per_finished_fold)))
-    running = p.folds_done < p.folds
-    current = max(0, per_fold - p.epoch_in_fold) if running else 0
-    later_folds = max(0, p.folds - p.folds_done - 1)
-    validations = (_validations(p, p.epoch_in_fold, per_fold) if running else 0) + later_folds * _validations(
-        p, 0, per_fold)
-    return ((current + later_folds * per_fold) * per_epoch + validations * p.validation_s
-            + max(0, p.folds - p.folds_done) * p.fold_overhead_s)
+    if p.folds_done >= p.folds:
+        return 0.0
+    current = (max(0, per_fold - p.epoch_in_fold) * per_epoch
+               + _validations(p, p.epoch_in_fold, per_fold) * p.validation_s + p.fold_overhead_s)
+    later = max(0, p.folds - p.folds_done - 1) * (per_fold * per_epoch + _validations(p, 0, per_fold) * p.validation_s
+                                                  + p.fold_overhead_s)
+    upto = per_epoch + p.validation_s + (p.fold_overhead_s if p.epoch_in_fold == 0 else 0.0)
+    return in_fold_left_s(p, current, upto) + later
 
 
 def plan_finish(jobs: list[JobProgress], now: float, deadline: float | None = None) -> float | None:
@@ -238,14 +256,19 @@ def _planned_time(t: TaskTime, p: JobProgress) -> TaskTime:
 
 def running_left_s(t: TaskTime, p: JobProgress, now: float) -> float:
     """A running task's seconds left: from its steady figures once it has them; before, the time model's work not
-    yet done (nothing reported yet: its whole time less what it has been running)."""
+    yet done (nothing reported yet: its whole time less what it has been running; else the fold under way less what
+    it has run since its last report, ``in_fold_left_s``, and the folds after it)."""
     r = remaining_s(p) if p.steady else None
     if r is not None:
         return r
     t = _planned_time(t, p)
     if p.folds_done == 0 and p.epoch_in_fold == 0:
         return max(0.0, t.total_s - (now - p.started_at if p.started_at is not None else 0.0))
-    return max(0.0, t.folds * t.fold_s - p.folds_done * t.fold_s - p.epoch_in_fold * t.epoch_s)
+    if p.folds_done >= t.folds:
+        return 0.0
+    upto = (t.epoch_s + t.validation_s + t.precise_bn_s
+            + (t.prediction_s + t.fold_change_s if p.epoch_in_fold == 0 else 0.0))
+    return in_fold_left_s(p, t.fold_s - p.epoch_in_fold * t.epoch_s, upto) + (t.folds - p.folds_done - 1) * t.fold_s
 
 
 def waiting_time(t: TaskTime, p: JobProgress) -> TaskTime:

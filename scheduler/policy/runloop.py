@@ -426,8 +426,19 @@ class RunState:
             startup_s=t.get("startup_s", 0.0), strength=strength, cuttable=kind.cuttable,
             fresh=fresh, waiting=self._waiting(j),
             started_at=j.started, until=j.limits.get("until"), boundable="until" in kind.cuts,
+            since_report_s=self._since_report(t, j, now) if not finished else 0.0, reports_epochs="epoch_s" in t,
             modelled_validation_s=(modelled.validation_s + modelled.precise_bn_s) if modelled else 0.0,
             modelled_prediction_s=modelled.prediction_s if modelled else 0.0)
+
+    @staticmethod
+    def _since_report(t: dict, j: JobRun, now: float | None) -> float:
+        """Seconds a running task has run since its attempt's last epoch or fold report: spent on the fold under way
+        (``budget.in_fold_left_s``). Nothing before the attempt's first report (that time holds its start-up, which
+        its figures from steady work do not count) or at a look without a now."""
+        mark = t.get("mark")
+        if now is None or j.started is None or mark is None or mark < j.started:
+            return 0.0
+        return max(0.0, now - mark)
 
     @staticmethod
     def _measured(t: dict, kind) -> int:
