@@ -149,8 +149,31 @@ def test_what_was_measured_is_learned_under_the_tasks_kind_model_and_card(ran):
     assert timings.ratios("lightgbm", None, card(), "step_s", path=ran["store"])
     # a command's wall, by the job's name; one that failed teaches nothing
     assert actual["fake"]["learned"] == ["wall_s"]  # however far from the 60 s guess: it is read as measured
-    assert timings.command_wall(path=ran["store"])("fake") == pytest.approx(actual["fake"]["actual"]["wall_s"])
+    assert timings.learned_wall(path=ran["store"])("command", "fake") == \
+        pytest.approx(actual["fake"]["actual"]["wall_s"])
     assert actual["bad"]["learned"] == actual["bad"]["not_learned"] == []
+
+
+def test_the_next_dry_run_predicts_a_command_by_its_learned_wall(ran):
+    """What the store learned of the command by its name is what the next prediction of that job reads (the store
+    asked by the job's kind, not a kind written in its query); a job that never ran keeps the packaged guess."""
+    from scheduler.core import plan as planmod
+    from scheduler.policy import dryrun
+    from scheduler.policy.tasktime import COMMAND_S
+
+    wall = timings.learned_wall(path=ran["store"])("command", "fake")
+    plan = planmod.from_dict(yaml_of(PLAN) | {"name": "again"})
+    dry = dryrun.prepare(plan, dryrun.resolve_hardware(plan), timing=timings.timing(rehearsal=True, path=ran["store"]))
+    assert dry.times["fake"].fold_change_s == pytest.approx(wall) and wall != COMMAND_S
+    assert dry.times["fake"].sources["fold_change_s"] == "its last run's wall on this machine"
+    assert dry.times["bad"].fold_change_s == COMMAND_S  # it failed: nothing learned of it
+    assert timings.learned_wall(path=ran["store"])("timm", "fake") is None
+
+
+def yaml_of(text: str) -> dict:
+    import yaml
+
+    return yaml.safe_load(text)
 
 
 def test_status_json_carries_each_tasks_time_and_the_runs_walls(here, run_cli):

@@ -36,7 +36,9 @@ class Timing:
     cores: int  # this machine's cores (the work's cores in the rehearsal)
     in_process: bool = False  # one task after another in the driver's process (``--in-process``)
     learned: tt.Learned | None = None  # what this machine's runs measured against their predictions
-    command_s: Callable[[str], float | None] | None = None  # a command job's last measured wall, by job name
+    # (kind, job name) -> the last measured wall of a job of that name, for a kind whose time is learned as one wall
+    # (``Kind.wall_learned``: a script's)
+    learned_wall: Callable[[str, str], float | None] | None = None
 
     @property
     def start_s(self) -> float:
@@ -100,7 +102,8 @@ def plan_times(plan, tasks: dict[str, Task], assignments, *, card: str, timing: 
         work = tt.work_of(job, a.job, folds, rows=data.rows, test_rows=data.test_rows, batch=batch, cpus=cpus,
                           features=data.features, categories=data.categories, classes=data.classes,
                           problem=data.problem, probe=data.probe, ray_process=not timing.in_process,
-                          command_s=timing.command_s(t.job) if timing.command_s and kinds.of(job).wall_learned else None)
+                          command_s=timing.learned_wall(job.kind, t.job)
+                          if timing.learned_wall and kinds.of(job).wall_learned else None)
         if timing.in_process:
             work = replace(work, first_of_network=network not in networks_run)
             networks_run.add(network)

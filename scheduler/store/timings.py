@@ -100,13 +100,15 @@ def learned(*, path=None):
     return find
 
 
-def command_wall(*, path=None):
-    """(job name) -> the newest measured wall of a command job of that name, or None."""
-    def wall(job: str) -> float | None:
+def learned_wall(*, path=None):
+    """(kind, job name) -> the newest measured wall of a job of that kind and name, or None: what a kind whose time is
+    learned as one wall per job name (``Kind.wall_learned``) is predicted from (``timekeeping`` keeps it under the
+    job's name where another kind's figures go under its model)."""
+    def wall(kind: str, job: str) -> float | None:
         try:
             with _connect(path) as conn:
-                row = conn.execute("SELECT actual FROM task_times WHERE kind='command' AND model=? AND field='wall_s' "
-                                   "ORDER BY id DESC LIMIT 1", (job,)).fetchone()
+                row = conn.execute("SELECT actual FROM task_times WHERE kind=? AND model=? AND field='wall_s' "
+                                   "ORDER BY id DESC LIMIT 1", (kind, job)).fetchone()
         except sqlite3.Error:
             return None
         return float(row[0]) if row else None
@@ -128,4 +130,4 @@ def timing(*, in_process: bool = False, rehearsal: bool | None = None, path=None
     and ``status`` predict with."""
     return plantime.Timing(rehearsal=(not sees_cuda()) if rehearsal is None else rehearsal,
                            cores=os.cpu_count() or 1, in_process=in_process, learned=learned(path=path),
-                           command_s=command_wall(path=path))
+                           learned_wall=learned_wall(path=path))
