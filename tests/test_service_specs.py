@@ -105,6 +105,23 @@ def test_specs_are_checked_and_held_to_the_slot(served):
     r = httpx.post(f"{served.url}/api/jobs", headers={"Authorization": f"Bearer {served.service.admin_token}"},
                    json={"slot_id": sid, "job": LGBM, "data": "iris", "colour": "red"})
     assert r.status_code == 400 and "colour" in r.json()["error"]
+    with pytest.raises(ServiceError) as e:  # the kinds it names are the registry's, the two added since included
+        c.submit_job(sid)
+    assert "kind timm, lightgbm, command, xgboost, extratrees" in e.value.error, e.value.error
+
+
+def test_the_clis_spec_help_and_refusal_name_every_registered_kind(tmp_path, capsys):
+    from scheduler.cli.cmd_service import _read_spec
+    from scheduler.cli.main import main
+    from scheduler.core.errors import UserError
+
+    with pytest.raises(SystemExit):
+        main(["job", "submit", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "kind timm, lightgbm, command, xgboost, extratrees)" in said, said
+    (tmp_path / "spec.yaml").write_text("- 1\n")
+    with pytest.raises(UserError, match=r"kind \(timm, lightgbm, command, xgboost, extratrees\)"):
+        _read_spec(str(tmp_path / "spec.yaml"))
 
 
 def test_mcp_submit_job_takes_a_spec(tmp_path):

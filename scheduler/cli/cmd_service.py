@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+from scheduler.core import kinds
 from scheduler.core.errors import UserError
 from scheduler.core.states import SlotState
 
@@ -61,8 +62,9 @@ def add_verbs(subparsers) -> None:
     sb.add_argument("--slot", metavar="ID", help="the slot (default: env GPUPACK_SLOT, else a new one from the flags)")
     sb.add_argument("--cwd", help="working folder (default: the current one)")
     sb.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment (repeatable)")
-    sb.add_argument("--spec", metavar="FILE", help="a job in the plan's schema (YAML or JSON: kind timm, lightgbm or "
-                    "command) to run instead of a command; its memory is estimated and must fit the slot")
+    sb.add_argument("--spec", metavar="FILE", help=f"a job in the plan's schema (YAML or JSON: kind "
+                    f"{', '.join(kinds.names())}) to run instead of a command; its memory is estimated and must fit "
+                    "the slot")
     sb.add_argument("--data", help="with --spec: the competition folder, or a built-in one (digits, iris, …; "
                                    "default digits)")
     sb.add_argument("--metric", help="with --spec: the metric (default: the built-in's, else accuracy)")
@@ -237,7 +239,7 @@ def _read_spec(path: str) -> dict:
     if isinstance(raw, dict) and isinstance(raw.get("jobs"), list) and len(raw["jobs"]) == 1:
         raw = raw["jobs"][0]
     if not isinstance(raw, dict):
-        raise UserError(f"--spec {path}: one job, a mapping with kind (timm, lightgbm, command) and its fields")
+        raise UserError(f"--spec {path}: one job, a mapping with kind ({', '.join(kinds.names())}) and its fields")
     return raw
 
 

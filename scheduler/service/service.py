@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from scheduler.core import kinds
 from scheduler.core.hardware import LOCAL_NODE, Hardware, physical_memory_mib
 from scheduler.core.memcap import memory_cap
 from scheduler.core.states import JobState, SlotState
@@ -302,9 +303,9 @@ class Service:
                                f"{', '.join(SPEC_FIELDS)}")
         job = spec.get("job")
         if (argv is None) == (job is None):
-            raise ServiceError("give argv (a command) or job (a job in the plan's schema: timm, lightgbm, command), "
-                               "not both" if argv is not None else "give argv (a command, a list of strings) or job "
-                               "(a job in the plan's schema: timm, lightgbm, command)")
+            schema = f"a job in the plan's schema: kind {', '.join(kinds.names())}"
+            raise ServiceError(f"give argv (a command) or job ({schema}), not both" if argv is not None else
+                               f"give argv (a command, a list of strings) or job ({schema})")
         spec = (job_spec(job, spec.get("data"), spec.get("metric"), spec.get("seed"), card=self.card)
                 if job is not None else None)
         v = job_request(argv if spec is None else list(spec_job.ARGV), cwd, env)

@@ -1,6 +1,6 @@
-"""Jobs given in the plan's own schema (``timm``, ``lightgbm``, ``command``) rather than as an argv: checked as a
-plan's job is, their GPU memory estimated and held to the slot's, and what they leave (out-of-fold and test
-predictions, ``result.json``) described for ``job_status``, so that an agent can blend the slots it ran.
+"""Jobs given in the plan's own schema (of any registered kind: ``core.kinds.names()``) rather than as an argv:
+checked as a plan's job is, their GPU memory estimated and held to the slot's, and what they leave (out-of-fold and
+test predictions, ``result.json``) described for ``job_status``, so that an agent can blend the slots it ran.
 
 A spec runs as a launch record (:mod:`scheduler.service.spec_job`) through ``scheduler.execute``, with the spec in its
 environment, on whatever node its slot names: the data is a folder there, or the name of a built-in competition
