@@ -71,7 +71,7 @@ def test_lightgbm_and_xgboost_run_side_by_side_and_are_blended(run_cli, tmp_path
     assert code == 0, err[-2000:]
     summary = json.loads(out.strip().splitlines()[-1])
     jobs = {j["name"]: j for j in summary["jobs"]}
-    assert {n: j["state"] for n, j in jobs.items()} == {"lgbm": "SUCCEEDED", "xgb": "SUCCEEDED",
+    assert {n: j["state"] for n, j in jobs.items()} == {"lgbm_xt": "SUCCEEDED", "xgb": "SUCCEEDED",
                                                           "lgbm_large": "SUCCEEDED"}
     assert jobs["xgb"]["cv_score"] > 0.9 and jobs["xgb"]["folds"] == 5
     assert (run / "submission.csv").is_file()
