@@ -125,4 +125,5 @@ KIND = register(Kind(
     name="lightgbm", spec=LightGBMJob, gpu="none", reads="table", runs_in="python", time_model="trees",
     imports_s=1.5, cuts=("folds", "epochs"), rounds_per_epoch=ROUNDS_PER_EPOCH, progress="rows × rounds/s",
     best_step="rounds", host_mib=host_mib, check=check, check_params=check_params,
-    run="jobs.lightgbm_job:run", work_of=work, docs="LightGBM on the table's columns: numbers, categories, dates"))
+    run="jobs.lightgbm_job:run", work_of=work, advised=True,
+    docs="LightGBM on the table's columns: numbers, categories, dates"))

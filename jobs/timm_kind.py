@@ -110,6 +110,15 @@ def host_mib(job, *, cpus: int, weights_mib=None, batch=None, train_rows=None, t
                             images_on_device=bool(job.images_on_device))
 
 
+def entry(w: Work) -> dict:
+    """The plan entry that asks for ``w`` (what a planner sets: network, image size, batch, epochs, folds, and the
+    rate where it names one): :func:`work`'s inverse; a field the work leaves open (None) keeps the entry's default."""
+    fields = {"model": w.model, "image_size": w.image_size, "batch_size": "auto" if w.auto_batch else w.batch,
+              "fixed_batch": w.fixed_batch or None, "epochs": w.epochs, "folds": w.folds,
+              "lr": w.lr if w.lr_named else None}
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 def check(job, comp, where: str) -> None:
     """It classifies images: the competition must ask for a class and hold images."""
     if comp.task != "classification":
@@ -124,4 +133,5 @@ KIND = register(Kind(
     name="timm", spec=TimmJob, gpu="estimated", reads="images", runs_in="torch", time_model="images",
     imports_s=6.0,  # torch + timm ≈ 5–7 s on the development CPU
     batch=True, lanes=True, cuts=("folds", "epochs", "until"), progress="images/s", best_step="ep",
-    host_mib=host_mib, check=check, run="jobs.timm_job:run", work_of=work, docs="an image classifier from timm"))
+    host_mib=host_mib, check=check, run="jobs.timm_job:run", work_of=work, entry_of=entry, advised=True,
+    docs="an image classifier from timm"))

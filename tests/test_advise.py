@@ -65,6 +65,53 @@ def test_a_tabular_competition_gets_lightgbm_and_no_image_model():
     assert any("no images" in r for r in a.reasons)
 
 
+def test_the_kinds_advise_plans_with_come_from_the_registry():
+    """The image kind and the table kind are the registry's advised ones; --models may name another table kind, whose
+    job is then written and timed by its own kind (its time: its kind's model on the cores advise gave it)."""
+    from scheduler.core import hardware as hw
+    from scheduler.core import kinds
+    from scheduler.core import plan as planmod
+    from scheduler.policy import advise as adv
+    from scheduler.policy import tasktime
+
+    image, table = adv.candidates()
+    assert (image.name, table.name) == ("timm", "lightgbm") and image.advised and table.advised
+    assert set(adv.table_kinds()) == {"lightgbm", "xgboost", "extratrees"}
+    for other in ("extratrees", "xgboost"):
+        a = run("A10-24GB", "1h", models=("resnet18", other))
+        assert [j["kind"] for j in a.jobs] == [other, "timm"]
+        written = planmod.from_dict(a.plan).job(other)
+        row = a.jobs[0]
+        expected = tasktime.predict(tasktime.work_of(written, other, row["folds"], rows=DIGITS["rows"],
+                                                     test_rows=DIGITS["test_rows"], cpus=row["cpus"], features=64,
+                                                     classes=10, problem="classification"),
+                                    card=None, cores=hw.from_profile("A10-24GB").total_cpus)
+        assert row["cpus"] == written.resources.cpus and written.kind == other
+        assert row["seconds"] == pytest.approx(expected.total_s, abs=0.05) and a.finish_s >= row["seconds"]
+        assert row["seconds_source"].startswith("its kind's time model (trees)")
+    from scheduler.core.errors import UserError
+
+    with pytest.raises(UserError, match="one table job"):
+        run("A10-24GB", "1h", models=("lightgbm", "xgboost"))
+    assert kinds.get("timm").entry(kinds.Work(model="resnet18")) == {"model": "resnet18", "image_size": 224,
+                                                                      "folds": 1}
+
+
+def test_an_image_kinds_plan_entry_asks_for_the_work_it_was_written_from():
+    from scheduler.core import kinds
+    from scheduler.core import plan as planmod
+
+    timm = kinds.get("timm")
+    for w in (kinds.Work(folds=3, model="resnet18", image_size=96, batch=64, epochs=4),
+              kinds.Work(folds=5, model="efficientnet_b0", image_size=128, batch=32, fixed_batch=True, epochs=2,
+                         lr=5e-4, lr_named=True),
+              kinds.Work(folds=2, model="resnet34", auto_batch=True, epochs=3)):
+        back = timm.work(planmod.job_from_dict({"name": "j", "kind": "timm", **timm.entry(w)}, "j"))
+        for f in ("folds", "model", "image_size", "batch", "auto_batch", "fixed_batch", "epochs", "lr_named"):
+            assert getattr(back, f) == getattr(w, f), f
+        assert not w.lr_named or back.lr == w.lr
+
+
 def test_nothing_that_fits_says_so():
     from scheduler.core.errors import UserError
 
@@ -170,7 +217,7 @@ def test_submit_reads_the_advised_plan_from_stdin(run_cli, tmp_path, monkeypatch
     assert code == 0, err
     import json
 
-    assert [j["name"] for j in json.loads(out)["jobs"]] == ["lgbm"]
+    assert [j["name"] for j in json.loads(out)["jobs"]] == ["lightgbm"]
     code, _, err = run_cli("submit", "plans/option1.yaml", "--models", "resnet18", "--dry-run")
     assert code == 2 and "go with --advise" in err
     out_file = tmp_path / "advised.yaml"

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from scheduler.core import kinds
 from scheduler.core.errors import UserError
+from scheduler.policy import advise as adv
 
 
 def advice_flags(p: argparse.ArgumentParser, *, for_submit: bool = False) -> None:
@@ -23,7 +24,8 @@ def advice_flags(p: argparse.ArgumentParser, *, for_submit: bool = False) -> Non
         p.add_argument("--json", action="store_true", help="one JSON document: the plan, every figure and its source, "
                                                             "and where it was written ('written': null without --out)")
     p.add_argument("--metric", help="the metric (default: the built-in competition's, or accuracy / rmse)")
-    p.add_argument("--models", metavar="A,B,C", help="timm models (and/or lightgbm) instead of the shortlist")
+    p.add_argument("--models", metavar="A,B,C", help="networks of the image kind (timm models) instead of the "
+                   f"shortlist, and/or one table kind ({', '.join(adv.table_kinds())}) instead of the advised one")
     p.add_argument("--cpus", type=int, metavar="N", help="CPU cores of the machine (default: the card's usual box)")
     p.add_argument("--out", metavar="FILE", help="write the plan's YAML to FILE (without it, nothing is written; "
                                                  "'-': print only the YAML, for `advise ... --out - | submit -`)")
@@ -94,7 +96,7 @@ def show(advised, console: Console) -> None:
     for col in ("job", "model", "px", "batch", "folds×epochs", "memory", "img/s alone", "time alone", "time in wave"):
         t.add_column(col, justify="left" if col in ("job", "model") else "right")
     for j in a.jobs:
-        if kinds.get(j["kind"]).gpu == "none":  # a table kind on cores: no model, batch or images
+        if kinds.get(j["kind"]).reads == "table":  # a table kind on cores: no model, batch or images
             t.add_row(j["name"], j["kind"], "—", "—", f"{j['folds']}", f"{j['cpus']} cores", "—", "—",
                       format_duration(j["seconds"]))
             continue

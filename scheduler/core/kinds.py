@@ -112,6 +112,12 @@ class Kind:
     script_of: str | None = None
     # (job) -> Work: what its plan entry asks for, as the rest of gpupack reads it; None: its folds and params alone
     work_of: Callable[[Any], Work] | None = None
+    # (Work) -> the fields of a plan entry that asks for that work (``work_of``'s inverse, for the fields a planner
+    # sets: ``advise`` writes its plan with it); None: its folds alone
+    entry_of: Callable[[Work], dict] | None = None
+    # ``advise`` proposes a job of it where the competition holds what it ``reads`` (an image kind's networks on the
+    # card, a table kind's one job on the cores); the first advised kind of each in the registry's order is taken
+    advised: bool = False
     # the trees time model's figures for this kind (``policy.tasktime.TREE_COST``'s keys; ``per_class``: False where
     # one tree serves every class, as a forest's does; ``shaped``: False where its trees' shape is not the boosting
     # libraries' leaves or depth); None: ``TREE_COST``'s own for its name, else LightGBM's
@@ -124,6 +130,12 @@ class Kind:
         if self.work_of is not None:
             return self.work_of(job)
         return Work(folds=job.folds, params=dict(job.params))
+
+    def entry(self, work: Work) -> dict:
+        """The plan entry's fields (less its name and kind) that ask for ``work``."""
+        if self.entry_of is not None:
+            return self.entry_of(work)
+        return {"folds": work.folds}
 
     @property
     def cuttable(self) -> bool:

@@ -2,10 +2,13 @@
 
 The rules, in the order they are applied (each one says why in ``Advice.reasons``):
 
+- **Kinds**: from the registry (:func:`candidates`, the kinds whose descriptor says ``advised``): an image kind's
+  networks on the card (timm's, today), and one job of a table kind on the cores (LightGBM, today; ``--models`` may
+  name another table kind) for the numeric columns of ``train.csv`` when there are any. A competition without
+  images (or not a classification) gets the table kind alone.
 - **Models**: the shortlist ``SHORTLIST`` of timm families that train well from scratch on small and medium data
   (ResNet, EfficientNet, RegNet: BatchNorm CNNs; vision transformers need pre-training or far more data), or the
-  ``--models`` given; LightGBM for the numeric columns of ``train.csv`` when there are any. A competition without
-  images (or not a classification) gets LightGBM alone.
+  ``--models`` given.
 - **Image size**: each model's own, as timm benchmarks it (224 px for ResNets, 256–320 for larger EfficientNets).
 - **Epochs and folds**: 10 epochs up to 20,000 rows (6 up to 200,000, else 3); 5 folds if time allows, else 3.
 - **Batch**: the largest rung of the ladder that gives each fold ``MIN_OPTIMIZER_STEPS`` optimizer steps (the
@@ -13,8 +16,9 @@ The rules, in the order they are applied (each one says why in ``Advice.reasons`
 - **Waves that fill the band**: the models go onto the card in order while their memory stays under the band's top;
   when the shortlist leaves the card under the band's bottom, variants of the same models (another learning rate)
   fill it. Everything chosen runs in one wave.
-- **Time**: every job's time comes from the time model (``timemodel``, corrected by what this machine measured),
-  slowed by its wave's co-location (``colocation``). The plan's estimated finish must lie inside ``MARGIN`` of the
+- **Time**: every image job's time comes from the time model (``timemodel``, corrected by what this machine
+  measured), slowed by its wave's co-location (``colocation``); the table job's from its kind's (``tasktime``: the
+  trees model on its cores). The plan's estimated finish must lie inside ``MARGIN`` of the
   training window (leaving the budget's controller its margin for the estimate's error). When it does not, the plan shrinks step by step: folds 5 → 3, then fewer
   epochs, then smaller images, then fewer jobs (the last added first). When not even one job fits, ``UserError``
   (exit 2) says why.
@@ -30,10 +34,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from scheduler.core import hardware as hw
+from scheduler.core import kinds
+from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
 from scheduler.core.folds import fold_train_rows
 from scheduler.core.units import format_duration
-from scheduler.policy import colocation, timemodel
+from scheduler.policy import colocation, tasktime, timemodel
 from scheduler.policy.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps, statistical_cap
 from scheduler.policy.fit import RUNGS
 from scheduler.policy.packing import Demand, pack
@@ -41,7 +47,6 @@ from scheduler.policy.timemodel import Speed, Work
 
 SHORTLIST = ("resnet50", "efficientnet_b0", "resnet34", "efficientnet_b2", "resnet18", "efficientnet_b3",
              "regnety_016", "efficientnet_b4")
-LIGHTGBM = "lightgbm"
 SIZES = (384, 320, 288, 256, 224, 192, 160, 128, 96, 64)
 EPOCH_LADDER = (10, 8, 6, 4, 3, 2, 1)
 FOLDS = (5, 3)
@@ -50,8 +55,6 @@ VARIANT_LRS = (5e-4, 2e-3)
 MAX_WAVES = 3
 MAX_JOBS = 16
 LR = 1e-3
-LGBM_CELLS_PER_CORE_S = 2e7  # rows × features × boosting rounds per core-second: a rough figure, no benchmark
-LGBM_ROUNDS = 500  # rounds a fold usually runs before early stopping ends it
 
 
 @dataclass(frozen=True)
@@ -105,10 +108,10 @@ class Job:
 @dataclass
 class Timing:
     jobs: list[Job]
-    finish: float  # seconds: the waves one after the other, LightGBM beside them
+    finish: float  # seconds: the waves one after the other, the table job beside them
     waves: list[dict]
-    lgbm_s: float
-    lgbm_cpus: int
+    table: tasktime.TaskTime | None  # the table job's time on its cores (None: no table job)
+    table_cpus: int
 
 
 @dataclass(frozen=True)
@@ -153,9 +156,33 @@ def work(rows: int, test_rows: int, shape: Shape, batch: int) -> Work:
     return timemodel.work_for(rows, test_rows, folds=shape.folds, epochs=shape.epochs, batch=batch)
 
 
-def lightgbm_s(facts: DataFacts, folds: int, cpus: int) -> float:
-    cells = facts.rows * max(1, facts.features) * LGBM_ROUNDS
-    return 5.0 + folds * cells / (max(1, cpus) * LGBM_CELLS_PER_CORE_S)
+def candidates(asked: tuple[str, ...] | None = None) -> tuple[kinds.Kind | None, kinds.Kind | None]:
+    """(image kind, table kind) advise plans with, from the registry in its order: the first advised kind (its
+    descriptor's ``advised``) that trains on images, and the table kind ``asked`` names (``--models``), else the
+    first advised one that reads a table (None: ``asked`` names networks alone)."""
+    known = [kinds.get(n) for n in kinds.names()]
+    image = next((k for k in known if k.advised and k.reads == "images"), None)
+    named = [k for k in known if k.reads == "table" and asked and k.name in asked]
+    if len(named) > 1:
+        raise UserError(f"--models: advise plans one table job; {', '.join(k.name for k in named)} named")
+    if asked is not None:
+        return image, (named[0] if named else None)
+    return image, next((k for k in known if k.advised and k.reads == "table"), None)
+
+
+def table_kinds() -> tuple[str, ...]:
+    """The names of the registry's kinds that read a table (what ``--models`` may name besides networks)."""
+    return tuple(n for n in kinds.names() if kinds.get(n).reads == "table")
+
+
+def table_time(kind: kinds.Kind, facts: DataFacts, folds: int, *, cpus: int, cores: int) -> tasktime.TaskTime:
+    """A job of table kind ``kind`` on ``cpus`` of ``cores``, as written into the plan: its time by its kind's own
+    time model (``tasktime.predict``: the trees model, its figures the kind's), from its plan entry's Work."""
+    job = planmod.job_from_dict({"name": kind.name, "kind": kind.name, **kind.entry(kinds.Work(folds=folds))},
+                                "advise")
+    work = tasktime.work_of(job, kind.name, folds, rows=facts.rows, test_rows=facts.test_rows, cpus=cpus,
+                            features=facts.features, classes=facts.classes, problem=facts.task)
+    return tasktime.predict(work, card=None, cores=cores)
 
 
 class _Planner:
@@ -172,14 +199,17 @@ class _Planner:
         self.window = req.budget_s * (1 - req.reserve)
         self.target = MARGIN * self.window
         asked = list(dict.fromkeys(req.models)) if req.models else None  # a model named twice is one job
-        self.lightgbm = facts.features > 0 and (asked is None or LIGHTGBM in asked)
-        gpu_ok = facts.images and facts.task == "classification"
-        self.models = [m for m in (asked or SHORTLIST) if m != LIGHTGBM] if gpu_ok else []
+        self.image, table = candidates(tuple(asked) if asked else None)
+        self.table = table if facts.features > 0 else None
+        networks = [m for m in (asked or SHORTLIST) if m not in table_kinds()]
+        gpu_ok = self.image is not None and facts.images and facts.task == "classification"
+        self.models = networks if gpu_ok else []
         self.reasons: list[str] = []
         if not gpu_ok:
-            why = "no images" if not facts.images else f"a {facts.task} task (timm jobs classify)"
+            why = ("no image kind" if self.image is None else "no images" if not facts.images
+                   else f"a {facts.task} task ({self.image.name} jobs classify)")
             self.reasons.append(f"image models: none, the competition has {why}")
-            if asked and any(m != LIGHTGBM for m in asked):
+            if asked and networks:
                 raise UserError(f"--models names image models, but {facts.label or 'the competition'} has {why}")
         self.fill = req.models is None
 
@@ -216,10 +246,10 @@ class _Planner:
 
     def timed(self, shape: Shape, jobs: list[Job]) -> Timing:
         """Pack ``jobs`` as ``submit`` will (the same packer, memory and cores), then time each wave."""
-        lgbm_cpus = (max(1, self.cpus // 3) if jobs else self.cpus) if self.lightgbm else 0
+        table_cpus = (max(1, self.cpus // 3) if jobs else self.cpus) if self.table else 0
         first = [j for j in jobs if j.wave == 0] or jobs
-        per = max(1, min(8, (self.cpus - lgbm_cpus) // max(1, len(first))))
-        demands = [Demand("lgbm", 0, lgbm_cpus)] if self.lightgbm else []
+        per = max(1, min(8, (self.cpus - table_cpus) // max(1, len(first))))
+        demands = [Demand(self.table.name, 0, table_cpus)] if self.table else []
         for j in jobs:
             j.cpus = per
             j.speed = j.speed or self.tools.speed(j.model, j.image_size, j.batch, self.card)
@@ -246,8 +276,9 @@ class _Planner:
                           "slowdown": shared["slowdown"], "gain_source": shared["source"],
                           "gain_parts": shared["parts"]})
             gpu_s += max(j.seconds for j in members)
-        lgbm_s = lightgbm_s(self.facts, shape.folds, lgbm_cpus) if self.lightgbm else 0.0
-        return Timing(jobs, max(gpu_s, lgbm_s), waves, lgbm_s, lgbm_cpus)
+        table = (table_time(self.table, self.facts, shape.folds, cpus=table_cpus, cores=self.cpus)
+                 if self.table else None)
+        return Timing(jobs, max(gpu_s, table.total_s if table else 0.0), waves, table, table_cpus)
 
     def extras(self, shape: Shape, jobs: list[Job]) -> list[Job]:
         """Jobs for later waves: the models that did not fit the first, then (for the shortlist) variants."""
@@ -294,7 +325,7 @@ class _Planner:
 
     def plan(self) -> Advice:
         tried = None  # (shape, finish) of the last plan that had a job
-        if self.models or self.lightgbm:
+        if self.models or self.table:
             for shape in self.shapes():
                 jobs = self.jobs(shape)
                 if self.models and not jobs:
@@ -303,8 +334,8 @@ class _Planner:
                 tried = (shape, timing.finish)
                 if timing.finish <= self.target:
                     return self.advice(shape, self.grow(shape, timing))
-        if self.lightgbm and self.models:  # no image model fits: LightGBM alone, if it does
-            self.reasons.append(f"no image model fits {self.card} and the time: LightGBM alone")
+        if self.table and self.models:  # no image model fits: the table job alone, if it does
+            self.reasons.append(f"no image model fits {self.card} and the time: {self.table.name} alone")
             self.models = []
             return self.plan()
         raise UserError(self.nothing_fits(tried))
@@ -312,9 +343,9 @@ class _Planner:
     def nothing_fits(self, tried) -> str:
         budget = f"{self.req.budget} budget ({format_duration(self.window)} of training, {MARGIN:.0%} of it: " \
                  f"{format_duration(self.target)})"
-        if not self.models and not self.lightgbm:
+        if not self.models and not self.table:
             return (f"no model can train on {self.facts.label or 'this competition'}: no images for an image model "
-                    "and no numeric columns for LightGBM")
+                    "and no numeric columns for a table kind")
         if tried is None:
             return (f"no model fits {self.card}: none of {', '.join(self.models)} fits "
                     f"{self.limit:,} MiB (the band's top) even at batch {RUNGS[-1]}")
@@ -325,24 +356,23 @@ class _Planner:
     def advice(self, shape: Shape, timing: Timing) -> Advice:
         jobs = timing.jobs
         plan_jobs, rows = [], []
-        if self.lightgbm:
-            plan_jobs.append({"name": "lgbm", "kind": "lightgbm", "folds": shape.folds,
-                              "resources": {"cpus": timing.lgbm_cpus}})
-            rows.append({"name": "lgbm", "kind": "lightgbm", "folds": shape.folds, "cpus": timing.lgbm_cpus,
-                         "gpu_memory_mib": 0, "seconds": round(timing.lgbm_s, 1),
-                         "seconds_source": f"rough: rows × features × {LGBM_ROUNDS} rounds ÷ "
-                                           f"({timing.lgbm_cpus} cores × {LGBM_CELLS_PER_CORE_S:.0e}/s)"})
+        if self.table:
+            name = self.table.name
+            plan_jobs.append({"name": name, "kind": name, **self.table.entry(kinds.Work(folds=shape.folds)),
+                              "resources": {"cpus": timing.table_cpus}})
+            rows.append({"name": name, "kind": name, "folds": shape.folds, "cpus": timing.table_cpus,
+                         "gpu_memory_mib": 0, "seconds": round(timing.table.total_s, 1),
+                         "seconds_source": f"its kind's time model ({self.table.time_model}) on "
+                                           f"{timing.table_cpus} core(s): {timing.table.sources['step_s']}"})
         slowdown = {n: w["slowdown"] for w in timing.waves for n in w["jobs"]}
         several = len(timing.waves) > 1  # fixed batches: submit's fitter keeps the waves rather than shrink them
         for j in jobs:
-            spec = {"name": j.name, "kind": "timm", "model": j.model, "image_size": j.image_size,
-                    "batch_size": j.batch, **({"fixed_batch": True} if several else {}), "epochs": shape.epochs,
-                    "folds": shape.folds, "resources": {"cpus": j.cpus}}
-            if j.lr != LR:
-                spec["lr"] = j.lr
-            plan_jobs.append(spec)
+            chosen = kinds.Work(folds=shape.folds, model=j.model, image_size=j.image_size, batch=j.batch,
+                                fixed_batch=several, epochs=shape.epochs, lr=j.lr, lr_named=j.lr != LR)
+            plan_jobs.append({"name": j.name, "kind": self.image.name, **self.image.entry(chosen),
+                              "resources": {"cpus": j.cpus}})
             w = work(self.facts.rows, self.facts.test_rows, shape, j.batch)
-            rows.append({"name": j.name, "kind": "timm", "model": j.model, "image_size": j.image_size,
+            rows.append({"name": j.name, "kind": self.image.name, "model": j.model, "image_size": j.image_size,
                          "batch_size": j.batch, "lr": j.lr, "epochs": shape.epochs, "folds": shape.folds,
                          "cpus": j.cpus, "gpu_memory_mib": j.mib, "wave": j.wave,
                          "optimizer_steps_per_fold": optimizer_steps(w.train_rows, j.batch, shape.epochs),

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import yaml
 
-from jobs import timm_kind
 from scheduler.core import kinds
 from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
@@ -74,8 +73,7 @@ def facts(data: str | None, metric: str | None) -> adv.DataFacts:
     from jobs import shelf
     from jobs.data import load_competition
 
-    probe = planmod.Plan(name="advise", jobs=[{"name": "x", "kind": "lightgbm"}])
-    choice = datasource.choose(data, probe, None)
+    choice = datasource.choose(data, None, None)
     folder = datasource.materialised(choice.builtin) if choice.builtin else choice.dir
     comp = load_competition(folder, metric)
     if metric is None:
@@ -112,9 +110,17 @@ def advise(*, hardware: str, budget: str, data: str | None = None, metric: str |
         raise UserError(f"--budget: {e}") from None
     if metric is not None and metric not in planmod.METRICS:
         raise UserError(f"--metric: unknown metric '{metric}'; allowed: {', '.join(planmod.METRICS)}")
-    for m in models or []:
-        if m != adv.LIGHTGBM and m not in timm_kind.timm_models():
-            raise UserError(f"--models: timm does not know the model '{m}' (or name lightgbm)")
+    image, _ = adv.candidates(tuple(models) if models else None)
+    for m in models or []:  # a network the image kind's plan entry takes, or a table kind
+        if m not in adv.table_kinds():
+            if image is None:
+                raise UserError(f"--models {m}: no kind trains on images; name a table kind: "
+                                f"{', '.join(adv.table_kinds())}")
+            try:
+                planmod.job_from_dict({"name": m, "kind": image.name, **image.entry(kinds.Work(model=m))},
+                                      f"--models {m}")
+            except UserError as e:
+                raise UserError(f"{e} (or name a table kind: {', '.join(adv.table_kinds())})") from None
     from scheduler.core import hardware as hw
 
     machine = hw.from_profile(hardware, cpus=cpus)

@@ -29,14 +29,15 @@ class DataChoice:
         return f"built-in '{self.builtin}'" if self.builtin else str(self.dir)
 
 
-def choose(cli_data: str | None, plan: Plan, plan_file: Path | None) -> DataChoice:
-    """``--data``, else the plan's ``data:`` (relative to the plan file), else the built-in digits."""
+def choose(cli_data: str | None, plan: Plan | None, plan_file: Path | None) -> DataChoice:
+    """``--data``, else the plan's ``data:`` (relative to the plan file; None: no plan yet), else the built-in
+    digits."""
     from jobs import shelf
     from jobs.data import DIGITS
 
     if cli_data:
         given, path = cli_data, Path(cli_data)
-    elif plan.data:
+    elif plan is not None and plan.data:
         given = plan.data
         path = (plan_file.parent if plan_file else Path(".")) / plan.data
     else:
