@@ -122,6 +122,13 @@ class HardwareSpec(_Strict):
         return v
 
 
+def training_window_s(budget_s: float, reserve: float) -> float:
+    """The training window, written once: the budget less what is kept for ensembling and writing (``reserve``, the
+    plan's ``reserve_for_inference``, a fraction of it). The dry run's, a submit's and a resume's window, and
+    ``advise``'s, are this (``Plan.window_s``)."""
+    return budget_s * (1 - reserve)
+
+
 class EnsembleSpec(_Strict):
     method: Literal["mean", "weighted", "rank", "hill_climb", "stack"] = "hill_climb"
 
@@ -137,6 +144,11 @@ class Plan(_Strict):
     seed: int = Field(default=42, ge=0, lt=2**31)  # numpy, scikit-learn and LightGBM take 32-bit seeds
     jobs: list[SerializeAsAny[JobBase]] = Field(min_length=1, max_length=MAX_JOBS)
     ensemble: EnsembleSpec = EnsembleSpec()
+
+    @property
+    def window_s(self) -> float:
+        """Its training window (:func:`training_window_s` of its budget and reserve)."""
+        return training_window_s(self.budget, self.reserve_for_inference)
 
     @field_validator("hardware", mode="before")
     @classmethod

@@ -196,7 +196,7 @@ class _Planner:
         self.limit = int(self.memory_mib * req.band[1])
         self.low = int(self.memory_mib * req.band[0])
         self.cpus = self.hardware.total_cpus
-        self.window = req.budget_s * (1 - req.reserve)
+        self.window = planmod.training_window_s(req.budget_s, req.reserve)
         self.target = MARGIN * self.window
         asked = list(dict.fromkeys(req.models)) if req.models else None  # a model named twice is one job
         self.image, table = candidates(tuple(asked) if asked else None)

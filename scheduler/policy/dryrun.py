@@ -181,8 +181,8 @@ class DryRun:
 
     @property
     def window_s(self) -> float:
-        """The training window: the budget less what is kept for ensembling and writing."""
-        return self.plan.budget * (1 - self.plan.reserve_for_inference)
+        """The training window: the budget less what is kept for ensembling and writing (``Plan.window_s``)."""
+        return self.plan.window_s
 
     def timeline_rows(self) -> list[dict]:
         """One row per task, in the order it starts: its predicted start, end of start-up and end (seconds from the

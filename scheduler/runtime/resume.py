@@ -427,5 +427,5 @@ def resume_plan(run_dir: Path, budget_s: float | None):
     table = plantime.Data.of(datasource.inspect(choice, plan))  # the same statistics cap and table as the first run
     dry = dryrun.prepare(plan, hardware, estimated=not info.get("trust_plan_memory", False), data=table,
                          measured=measurements.memory_source(), lanes=_lanes_of(record), speed=advising.speed)
-    training_s = plan.budget * (1 - plan.reserve_for_inference) if budget_s else None
+    training_s = dry.window_s if budget_s else None
     return dry, choice, training_s

@@ -34,7 +34,7 @@ class RunOptions:
     poll_s: float = 0.5
     plan_file: Path | None = None
     resume: bool = False  # go on with a stopped run in run_dir: only the jobs that had not SUCCEEDED run
-    training_s: float | None = None  # the training window; None: the plan's budget less its reserve
+    training_s: float | None = None  # the training window; None: the dry run's (``Plan.window_s``)
     asked: dict = field(default_factory=dict)  # how the run was asked for (hardware_arg, …), kept for --resume
     builtin: str | None = None  # the shelf's competition to write when there is no data_dir (default digits)
 
@@ -83,8 +83,7 @@ class Runner:
     def __init__(self, dry: DryRun, opts: RunOptions, record: RunRecord, best_fit=None):
         self.dry, self.plan, self.opts, self.record = dry, dry.plan, opts, record
         self.started_at = time.time()
-        window_s = self.plan.budget * (1 - self.plan.reserve_for_inference)
-        self.deadline = self.started_at + (window_s if opts.training_s is None else opts.training_s)
+        self.deadline = self.started_at + (dry.window_s if opts.training_s is None else opts.training_s)
         done = frozenset(r["name"] for r in record.jobs() if r["state"] == JobState.SUCCEEDED.value)
         self.run_state = rl.RunState(self.plan, dry.placement.assignments, rl.Window(self.started_at, self.deadline),
                                      whole=frozenset(dry.whole), done=done, best_fit=best_fit, tasks=dry.tasks,

@@ -100,8 +100,7 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
         record = RunRecord.open_existing(opts.run_dir)
         info = resume.check_resumable(record)
         if opts.training_s is None:  # the rule: what the training window had left when the driver stopped
-            window_s = dry.plan.budget * (1 - dry.plan.reserve_for_inference)
-            opts = dataclasses.replace(opts, training_s=resume.training_left_s(info, window_s))
+            opts = dataclasses.replace(opts, training_s=resume.training_left_s(info, dry.window_s))
         resume.check_made_from(record, dry, opts.data_dir)  # a changed world is refused before anything moves
         resume.reopen(record, dry, opts.training_s)
     else:
