@@ -3,11 +3,13 @@ the dry run's predicted wall and per-task timeline, the warning when a budget ca
 
 import json
 import os
+import re
 
 import pytest
 import yaml
 
 from conftest import ROOT
+from scheduler.core.units import format_duration
 
 
 def _plan(tmp_path, **job):
@@ -41,6 +43,10 @@ def test_folds_mostly_start_up_get_one_lane_long_folds_get_three(tmp_path):
     assert sorted(t.name for t in long.tasks.values()) == ["r18/f0", "r18/f1", "r18/f2"]
     assert long.times["r18/f0"].fold_s > 2 * long.times["r18/f0"].startup.total_s  # long folds
     assert "3 of 3 folds side by side: the plan is predicted to end at" in long.lanes_why["r18"]
+    assert re.search(r"at \d+ s on the A100-40GB card, against \d+ s on the A100-40GB card with every job in one lane",
+                     long.lanes_why["r18"]), long.lanes_why["r18"]
+    assert re.search(r"at \d+ s on the A100-40GB card with 2 lanes of r18, against \d+ s on the A100-40GB card with 1",
+                     short.lanes_why["r18"]), short.lanes_why["r18"]
 
 
 @pytest.mark.parametrize("rows", [300, 3000, 30000])
@@ -206,9 +212,16 @@ def test_dry_run_prints_the_predicted_wall_and_a_timeline(run_cli):
     code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run")
     assert code == 0, err
     assert "Predicted timeline" in out and "predicted wall" in out
+    said = " ".join(out.split())
+    lanes = said.split("folds of ")[1:]
+    assert lanes, said  # each job's lanes, in the card's seconds, each figure saying so (the timeline: this machine's)
+    for line in lanes:
+        figures = re.findall(r"(\d+) s( on the A100-40GB card)?", line.split(": another lane")[0])
+        assert figures and all(on for _, on in figures), line
     code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json")
     body = json.loads(out)
     tl = body["timeline"]
+    assert f"predicted wall {format_duration(tl['predicted_wall_s'])} ({tl['where']}) of the" in said
     assert {r["task"] for r in tl["tasks"]} == {t["task"] for t in body["tasks"]}
     for r in tl["tasks"]:
         assert 0 <= r["start_s"] <= r["startup_end_s"] <= r["end_s"] <= tl["predicted_wall_s"]
@@ -229,7 +242,7 @@ def test_a_plan_past_its_window_is_predicted_to_end_with_the_window_the_budget_c
     assert tl["smallest_wall_s"] < tl["window_s"] < tl["uncut_wall_s"]
     assert tl["predicted_wall_s"] == tl["window_s"] and tl["window_use"] == 1.0 and not tl["fits"]
     code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--budget", budget)
-    assert "the budget cuts it to end inside the window" in out
+    assert "the budget cuts it to end inside the window" in " ".join(out.split())  # as the terminal wraps it
 
 
 def test_a_budget_that_cannot_hold_the_smallest_form_is_warned(run_cli):

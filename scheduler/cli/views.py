@@ -152,7 +152,7 @@ def show_timeline(dry: DryRun, console: Console) -> None:
     console.print(t)
     cut = (f" (uncut {format_duration(doc['uncut_wall_s'])}: the budget cuts it to end inside the window)"
            if doc["uncut_wall_s"] > doc["predicted_wall_s"] else "")
-    console.print(f"[bold]predicted wall[/] {format_duration(doc['predicted_wall_s'])} of the "
+    console.print(f"[bold]predicted wall[/] {format_duration(doc['predicted_wall_s'])} ({doc['where']}) of the "
                   f"{format_duration(doc['window_s'])} training window ({doc['window_use']:.0%}){cut}; smallest form "
                   f"(one fold, one epoch) {format_duration(doc['smallest_wall_s'])}")
 

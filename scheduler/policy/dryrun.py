@@ -273,8 +273,11 @@ def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, in
 
     size = {(d.node, d.index): int(d.memory_mib * band[1]) for n in nodes for d in n.devices}
     ram = {n.name: n.memory_mib for n in nodes}
-    finish = None
+    finish, on = None, ""
     if timing is not None:
+        # the card's seconds, whatever the timeline is on: said with each figure, so that a CPU rehearsal's timeline
+        # beside them is not read as their measure
+        on = f"on the {hardware.profile} card"
         timing = dataclasses.replace(timing, rehearsal=False, in_process=False)
         fitted_plan = plan.model_copy(update={"jobs": [_fitted_job(j, fitted) for j in plan.jobs]})
         slow = device_slowdown(fitted_plan, {}, hardware.profile, speed)
@@ -291,7 +294,7 @@ def _lanes(plan: Plan, fitted, nodes, hardware: hw.Hardware, fixed: dict[str, in
 
     return tk.fold_lanes(jobs, pack_units, gain, room_mib=lambda node, dev: size.get((node, dev), 0),
                          large_card=hardware.profile in LARGE_CARDS, fixed=fixed, ram_mib=lambda n: ram.get(n),
-                         finish=finish)
+                         finish=finish, finish_on=on)
 
 
 def _fitted_job(job, fitted):

@@ -109,12 +109,14 @@ def _units(jobs: Sequence[LaneJob], lanes: dict[str, int]) -> list[tuple[str, in
 
 def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib: Callable[[str, int], int],
                large_card: bool, fixed: dict[str, int] | None = None,
-               ram_mib: Callable[[str], int | None] = lambda node: None, finish: FinishFn | None = None) -> Lanes:
+               ram_mib: Callable[[str], int | None] = lambda node: None, finish: FinishFn | None = None,
+               finish_on: str = "") -> Lanes:
     """The lanes of each job (see the module's docstring). ``room_mib(node, device)`` is a device's memory under the
     band's top; ``ram_mib(node)`` a node's host RAM (None: not known); ``fixed`` forces lanes (a resumed run keeps
     the tasks it had). With ``finish`` (the time model's predicted wall of the plan as it would run), a lane is kept
     only where the plan ends sooner with it (``TIME_TOLERANCE``), in place of the packing-gain rule: each lane pays
-    its start-up again and slows its neighbours, and the timeline counts both."""
+    its start-up again and slows its neighbours, and the timeline counts both. ``finish_on``: what ``finish``'s
+    seconds are predicted on (``on the A100-40GB``), written after each of them in the reasons."""
     lanes = {j.name: 1 for j in jobs}
     why: dict[str, str] = {}
     if fixed is not None:
@@ -155,7 +157,7 @@ def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib:
             stop("another lane would push work into a later wave")
             continue
         if finish is not None:
-            verdict = _time_verdict(j, finish(lanes, where), finish(trial, t_where), trial[j.name])
+            verdict = _time_verdict(j, finish(lanes, where), finish(trial, t_where), trial[j.name], finish_on)
         else:
             verdict = _gain_verdict(j, jobs, (lanes, where), (trial, t_where), gain=gain, large_card=large_card)
         if verdict is not None:
@@ -165,7 +167,8 @@ def fold_lanes(jobs: Sequence[LaneJob], pack: PackFn, gain: GainFn, *, room_mib:
     for j in jobs:
         if lanes[j.name] > 1 and finish is not None:
             why[j.name] = (f"{lanes[j.name]} of {j.folds} folds side by side: the plan is predicted to end at "
-                           f"{finish(lanes, where):.0f} s, against {one_lane:.0f} s with every job in one lane")
+                           f"{_secs(finish(lanes, where), finish_on)}, against {_secs(one_lane, finish_on)} with "
+                           "every job in one lane")
             if j.name in stops:
                 why[j.name] += f"; no more: {stops[j.name]}"
         elif lanes[j.name] > 1:
@@ -224,12 +227,18 @@ def _gain_verdict(j, jobs, now: tuple, then: tuple, *, gain: GainFn, large_card:
     return None
 
 
-def _time_verdict(j: LaneJob, before_s: float, after_s: float, lanes: int) -> str | None:
-    """None when the plan ends sooner with the lane; else why not, in seconds."""
+def _secs(s: float, on: str) -> str:
+    """A predicted wall, with what it is predicted on (``on``: ``on the A100-40GB``; empty: said elsewhere)."""
+    return f"{s:.0f} s" + (f" {on}" if on else "")
+
+
+def _time_verdict(j: LaneJob, before_s: float, after_s: float, lanes: int, on: str = "") -> str | None:
+    """None when the plan ends sooner with the lane; else why not, in seconds (each said ``on`` what)."""
     if after_s < before_s * (1 - TIME_TOLERANCE):
         return None
-    return (f"the plan is predicted to end at {after_s:.0f} s with {lanes} lanes of {j.name}, against {before_s:.0f} s "
-            f"with {lanes - 1}: another lane's start-up and its neighbours' contention outweigh what it runs")
+    return (f"the plan is predicted to end at {_secs(after_s, on)} with {lanes} lanes of {j.name}, against "
+            f"{_secs(before_s, on)} with {lanes - 1}: another lane's start-up and its neighbours' contention "
+            "outweigh what it runs")
 
 
 def _gain_text(j, jobs, lanes, where, gain: GainFn) -> str:
