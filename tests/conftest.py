@@ -72,24 +72,52 @@ TEST_CPUS = 16
 TEST_HARDWARE = {"profile": "A100-40GB", "gpus_per_node": TEST_GPUS, "cpus": TEST_CPUS}
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """One local Ray for the session, shaped like 2 × A100-40GB (logical GPUs, memory resources at 90 %)."""
+_SHARED_RAY: dict = {}  # the session's one local Ray: its GCS address, once a test asked for it
+
+
+def _start_shared_ray():
     import ray
 
     from scheduler.core import hardware
     from scheduler.runtime import cluster as runtime
 
     hw = hardware.from_profile("A100-40GB", gpus_per_node=TEST_GPUS, cpus=TEST_CPUS)
-    if ray.is_initialized():  # left by a module that failed before it could clean up: do not fail this one too
-        ray.shutdown()
     ram_mib = sum(n.memory_mib or 0 for n in hw.nodes)  # the profile's host RAM, as a run's own Ray declares it: the
     # tasks ask for theirs (Ray's ``memory``), which Ray's default (70 % of what is free now) may not hold on a busy box
     ray.init(address="local", num_cpus=TEST_CPUS, num_gpus=TEST_GPUS, resources=runtime.device_resources(hw, 0.90),
              include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False,
              **({"_memory": ram_mib * 1024 * 1024} if ram_mib else {}))
+    _SHARED_RAY["address"] = ray.get_runtime_context().gcs_address
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """One local Ray for the session, shaped like 2 × A100-40GB (logical GPUs, memory resources at 90 %): started by
+    the first module that asks for it and kept for the next (a start costs 2–3 s on a quiet 2-core machine, up to
+    18 s on a loaded one); started again where something in between stopped it or joined another (``no_ray``,
+    tests/test_cluster.py's two nodes); stopped when the session ends (``pytest_sessionfinish``)."""
+    import ray
+
+    if not (ray.is_initialized() and ray.get_runtime_context().gcs_address == _SHARED_RAY.get("address")):
+        if ray.is_initialized():  # another Ray, left connected by a module that failed before it could clean up
+            ray.shutdown()
+        _start_shared_ray()
     yield ray
-    ray.shutdown()
+
+
+@pytest.fixture
+def no_ray():
+    """No Ray connected in this process, for a test of how ``submit`` starts or joins one: the shared one is stopped
+    (the next module that asks for ``ray_cluster`` starts it again)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _SHARED_RAY and "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ import tempfile
 import time
 
 import psutil
-import pytest
 
 from conftest import ROOT
 from scheduler.store.record import RunRecord
@@ -43,11 +42,9 @@ def _ray_processes(marker: str) -> list[str]:
 
 
 def test_a_ray_that_cannot_start_ends_submit_in_one_line_exit_1_and_a_crashed_folder(tmp_path, run_cli,
-                                                                                      monkeypatch):
+                                                                                      monkeypatch, no_ray):
     import ray
 
-    if ray.is_initialized():
-        pytest.skip("a Ray is already connected in this process: submit would use it")
     plan = tmp_path / "tiny.yaml"
     plan.write_text(PLAN)
     ray_tmp = tempfile.mkdtemp(prefix="gpupack-ray-")  # short: Ray's socket paths must stay under 108 bytes
