@@ -225,4 +225,5 @@ KIND = register(Kind(
     name="xgboost", spec=XGBoostJob, gpu="declared", reads="table", runs_in="python", time_model="trees",
     imports_s=1.5, cuts=("folds", "epochs"), rounds_per_epoch=50, progress="rows × rounds/s", best_step="rounds",
     host_mib=host_mib, gpu_mib=gpu_mib, check=check, check_params=check_params,
-    run="jobs.xgboost_job:run", work_of=work, docs="XGBoost on the table's columns (numbers, categories, dates), on cores or a card"))
+    run="jobs.xgboost_job:run", work_of=work, extra={"tree_growth": "depth"},  # level by level: max_depth's passes
+    docs="XGBoost on the table's columns (numbers, categories, dates), on cores or a card"))

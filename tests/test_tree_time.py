@@ -91,6 +91,19 @@ def test_the_library_defaults_are_read_from_the_kind_when_not_given():
     assert predict(w).epochs == predict(replace(w, library_defaults=defaults)).epochs
 
 
+def test_a_trees_shape_follows_how_its_kind_grows_them(monkeypatch):
+    """XGBoost grows level by level (its descriptor says depth: max_depth histogram passes), LightGBM leaf-wise
+    (log2 of its leaves), each × the row and column fractions a tree samples; the descriptor decides, not the name."""
+    from scheduler.core import kinds
+
+    assert tt.tree_shape("xgboost", {"max_depth": 3, "subsample": 0.5}, {}) == pytest.approx(1.5)
+    monkeypatch.setitem(kinds._REGISTRY, "xgboost", replace(kinds.get("xgboost"), extra={}))
+    assert tt.tree_shape("xgboost", {"max_depth": 3, "num_leaves": 16}, {}) == pytest.approx(3.0)  # min(16, 2 ** 3)
+    assert tt.tree_shape("xgboost", {"max_depth": 6, "num_leaves": 16}, {}) == pytest.approx(4.0)  # leaf-wise now
+    assert tt.tree_shape("lightgbm", {"num_leaves": 16, "bagging_fraction": 0.5}, {}) == pytest.approx(2.0)
+    assert tt.tree_shape("lightgbm", {"max_depth": 3}, {}) == pytest.approx(3.0)  # leaves at most 2 ** depth
+
+
 # --- the first fold corrects the prior before the budget cuts anything on it ----------------------------------
 
 HARDWARE = SimpleNamespace(devices=[SimpleNamespace(node="n0", index=0, memory_mib=40_000)],

@@ -380,11 +380,12 @@ def learning_rate(params: dict, defaults: dict) -> float:
 
 def tree_shape(lib: str, params: dict, defaults: dict) -> float:
     """A tree's cost against a row's pass over the histograms: LightGBM grows leaf-wise (its rows pass about
-    log2(leaves) histograms), XGBoost level by level (max_depth of them); both × the row and column fractions each
-    tree samples."""
+    log2(leaves) histograms), XGBoost level by level (max_depth of them: its descriptor's ``extra["tree_growth"]`` is
+    ``"depth"``); both × the row and column fractions each tree samples."""
     rows = float(_param(params, defaults, ("bagging_fraction", "subsample", "sub_row"), 1.0) or 1.0)
     cols = float(_param(params, defaults, ("feature_fraction", "colsample_bytree", "sub_feature"), 1.0) or 1.0)
-    if lib == "xgboost":
+    kind = kinds.find(lib)
+    if kind is not None and kind.extra.get("tree_growth") == "depth":
         depth = int(_param(params, defaults, ("max_depth",), 6) or 6)
         return rows * cols * max(1, depth)
     leaves = int(_param(params, defaults, ("num_leaves", "num_leaf", "max_leaves"), 31) or 31)
