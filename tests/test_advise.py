@@ -33,6 +33,7 @@ def gpu_jobs(advice):
     return [j for j in advice.jobs if j["kind"] == "timm"]
 
 
+@pytest.mark.slow  # the planner's search for a 2 h budget (60 s loaded)
 def test_a_larger_card_and_budget_get_more_or_larger_jobs_and_both_finish_inside_the_margin():
     from scheduler.core import plan as planmod
 
@@ -50,6 +51,7 @@ def test_a_larger_card_and_budget_get_more_or_larger_jobs_and_both_finish_inside
         assert j["speed"]["parts"] and all(p["source"] for p in j["speed"]["parts"])
 
 
+@pytest.mark.slow  # the planner's search for a 9 h budget (38 s loaded)
 def test_a_short_budget_cuts_folds_first():
     a = run("A10-24GB", "20m")
     b = run("A10-24GB", "9h")

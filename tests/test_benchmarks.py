@@ -73,6 +73,7 @@ def _bench(name: str):
     return importlib.import_module(f"benchmarks.{name}")
 
 
+@pytest.mark.slow  # builds the benchmark's image competition twice and fits it (13 s loaded)
 def test_the_built_competition_loads_scores_and_is_learnable(tmp_path):
     """What the budget benchmark trains on: gpupack reads the folder (images, pixel columns, labels), submit's
     held-out scorer reads its solution.csv, the same seed writes the same files, and the labels are learnable from
@@ -356,6 +357,7 @@ def test_the_two_pretrained_plans_differ_in_pretrained_only(tmp_path):
     assert jobs[True].lr == 5e-4
 
 
+@pytest.mark.slow  # LightGBM at every fold count (51 s loaded)
 def test_the_lgbm_folds_benchmark_scores_each_fold_count_on_the_test_labels(tmp_path, capsys):
     """``benchmarks/lgbm_folds.py`` on a small competition: one held-out figure per split seed and fold count, each an
     accuracy on the competition's test labels, and the summary line per count."""

@@ -15,6 +15,8 @@ from scheduler.runtime.driver import RunOptions
 from scheduler.store.record import RunRecord
 from scheduler.runtime.submit import submit
 
+pytestmark = pytest.mark.slow  # a two-node Ray of its own (17 s loaded to start), 11 jobs on it, a node lost (45 s)
+
 A100 = 40960
 LIMIT = int(A100 * 0.9)
 

@@ -17,6 +17,7 @@ import sys
 import weakref
 from pathlib import Path
 
+import pytest
 import torch
 
 from jobs.trainer import StepSettings, Trainer
@@ -51,6 +52,7 @@ print(json.dumps({"folds": len(out.folds), "seen_alive": seen_alive}))
 """
 
 
+@pytest.mark.slow  # a timm job of two folds in a child process (25 s loaded)
 def test_the_previous_folds_model_and_optimizer_are_freed_before_the_next_fold_builds(tmp_path):
     p = subprocess.run([sys.executable, "-c", _FOLDS, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)

@@ -3,6 +3,8 @@ outputs are assembled from the lanes that finished, and ``submit --resume`` reru
 
 import json
 
+import pytest
+
 from conftest import TEST_HARDWARE
 from scheduler.core import plan as planmod
 from scheduler.policy import dryrun
@@ -19,6 +21,7 @@ def _dry():
     return dryrun.prepare(plan, dryrun.resolve_hardware(plan))
 
 
+@pytest.mark.slow  # a plan on Ray, then its resume (35 s loaded)
 def test_a_killed_fold_task_loses_only_its_fold_and_resume_reruns_only_it(ray_cluster, tmp_path, digits_dir):
     dry = _dry()
     assert sorted(dry.tasks) == ["net/f0", "net/f1"]  # the card has room: both folds side by side

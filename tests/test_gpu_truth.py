@@ -435,6 +435,7 @@ def test_part_6_on_the_card_small_shares_of_a_smaller_card_hold(tmp_path):
     assert all(t["within_share"] for t in run["tasks"]), run["tasks"]
 
 
+@pytest.mark.slow  # a child process that imports torch and timm and trains 4 steps (19 s loaded)
 def test_part_8s_first_step_script_runs_the_jobs_trainer_and_says_its_seconds(gt):
     """Part 8's child, on the CPU here (the card's run passes no device): the job's own ``Trainer`` step, four times,
     the first apart; its JSON is what the part reads."""

@@ -8,11 +8,13 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from conftest import FAKE_TRAIN, ROOT
 from waiting import HANG_S, wait_until
 
 
+@pytest.mark.slow  # submit in a child process with its own Ray (20 s loaded)
 def test_sigterm_stops_cleanly(tmp_path, digits_dir):
     plan = tmp_path / "plan.yaml"
     plan.write_text(json.dumps({

@@ -48,6 +48,7 @@ def peak(b):
     return estimate("resnet18", 224, b).peak_mib
 
 
+@pytest.mark.slow  # ResNet-18 at 224 px on the CPU, 2 folds (15 s loaded)
 def test_too_large_halves_until_it_fits_and_finishes_its_folds(comp, tmp_path):
     share = (peak(64) + peak(128)) // 2  # 128 does not fit, 64 does
     out, changes = run(comp, tmp_path, 256, share)
@@ -59,6 +60,7 @@ def test_too_large_halves_until_it_fits_and_finishes_its_folds(comp, tmp_path):
     assert out.throughput["batch_size"] == 64
 
 
+@pytest.mark.slow  # ResNet-18 at 224 px on the CPU, 2 folds (15 s loaded)
 def test_too_small_grows_while_memory_sits_idle(comp, tmp_path):
     out, changes = run(comp, tmp_path, 8, share_mib=peak(256) * 1.2, optimizer="sgd")
     grows = [c for c in changes if c["action"] == "grow"]
@@ -70,6 +72,7 @@ def test_too_small_grows_while_memory_sits_idle(comp, tmp_path):
     assert [f.fold for f in out.folds] == [0, 1]
 
 
+@pytest.mark.slow  # ResNet-18 at 224 px on the CPU, 2 folds (12 s loaded)
 def test_fixed_batch_never_grows(comp, tmp_path):
     out, changes = run(comp, tmp_path, 8, share_mib=peak(256) * 1.2, fixed_batch=True)
     assert changes == [] and out.throughput["batch_size"] == 8

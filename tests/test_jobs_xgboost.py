@@ -64,6 +64,7 @@ def test_its_plan_entry_is_checked_as_every_kind_is():
         from_dict({"name": "p", "jobs": [{"name": "x", "kind": "xgboost", "num_leaves": 3}]})
 
 
+@pytest.mark.slow  # the shipped plans/tabular.yaml whole: 15 boosting folds and a stack (122 s loaded)
 def test_lightgbm_and_xgboost_run_side_by_side_and_are_blended(run_cli, tmp_path):
     run = tmp_path / "run"
     code, out, err = run_cli("submit", "plans/tabular.yaml", "--in-process", "--run-dir", run, "--json",

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from conftest import TEST_HARDWARE
 from scheduler.core.boundedlog import rotate_copy as rotate_log
@@ -75,6 +76,7 @@ def test_the_ray_processes_a_lost_driver_left_are_stopped_on_resume(tmp_path):
             agent.kill()
 
 
+@pytest.mark.slow  # submit --resume in a child process (15 s loaded)
 def test_a_refused_resume_still_stops_what_the_lost_driver_left(tmp_path):
     """`submit --resume` refused (plan.yaml changed the split of a job with kept folds: exit 2) ends the lost
     driver's Ray processes all the same; before, they ran on until `cancel RUN` (issue 43)."""

@@ -67,6 +67,7 @@ def _held_out(run_dir, digits_dir):
     return float((sub.loc[sol.index] == sol).mean())
 
 
+@pytest.mark.slow  # a plan on Ray, its driver lost, then its resume (21 s loaded)
 def test_a_lost_driver_is_recognised_and_the_run_resumed(ray_cluster, tmp_path, digits_dir, run_cli, monkeypatch):
     run_dir = tmp_path / "run"
     dry = _dry([QUICK, LGBM])

@@ -131,6 +131,7 @@ def test_cancel_in_the_middle_leaves_a_consistent_folder(ray_cluster, tmp_path, 
 EPOCH_S = 5.0  # what one of r18's epochs costs on the made-up machine of the budget test
 
 
+@pytest.mark.slow  # ResNet-18 trains 4 epochs beside LightGBM (59 s loaded)
 def test_budget_cuts_and_the_deadline_still_give_a_submission(tmp_path, digits_dir, monkeypatch):
     """The in-process driver on a clock that moves only by events: each of r18's epochs costs EPOCH_S, and the clock
     reaches the training deadline once the job that hangs is running. So the cut and the deadline fall where the
@@ -235,6 +236,7 @@ def _measured(run_dir, job):
             and e["gpu_memory_mib"] is not None]
 
 
+@pytest.mark.slow  # ResNet-18 trains 2 folds x 3 epochs on Ray (87 s loaded)
 def test_running_job_figures_reach_the_metrics_endpoint_status_and_report(ray_cluster, tmp_path, digits_dir, run_cli):
     """The job is held (SIGSTOP) from its first measured telemetry sample until the test has seen three of them and
     the gauges on the metrics endpoint, then let go: however fast the machine, it cannot end before (a job that had

@@ -117,6 +117,7 @@ def test_nan_and_huge_numbers_are_400(rest):
         assert r.status_code == 400 and r.json()["error"], raw[:40]
 
 
+@pytest.mark.slow  # the estimator profiles a ViT-B twice (16 s loaded)
 def test_an_estimator_failure_is_a_400_naming_the_model_and_size(rest, svc):
     r = rest.post("/api/slots", json={"model": "vit_base_patch16_224", "image_size": 7, "batch_size": 2})
     assert r.status_code == 400

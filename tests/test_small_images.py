@@ -2,6 +2,8 @@
 at its floor (batch 8, not 1, which BatchNorm cannot train on) and raises the epochs instead, decided once, in the
 dry run, which shows what runs."""
 
+import pytest
+
 from conftest import TEST_HARDWARE
 from small_images import write_image_competition
 from scheduler.core import plan as planmod
@@ -15,6 +17,7 @@ R18 = {"name": "r18", "kind": "timm", "model": "resnet18", "epochs": 1, "folds":
        "resources": {"cpus": 1}}
 
 
+@pytest.mark.slow  # ResNet-18 trains 2 folds (27 s loaded)
 def test_200_images_resnet18_one_epoch_two_folds_trains_every_fold(tmp_path):
     data = write_image_competition(tmp_path / "comp", train=200, test=40, size=32)
     plan = planmod.from_dict({"name": "small", "hardware": TEST_HARDWARE, "budget": "10m", "jobs": [R18]})

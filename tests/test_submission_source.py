@@ -10,6 +10,7 @@ import sys
 import threading
 
 import pandas as pd
+import pytest
 
 from conftest import FAKE_TRAIN, ROOT, TEST_HARDWARE
 from scheduler.policy import budget as budget_policy
@@ -43,6 +44,7 @@ def _source_events(run_dir):
     return [e["submission_source"] for e in events if e["event"] in ("ensemble", "run_end")]
 
 
+@pytest.mark.slow  # submit in a child process with its own Ray (17 s loaded)
 def test_every_job_failing_still_writes_the_prior_and_says_so(tmp_path, digits_dir):
     plan = _plan(tmp_path, [_command("exits_1", ["false"]), _command("writes_nothing", [sys.executable, "-c", "pass"]),
                             _command("script_fails", FAIL=1)], hardware={"profile": "A10-24GB", "cpus": 4})
@@ -80,6 +82,7 @@ def test_finished_folds_are_the_source_when_one_job_succeeds(ray_cluster, tmp_pa
     assert out.count("report:") == 1
 
 
+@pytest.mark.slow  # ResNet-18 trains through submit in a child process (35 s loaded)
 def test_a_fold_cut_short_is_the_source_when_no_fold_finished(ray_cluster, tmp_path, digits_dir, run_cli,
                                                               monkeypatch):
     # the CPU rehearsal runs 3 epochs of 25 steps whatever the plan says, so the job is held (SIGSTOP) from its first
