@@ -62,6 +62,7 @@ import pandas as pd
 
 from jobs.contract import FoldOutput, JobContext, JobOutput, Script
 from jobs.data import Competition, read_csv_as_written
+from scheduler.core import openmp
 from scheduler.core.scoring import get as get_metric
 from jobs.command_kind import CommandJob
 
@@ -148,6 +149,7 @@ def environment(spec: CommandJob, comp: Competition, ctx: JobContext, output_dir
         "GPUPACK_REHEARSAL": "1" if ctx.rehearsal else "0",
         "GPUPACK_FOLD_INDICES": "" if ctx.folds is None else ",".join(map(str, ctx.folds)),
         "OMP_NUM_THREADS": cpus,
+        **openmp.env(),
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
     }
 

@@ -2,6 +2,7 @@
 ``scheduler.execute.script``) that writes oof.csv and test.csv."""
 
 import json
+import os
 import sys
 import textwrap
 import threading
@@ -94,6 +95,7 @@ def test_command_job_reads_its_folds(comp, tmp_path):
     assert env["GPUPACK_GPU_MEMORY_MIB"] == "4096" and env["GPUPACK_MEMORY_FRACTION"] == "0.25"
     assert env["GPUPACK_ALLOCATOR_MIB"] == "3200"  # 4096 less the 896 outside the allocator: 0.25 of 12,800
     assert env["GPUPACK_CPUS"] == env["OMP_NUM_THREADS"] == "3"
+    assert env["OMP_WAIT_POLICY"] == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")  # core.openmp
     assert (env["GPUPACK_FOLDS"], env["GPUPACK_SEED"], env["GPUPACK_METRIC"]) == ("2", "7", "accuracy")
     assert env["GPUPACK_REHEARSAL"] == "1" and env["MY_FLAG"] == "x"
     assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"

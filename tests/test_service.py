@@ -1,6 +1,7 @@
 """The service's logic with the in-process ledger backend: grant, queue, backfill, aging, reclaim, ownership,
 retries, validation, restart. No Ray, no network."""
 
+import os
 import sys
 import time
 
@@ -60,6 +61,7 @@ def test_grant_answer_has_the_lease_and_its_environment(tmp_path):
     env = a["env"]
     assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["GPUPACK_SLOT"] == a["slot_id"]
     assert env["GPUPACK_GPU_MEMORY_MIB"] == "12288" and env["OMP_NUM_THREADS"] == "2"
+    assert env["OMP_WAIT_POLICY"] == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")  # core.openmp
     assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     # best fit: a second 12 GB goes beside the first, not to the empty device
     assert s.request_slot(req(12288))["device"] == 0

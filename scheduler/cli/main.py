@@ -17,6 +17,7 @@ from rich.console import Console
 
 from scheduler.cli import (cmd_advise, cmd_data, cmd_estimate, cmd_machine, cmd_prefetch, cmd_runs, cmd_service,
                            cmd_submit)
+from scheduler.core import openmp
 from scheduler.core.errors import UserError
 
 
@@ -77,6 +78,7 @@ def _fail(as_json: bool, message: str, code: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    openmp.wait_passively()  # before any library or a local Ray starts (core.openmp says why)
     argv, debug = _debug_flag(list(sys.argv[1:] if argv is None else argv))
     as_json = _json_flag(argv)
     try:

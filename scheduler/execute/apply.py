@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-from scheduler.core import kinds
+from scheduler.core import kinds, openmp
 from scheduler.core.memcap import Cap, memory_cap
 from scheduler.execute.channel import LoggerTap
 from scheduler.execute.launch import LaunchRecord
@@ -130,6 +130,8 @@ def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: 
     ``time.perf_counter()`` reading when the task's process was up (default now): the task's clock, its start-up
     counted from it (``policy/timerecord``), its kind's imports and the competition's reading included."""
     started_at = time.perf_counter() if started_at is None else started_at
+    if own_process:
+        openmp.wait_passively()  # before the kind's library is imported (core.openmp says why)
     with imports_frozen():
         from jobs import load, run_job, shelf
         from jobs.contract import JobContext

@@ -8,6 +8,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from scheduler.core import openmp
 from scheduler.core.states import JobState, RunStatus, SlotState
 from scheduler.service.store import Job, Slot
 
@@ -34,7 +35,7 @@ def slot_json(s: Slot, dev, cap, ray_reserved: bool | None, place: tuple | None)
             "CUDA_VISIBLE_DEVICES": str(dev.index), "GPUPACK_SLOT": s.slot_id,
             "GPUPACK_GPU_MEMORY_MIB": str(cap.share_mib), "GPUPACK_ALLOCATOR_MIB": str(cap.allocator_mib),
             "GPUPACK_MEMORY_FRACTION": str(cap.fraction),
-            "GPUPACK_CPUS": str(max(1, s.cpus)), "OMP_NUM_THREADS": str(max(1, s.cpus)),
+            "GPUPACK_CPUS": str(max(1, s.cpus)), "OMP_NUM_THREADS": str(max(1, s.cpus)), **openmp.env(),
             "GPUPACK_DEADLINE": f"{s.deadline:.3f}", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
         }
     if place is not None:
