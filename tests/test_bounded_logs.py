@@ -8,6 +8,8 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from scheduler.core import boundedlog
 from scheduler.service.supervisor import read_log
 
@@ -172,6 +174,7 @@ def test_a_slot_jobs_last_lines_come_home_when_it_ended_one_rotation_ahead_of_th
     assert got == b"a" * 400 + b"\n" + b"THE-END\n" and reads[-1] and not any(reads[:-1])
 
 
+@pytest.mark.slow  # submit in a child process (7-17 s loaded)
 def test_the_driver_of_a_plan_without_timm_jobs_never_imports_torch(tmp_path):
     """The driver of a command-and-LightGBM plan, from its dry run to its end, holds no torch (~400 MiB of RSS): a
     command job printing 1 GB left the driver at 732 MiB, all of it imports (``benchmarks/chatty.py``: 255 MiB

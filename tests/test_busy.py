@@ -132,6 +132,7 @@ def _simulated(comp, tmp_path, share_mib, **kw):
     return run_job(spec, comp, ctx), events
 
 
+@pytest.mark.slow  # timm trains with its images on the simulated device (11 s loaded)
 def test_the_images_count_against_the_share_on_the_simulated_device(comp, tmp_path, monkeypatch):
     """A share that holds batch 64's step but not the images beside it: the step runs out of memory and the batch
     halves (the images stay); the samples show the images in the device's peak, and the job says where they are."""
@@ -214,6 +215,7 @@ def test_on_a_gpu_the_images_live_on_the_card_and_count_in_its_memory(comp, tmp_
     assert last["time_s"]["train"] > 0 and out.throughput["gpu_mem_peak_mib"] >= inputs.decoded_mib(1437, 64)
 
 
+@pytest.mark.slow  # a plan of every kind run whole (9 s loaded)
 def test_every_job_kind_leaves_its_breakdown_in_the_record_and_the_report(tmp_path, monkeypatch):
     """A plan of a timm job, LightGBM and a command, run in process on digits: each task's progress (what
     ``status --json`` shows) holds its wall time and, where the job can say, its busy share; the events hold the

@@ -91,6 +91,7 @@ def test_every_run_verb_answers_json_by_id(in_run, run_cli):
         "margin": 0.12, "margin_source": "measured", "errors": 4, "estimated_finish_s": 50.0, "cuts": 1, "restores": 1}
 
 
+@pytest.mark.slow  # six verbs, advise's search and the estimator among them (12-16 s loaded)
 def test_the_plan_and_machine_verbs_answer_json(run_cli, tmp_path):
     dry = parsed(run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json", "--hardware", "A100-40GB"))
     assert dry["devices"]

@@ -44,6 +44,7 @@ def test_without_a_gpu_doctor_says_what_it_could_not_check():
     assert doctor.check_gain(1.0).status == "skipped"
 
 
+@pytest.mark.slow  # each kind's first steps in a child process (7-22 s loaded)
 def test_first_steps_of_each_job_kind(tmp_path):
     c = doctor.check_first_steps(tmp_path)
     assert c.status == "ok", c.detail

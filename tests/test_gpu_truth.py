@@ -370,7 +370,7 @@ def test_part_4s_predicted_wall_is_the_dry_runs_and_the_actual_the_runs_time_act
     assert none["actual_over_predicted"] is None and "exit 2" in none["why"] and "time_actual" in none["why"]
 
 
-@pytest.mark.slow
+@pytest.mark.rehearsal  # 22 min on a loaded 2-core machine: more than CI's 20 for all the tests
 def test_the_cpu_rehearsal_runs_every_part_end_to_end(tmp_path):
     """``gpu_truth.py --quick`` on this machine (no card): all seven parts run in the default order (no part's
     error), every run exits 0 with a held-out score, every image task has a share from its record and a null NVML

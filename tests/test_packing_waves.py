@@ -54,6 +54,7 @@ def test_the_wave_by_wave_proof_finds_brute_forces_optimum():
     assert proven >= 100
 
 
+@pytest.mark.slow  # two exact searches on many plans (8-15 s loaded)
 def test_it_agrees_with_the_branch_and_bound_on_plans_of_twelve_jobs():
     rng = random.Random(5)
     nodes = from_profile("2xA100-40GB").nodes

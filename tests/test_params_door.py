@@ -278,6 +278,7 @@ def test_an_xgboost_failure_reads_as_xgboosts_message(tmp_path, run_cli, classes
     assert "[bt]" not in reason and "Stack trace" not in reason and ".h:" not in reason
 
 
+@pytest.mark.slow  # a plan on Ray (9-13 s loaded)
 def test_on_ray_the_reason_is_xgboosts_message_not_its_help_text_or_backtrace(tmp_path, run_cli, numbers):
     """Through Ray (a plan run's own), whose error ends with the job's exception, the reason was the last line: the
     backtrace's last frame, or the help text XGBoost writes under a parameter's error."""

@@ -91,6 +91,7 @@ def _intervals(run_dir):
     return spans
 
 
+@pytest.mark.slow  # a plan in two waves on Ray (10-13 s loaded)
 def test_jobs_that_together_pass_a_device_never_run_at_once(ray_cluster, tmp_path, digits_dir):
     # four 20 GiB jobs on two 40 GiB cards: two waves; on each device the second starts after the first ends
     jobs = [command_job(f"j{i}", gpu="20GB", SLEEP=1) for i in range(4)]

@@ -71,7 +71,7 @@ def test_a_fold_stopped_while_it_validates_epoch_2_hands_back_epoch_1(digits, tm
     summary, sub = _submitted(tmp_path, digits, out)
     assert summary["submission_source"] == "partial"
     labels = np.asarray(out.classes)[out.partial.test_pred.argmax(axis=1)]
-    assert (sub["label"].to_numpy() == labels).all()  # epoch 1's model's predictions are the submission
+    assert (sub["label"].astype(str).to_numpy() == labels).all()  # epoch 1's model's predictions are the submission
 
 
 def test_a_fold_stopped_while_it_trains_after_an_unvalidated_epoch_keeps_that_epoch(digits, tmp_path, few_steps):
