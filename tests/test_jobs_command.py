@@ -211,11 +211,16 @@ def test_a_command_runs_as_a_process_of_the_local_backend(comp, tmp_path, monkey
         signal.signal(signal.SIGTERM, lambda *a: ((out / "sigterm").write_text("1"), sys.exit(0)))
         child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
                                   "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
-        for i in range(200):
-            print("filler", i, "x" * 40, flush=True)  # 10 KB: past the log's bound
-        end = time.time() + 60  # a hang guard: the test fails on what is missing
-        while time.time() < end and not ((folder / "log.1").exists() and (folder / "limits.json").exists()):
-            time.sleep(0.02)
+        def wait_for(*names):
+            end = time.time() + 60  # a hang guard: the test fails on what is missing
+            while time.time() < end and not all((folder / n).exists() and (folder / n).stat().st_size for n in names):
+                time.sleep(0.02)
+        for i in range(60):
+            print("filler", i, "x" * 40, flush=True)  # 3 KB, under the log's bound
+        wait_for("log")  # in the log: the next 3 KB pass its bound, however the pipe's chunks fall (10 KB at once
+        for i in range(60, 120):  # in one chunk was cut to its last 4 KB and moved nothing, until the hang guard)
+            print("filler", i, "x" * 40, flush=True)
+        wait_for("log.1", "limits.json")
         (out / "limits.json").write_text((folder / "limits.json").read_text())
         print("GPUPACK " + json.dumps({"event": "epoch", "epoch": 1, "epochs": 3, "loss": 0.5}), flush=True)
         (out / "child.pid").write_text(str(child.pid))
