@@ -231,6 +231,22 @@ def test_submit_reads_the_advised_plan_from_stdin(run_cli, tmp_path, monkeypatch
     assert code == 2 and "--advise needs --hardware" in err
 
 
+def test_each_job_advise_writes_holds_the_mib_submit_packs_images_on_the_card_included(run_cli, tmp_path):
+    """advise sized each job without its training images while submit's dry run added them (207 MiB of digits at
+    224 px): the same jobs, 207 MiB apart each, packed into other waves than advise had timed."""
+    import json
+
+    out = tmp_path / "a10.yaml"
+    code, stdout, err = run_cli("advise", "--hardware", "A10-24GB", "--budget", "20m", "--out", out, "--json")
+    assert code == 0, err
+    advised = {j["name"]: j["gpu_memory_mib"] for j in json.loads(stdout)["jobs"] if j["gpu_memory_mib"]}
+    code, stdout, err = run_cli("submit", out, "--dry-run", "--json")
+    assert code == 0, err
+    dry = {j["name"]: j for j in json.loads(stdout)["jobs"] if j["name"] in advised}
+    assert advised and {n: j["gpu_memory_mib"] for n, j in dry.items()} == advised
+    assert all(j["images_on_device"] and j["images_mib"] > 0 for j in dry.values())
+
+
 @pytest.mark.slow
 def test_digits_on_an_a10_and_an_a100_with_the_real_estimator(run_cli, tmp_path):
     import json

@@ -39,7 +39,7 @@ from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
 from scheduler.core.folds import fold_train_rows
 from scheduler.core.units import format_duration
-from scheduler.policy import colocation, tasktime, timemodel
+from scheduler.policy import colocation, inputs, tasktime, timemodel
 from scheduler.policy.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps, statistical_cap
 from scheduler.policy.fit import RUNGS
 from scheduler.policy.packing import Demand, pack
@@ -213,13 +213,17 @@ class _Planner:
                 raise UserError(f"--models names image models, but {facts.label or 'the competition'} has {why}")
         self.fill = req.models is None
 
+    def images_mib(self, size: int) -> int | None:
+        return inputs.held_mib(self.facts.rows, size, self.memory_mib, self.req.band[1])
+
     def batch(self, model: str, size: int, shape: Shape) -> tuple[int, int] | None:
         """(batch, MiB): the largest rung under the statistics cap whose memory fits the band's top."""
         train = fold_train_rows(self.facts.rows, shape.folds) or self.facts.rows
         cap = statistical_cap(train, shape.epochs)
         for b in RUNGS:
             if b <= cap:
-                mib = self.tools.memory(model, size, b)
+                # the training images kept on the card count as submit's dry run counts them (``inputs.held_mib``)
+                mib = self.tools.memory(model, size, b) + (self.images_mib(size) or 0)
                 if mib <= self.limit:
                     return b, mib
         return None

@@ -356,8 +356,7 @@ def _images_on_card(plan: Plan, hardware: hw.Hardware, train_rows: int | None) -
         if kinds.of(job).reads != "images":
             continue
         asks = kinds.work(job)
-        keep = inputs.on_device(train_rows, asks.image_size, smallest, plan.band[1], asks.images_on_device)
-        out[job.name] = inputs.decoded_mib(train_rows, asks.image_size) if keep and train_rows else None
+        out[job.name] = inputs.held_mib(train_rows, asks.image_size, smallest, plan.band[1], asks.images_on_device)
     return out
 
 

@@ -38,6 +38,16 @@ def on_device(rows: int | None, image_size: int, device_mib: int | None, band_hi
     return decoded_mib(rows, image_size) <= ON_DEVICE_MAX_SHARE * device_mib * band_high
 
 
+def held_mib(rows: int | None, image_size: int, device_mib: int | None, band_high: float,
+              asked: bool | None = None) -> int | None:
+    """The MiB of training images a job holds on the card for its whole run (``on_device``), None when they stream.
+    One figure for every path that sizes a job: ``submit``'s dry run adds it to the job's MiB, ``advise`` to each
+    batch it tries, so the two pack the same demands."""
+    if rows and on_device(rows, image_size, device_mib, band_high, asked):
+        return decoded_mib(rows, image_size)
+    return None
+
+
 def loader_workers(cpus: int) -> tuple[int, int]:
     """(workers, prefetch per worker) for the host pipeline: one core stays with the training loop."""
     workers = min(MAX_WORKERS, max(0, cpus - 1))
