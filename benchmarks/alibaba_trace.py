@@ -2,7 +2,7 @@
 policies, beside the paper's published figures.
 
 Offline: the GPU-sharing pods of openb_pod_list_default.csv (one-GPU pods with 0 < gpu_milli < 1000) as shares of one
-GPU (capacity 1000): GPUs used by scheduler.policy.packing (default path: arc-flow, proven) and by
+GPU (capacity 1000): GPUs used by scheduler.policy.placement.packing (default path: arc-flow, proven) and by
 First-Fit-Decreasing, against the L2 lower bound and the optimum (the arc-flow model solved by HiGHS through SciPy).
 
 Online, on the paper's simulator's protocol (hkust-adsl/kubernetes-scheduler-simulator, pkg/simulator/core.go and
@@ -38,9 +38,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.core.hardware import Device, Node  # noqa: E402
-from scheduler.policy.packing import Demand, l2_lower_bound, pack  # noqa: E402
-from scheduler.policy.arcflow import arc_flow  # noqa: E402
-from scheduler.policy.placement_online import (FragmentationCache, Shape, WorkloadLearner, best_node,  # noqa: E402
+from scheduler.policy.placement.packing import Demand, l2_lower_bound, pack  # noqa: E402
+from scheduler.policy.placement.arcflow import arc_flow  # noqa: E402
+from scheduler.policy.placement.placement_online import (FragmentationCache, Shape, WorkloadLearner, best_node,  # noqa: E402
                                               evaluate_node, room_after, workload_of)
 from benchmarks.gorand import Rand  # noqa: E402
 
@@ -72,7 +72,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def arc_flow_optimum(sizes: list[int], capacity: int, seconds: float) -> tuple[int | None, float, str]:
-    """Fewest bins by Valerio de Carvalho's arc-flow model (scheduler.policy.arcflow, HiGHS through SciPy)."""
+    """Fewest bins by Valerio de Carvalho's arc-flow model (scheduler.policy.placement.arcflow, HiGHS through SciPy)."""
     start = time.perf_counter()
     bins = arc_flow(sizes, capacity, seconds=seconds)
     took = time.perf_counter() - start
@@ -97,7 +97,7 @@ def offline(data: Path, seconds: float) -> None:
     ref = opt if opt is not None else l2
     rows = [("L2 lower bound (Martello-Toth)", l2, 0.0, ""),
             ("optimum (arc-flow MIP, HiGHS/SciPy)", opt, t_opt, status),
-            ("scheduler.policy.packing.pack (default)", ours.waves, t_ours, "fewest proven" if ours.waves_exact else "not proven"),
+            ("scheduler.policy.placement.packing.pack (default)", ours.waves, t_ours, "fewest proven" if ours.waves_exact else "not proven"),
             ("First-Fit-Decreasing", ffd.waves, t_ffd, ""),
             ]
     print(f"  {'':34} {'GPUs':>6} {'vs optimum':>11} {'seconds':>8}")

@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduler.policy.budget import change_text  # noqa: E402  (after the path: the repository's own)
+from scheduler.policy.running.budget import change_text  # noqa: E402  (after the path: the repository's own)
 
 GOAL_SHARE = 0.85  # of the training window, used by the budgeted run (issue 41; 75 % in issue 32)
 GOAL_ESTIMATE = 0.15  # the first cut's estimated finish, within this of what happened

@@ -1,4 +1,4 @@
-"""How often ``scheduler.policy.estimate`` agrees with timm's RTX 3090 (24 GB) training benchmark.
+"""How often ``scheduler.policy.memory.estimate`` agrees with timm's RTX 3090 (24 GB) training benchmark.
 
 Each benchmark row is two facts about memory (see /work/shared/data/timm-benchmarks/README.md): the row's batch fitted
 in 24 GB, and, if it is below 512, the next rung of timm's ladder (512→384→256→192→128→96→64→48…) did not. The runs
@@ -10,7 +10,7 @@ The benchmark ran timm 0.5/0.6, whose ViT/DeiT attention was not fused (no SDPA)
 script turns fused attention off to compare like with like (``--fused-attn`` to keep timm's current default).
 
 The overhead beyond the tensors follows the card and the torch version the rows were measured with
-(``policy.overhead``: RTX 3090, torch 1.11/1.12 with CUDA 11.3 from the file names).
+(``policy.memory.overhead``: RTX 3090, torch 1.11/1.12 with CUDA 11.3 from the file names).
 
 It also prints the error against the five H100 figures of issue 14 (NVML per process after four steps, torch
 2.11.0+cu130, AdamW, bf16 autocast, channels_last, expandable segments), which must each lie within −5 … +10 %.
@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler.policy import estimate as est  # noqa: E402
+from scheduler.policy.memory import estimate as est  # noqa: E402
 
 DATA = Path("/work/shared/data/timm-benchmarks")
 # An RTX 3090 has 24,576 MiB; the driver keeps ~300 MiB, so NVML reports ~24,268 MiB total to processes.
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = load_rows()
     chosen = rows if args.all else sample(rows, args.limit)
-    from scheduler.policy.overhead import overhead_for
+    from scheduler.policy.memory.overhead import overhead_for
 
     o = overhead_for("RTX3090-24GB", "1.12.0+cu113")
     print(f"{len(rows)} CNN/ViT rows timm {timm.__version__} knows; checking {len(chosen)} "

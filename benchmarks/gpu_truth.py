@@ -218,7 +218,7 @@ def outside_mib(share_mib: int, card_mib: int, card_name: str | None) -> int:
     """The CUDA context and libraries the cap leaves outside the allocator (``core.memcap``'s ``Cap.outside_mib``,
     for the card this process names)."""
     from scheduler.core.memcap import memory_cap
-    from scheduler.policy.overhead import outside_allocator_mib
+    from scheduler.policy.memory.overhead import outside_allocator_mib
 
     return memory_cap(share_mib, card_mib, outside_allocator_mib(card_name)).outside_mib
 
@@ -260,7 +260,7 @@ def busy_shares(run_dir: Path, records: dict[str, dict]) -> dict[str, float | No
 def startup_shares(run_dir: Path) -> dict[str, dict]:
     """Each task's start-up against its first fold's wall (start-up + one fold, ``time_actual``'s ``startup_s`` and
     ``fold_s``): the issue's "start-up < 10 % of a fold's wall"; ``share`` is ``None`` where a figure is missing."""
-    from scheduler.policy.timerecord import of_events
+    from scheduler.policy.timing.timerecord import of_events
 
     out = {}
     for task, row in of_events(read_events(run_dir)).tasks.items():
@@ -474,7 +474,7 @@ def predicted_vs_actual(p: subprocess.CompletedProcess, ctx: Sitting, run_dir: P
     """The dry run's predicted wall (``p``, from :func:`dry_run`: ``timeline.predicted_wall_s``) against the run's
     actual one (its ``time_actual`` event with no job: ``actual.wall_s``), and their ratio; a figure that is missing
     is ``None`` beside a ``why``. On a rehearsal both are the CPU's, not the card's."""
-    from scheduler.policy.timerecord import of_events
+    from scheduler.policy.timing.timerecord import of_events
 
     cmd = p.args
     predicted = ((_last_json(p.stdout) or {}).get("timeline") or {}).get("predicted_wall_s")
@@ -649,7 +649,7 @@ def mps_limits(plan: Path, records: dict[str, dict], card_name: str | None) -> l
 
     from scheduler.core import kinds
     from scheduler.core.memcap import memory_cap
-    from scheduler.policy.overhead import outside_allocator_mib
+    from scheduler.policy.memory.overhead import outside_allocator_mib
 
     job_kind = {j["name"]: j.get("kind", "timm") for j in yaml.safe_load(plan.read_text()).get("jobs", [])}
     rows = []

@@ -30,7 +30,7 @@ from jobs import JobContext, run_job, timm_job  # noqa: E402
 from jobs.data import load_competition  # noqa: E402
 from jobs.timm_kind import TimmJob  # noqa: E402
 from scheduler.core.walltime import LABELS, PHASES, shares  # noqa: E402
-from scheduler.policy import inputs  # noqa: E402
+from scheduler.policy.memory import inputs  # noqa: E402
 
 
 @contextmanager

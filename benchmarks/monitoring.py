@@ -33,7 +33,7 @@ def main() -> None:
 
     from jobs.memory import SimulatedDevice
     from jobs.throughput import ThroughputWindow
-    from scheduler.policy.autotune import BatchTuner, Observation
+    from scheduler.policy.memory.autotune import BatchTuner, Observation
     from scheduler.runtime.telemetry import CpuTelemetry
 
     torch.set_num_threads(1)

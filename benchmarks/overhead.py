@@ -37,7 +37,7 @@ import ray  # noqa: E402
 
 from scheduler.core import hardware  # noqa: E402
 from scheduler.core import plan as planmod  # noqa: E402
-from scheduler.policy import dryrun  # noqa: E402
+from scheduler.policy.planning import dryrun  # noqa: E402
 from scheduler.runtime import cluster as runtime  # noqa: E402 -- the cluster's resources
 from scheduler.runtime.driver import RunOptions  # noqa: E402
 from scheduler.runtime.submit import submit  # noqa: E402

@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from scheduler.policy import packgain
+from scheduler.policy.timing import packgain
 
 OPTION1 = [("efficientnet_b4", 192), ("resnet50", 256)]
 OPTION1_B32 = [("efficientnet_b4", 32), ("resnet50", 32)]

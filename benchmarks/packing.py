@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from scheduler.core.hardware import Device, Node, from_profile
-from scheduler.policy.packing import Demand, l2_lower_bound, pack
+from scheduler.policy.placement.packing import Demand, l2_lower_bound, pack
 
 TRACE = Path("/work/shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv")
 BAND = (0.70, 0.90)

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduler.policy import colocation, timemodel  # noqa: E402
+from scheduler.policy.timing import colocation, timemodel  # noqa: E402
 
 COLUMNS = ("model", "train_samples_per_sec", "train_step_time", "train_batch_size", "train_img_size", "param_count")
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     p.add_argument("--check", action="store_true")
     args = p.parse_args(argv)
-    data = Path(colocation.__file__).resolve().parent / "data"
+    data = Path(colocation.__file__).resolve().parents[1] / "data"  # scheduler/policy/data
     stale = []
     for rel, text in derived(args.shared).items():
         path = data / rel

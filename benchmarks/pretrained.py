@@ -55,7 +55,7 @@ def plan_text(pretrained: bool, folds: int, epochs: int, batch: int, image_size:
               lr: float | None, model: str = "efficientnet_lite0", head_lr_factor: float | None = None) -> str:
     """The one-job plan; the two runs' plans differ in ``pretrained:`` only, unless ``lr`` / ``head_lr_factor`` name
     a rate (then they are written in the plan: a candidate the benchmark measures; without them gpupack's door
-    chooses each run's rate, ``policy.recipe``)."""
+    chooses each run's rate, ``policy.planning.recipe``)."""
     lines = ["name: pretrained_bench", "hardware: {profile: A100-40GB, gpus_per_node: 1, cpus: 4}", f"budget: {budget}",
              "metric: accuracy", "jobs:", f"  - name: {JOB}", "    kind: timm", f"    model: {model}",
              f"    pretrained: {str(pretrained).lower()}", f"    image_size: {image_size}", f"    batch_size: {batch}",
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                  "pretrained_cfg: 224; a CPU rehearsal caps it at 32)")
     ap.add_argument("--budget", default="30m", help="the plans' budget, the same for all")
     ap.add_argument("--lr", type=float, help="a candidate rate for the pretrained runs (default: gpupack's door "
-                                             "chooses, policy.recipe); scratch runs always at gpupack's default")
+                                             "chooses, policy.planning.recipe); scratch runs always at gpupack's default")
     ap.add_argument("--head-lr-factor", type=float, help="a candidate head factor for the pretrained runs")
     ap.add_argument("--ray", action="store_true", help="run on a local Ray instead of --in-process")
     ap.add_argument("--workdir", type=Path, help="where the cache, competitions and runs go (default: a temp folder, "

@@ -1,4 +1,4 @@
-"""The CPU rehearsal's own step figures (``policy/tasktime.CPU_REHEARSAL``), measured on this machine's cores as the job
+"""The CPU rehearsal's own step figures (``policy/timing/tasktime.CPU_REHEARSAL``), measured on this machine's cores as the job
 steps: timm's model at the rehearsal's 32 px, channels last, AdamW, one thread (``--threads``), through the job's own
 ``Trainer``. For each model: a training step's fixed seconds and seconds per image (from batches 8 and 32), and a
 forward's (eval mode, no gradients: from batches 32 and 128). Medians of ``--repeat`` steps after two warm-up ones.
@@ -67,7 +67,7 @@ def measure(model_name: str, repeat: int, size: int) -> dict:
 
 def main() -> int:
     from scheduler.core import rehearsal
-    from scheduler.policy import tasktime
+    from scheduler.policy.timing import tasktime
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(tasktime.CPU_REHEARSAL))

@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.core.hardware import from_profile  # noqa: E402
-from scheduler.policy import estimate as est  # noqa: E402
-from scheduler.policy.packing import Demand, pack  # noqa: E402
+from scheduler.policy.memory import estimate as est  # noqa: E402
+from scheduler.policy.placement.packing import Demand, pack  # noqa: E402
 
 BAND = (0.70, 0.90)
 
@@ -83,7 +83,7 @@ def budget_run(tmp: Path) -> tuple[float, float]:
 
     from jobs.data import write_digits
     from scheduler.core import plan as planmod
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.runtime.driver import RunOptions
     from scheduler.runtime.submit import submit
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler.policy import colocation, timemodel as tm  # noqa: E402
+from scheduler.policy.timing import colocation, timemodel as tm  # noqa: E402
 
 ANCHORS = (("H100-80GB", "resnet50", 224, 256, 3971.0, "shared/gpu/README.md"),
            ("H100-80GB", "efficientnet_b4", 224, 192, 1735.0, "shared/gpu/README.md"),

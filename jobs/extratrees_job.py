@@ -23,7 +23,7 @@ from scheduler.core.kinds import Kind, Work, register
 from scheduler.core.plan import JobBase
 
 TREES_PER_BLOCK = 50  # trees grown between two looks at a stop asked (and two throughput samples)
-# A tree's cost, as the trees time model reads it (``policy.tasktime.tree_fold``: a round is one tree, serving every
+# A tree's cost, as the trees time model reads it (``policy.timing.tasktime.tree_fold``: a round is one tree, serving every
 # class; a tree's cost its cells, rows × features, and its rows, not a boosting library's leaves or depth). Measured in
 # CPU seconds of one thread (scikit-learn 1.9.1, the classifier at its defaults: fully grown, sqrt(features) tried a
 # split) on the 2-core development machine, 2026-11-29: digits' first 350, 700, 1,150 and 1,437 rows × 64 features
@@ -47,9 +47,9 @@ def work(job: ExtraTreesJob) -> Work:
 
 
 def host_mib(job, *, cpus: int, weights_mib=None, batch=None, train_rows=None, test_rows=None, features=None) -> int:
-    """Its data (``policy.hostmem.lightgbm_mib``'s rule) and its forest: a fully grown tree holds about two nodes a
+    """Its data (``policy.memory.hostmem.lightgbm_mib``'s rule) and its forest: a fully grown tree holds about two nodes a
     training row, each ~100 bytes (its split, its counts, its value per class: an estimate)."""
-    from scheduler.policy import hostmem
+    from scheduler.policy.memory import hostmem
 
     return hostmem.lightgbm_mib(train_rows, features) + math.ceil(job.n_estimators * 2 * (train_rows or 0) * 100
                                                                   / (1024 * 1024))

@@ -33,8 +33,8 @@ def work(job: LightGBMJob) -> Work:
 
 
 def host_mib(job, *, cpus: int, weights_mib=None, batch=None, train_rows=None, test_rows=None, features=None) -> int:
-    """Its data as float64 times LightGBM's working copies (``policy.hostmem.lightgbm_mib``)."""
-    from scheduler.policy import hostmem
+    """Its data as float64 times LightGBM's working copies (``policy.memory.hostmem.lightgbm_mib``)."""
+    from scheduler.policy.memory import hostmem
 
     return hostmem.lightgbm_mib(train_rows, features)
 

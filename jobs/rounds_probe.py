@@ -5,7 +5,7 @@ Early stopping decides a boosting fold's rounds, and on fourteen real tables its
 from 16 to 1,997 (``benchmarks/tree_time.py``): rows, columns, classes and categories say nothing of it, so a time
 model that assumes their median is several times off on one table in two. A quick LightGBM on a sample of the
 table, at a fast rate and one thread, finds the table's best round there; the time model scales it to each job's rate
-(``scheduler.policy.tasktime.expected_rounds``, ``PROBE_SCALE``: how a fold's best round compares, measured on ten
+(``scheduler.policy.timing.tasktime.expected_rounds``, ``PROBE_SCALE``: how a fold's best round compares, measured on ten
 other tables). It costs a tenth of a second to a second or two, once, before the plan is timed.
 """
 

@@ -36,13 +36,13 @@ from jobs.throughput import ThroughputWindow
 from jobs.weights import tag_of
 from jobs.timm_tuning import REHEARSAL_BATCH_SIZE, Tuning, compute_batch, job_memory, starting_batch
 from jobs.trainer import OutOfMemory, StepSettings, Trainer, guarded, predict_shrinking
-from scheduler.policy.autotune import (PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS, BatchTuner, lr_factor,
+from scheduler.policy.memory.autotune import (PRECISE_BN_MAX_SAMPLES, PRECISE_BN_UNDER_STEPS, BatchTuner, lr_factor,
                                        optimizer_steps)
 from scheduler.core.scoring import get as get_metric
 from jobs.timm_kind import TimmJob
 from scheduler.core.walltime import Ledger
 from scheduler.core import rehearsal
-from scheduler.policy import inputs
+from scheduler.policy.memory import inputs
 
 log = logging.getLogger("gpupack.job")
 
@@ -232,7 +232,7 @@ class _TimmFolds(fold_driver.FoldKind):
 
 def _steady_figures(job: _Job, steps: int, steady_steps: int, steady_wall: float, val_s: float,
                     wall: float) -> dict:
-    """What the budget projects from (``policy.budget``): the task's start-up apart (launch → its first step), the
+    """What the budget projects from (``policy.running.budget``): the task's start-up apart (launch → its first step), the
     epoch's steps, of them the steady ones and their mean wall (data wait + compute), the epoch's training at that
     pace over all its steps (``steady_epoch_s``: the first step's start-up left out), its validation seconds (with
     precise BN; 0 when it did not validate) and its own wall."""
@@ -281,7 +281,7 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext, ledger: Ledger |
     views = augment_views(spec.augment, spec.tta, comp.train_images)
     notes.append(views.describe())
     on_card = None
-    if spec.images_on_device:  # the planner counted them in the share (policy.inputs): decoded once, kept there
+    if spec.images_on_device:  # the planner counted them in the share (policy.memory.inputs): decoded once, kept there
         planned = inputs.decoded_mib(len(comp.train_ids), spec.image_size)
         if memory is not None and memory.simulated:
             memory.hold(planned)  # at the plan's image size, as the simulated device counts every figure
@@ -299,7 +299,7 @@ def _prepare(spec: TimmJob, comp: Competition, ctx: JobContext, ledger: Ledger |
 
 def param_groups(model: torch.nn.Module, lr: float, head_factor: float) -> list[dict]:
     """The optimizer's groups: the body at ``lr``, the classifier (timm's ``get_classifier()``, new for the job's
-    classes) at ``lr × head_factor`` (``policy.recipe``: a pretrained body's head learns from nothing). One group
+    classes) at ``lr × head_factor`` (``policy.planning.recipe``: a pretrained body's head learns from nothing). One group
     where the factor is 1 or the model names no classifier."""
     head = model.get_classifier() if hasattr(model, "get_classifier") else None
     head_ids = {id(p) for p in head.parameters()} if isinstance(head, torch.nn.Module) else set()
@@ -392,7 +392,7 @@ def _train_fold(job: _Job, fold: _Fold, window: ThroughputWindow):
     """Train one fold; returns (best state, its validation predictions, its score, epochs run, its rates: train
     and wall samples/s).
 
-    Validation (with precise BN before it) runs only where early stopping needs it (``policy.inputs.validates``):
+    Validation (with precise BN before it) runs only where early stopping needs it (``policy.memory.inputs.validates``):
     the last epoch, and every ⌈patience/2⌉ epochs back from it. Every second goes to a phase of the job's ledger."""
     spec, ctx, scale, trainer, tuning, ledger = job.spec, job.ctx, job.scale, fold.trainer, fold.tuning, job.ledger
     k = fold.k

@@ -32,12 +32,12 @@ class TimmJob(JobBase):
     image_size: int = Field(default=224, gt=0, le=4096)
     batch_size: int | Literal["auto"] = 64
     fixed_batch: bool = False  # keep this batch; wait for a later wave rather than shrink
-    fold_parallel: bool = True  # folds side by side where the band has room (policy.tasks); false: one after another
+    fold_parallel: bool = True  # folds side by side where the band has room (policy.running.tasks); false: one after another
     epochs: int = Field(default=10, ge=1, le=10_000)
-    # the body's learning rate; where the plan names none, the door chooses it (policy.recipe: pretrained or not, the
+    # the body's learning rate; where the plan names none, the door chooses it (policy.planning.recipe: pretrained or not, the
     # optimizer steps a fold) and the dry run says why
     lr: float = Field(default=1e-3, gt=0)
-    head_lr_factor: float | None = Field(default=None, gt=0, le=1000)  # the new classifier's lr ÷ lr (policy.recipe)
+    head_lr_factor: float | None = Field(default=None, gt=0, le=1000)  # the new classifier's lr ÷ lr (policy.planning.recipe)
     optimizer: Literal["adamw", "sgd"] = "adamw"
     amp: bool = True
     channels_last: bool = True
@@ -53,7 +53,7 @@ class TimmJob(JobBase):
     augment: Literal["auto", "none", "crop", "flip"] = "auto"
     tta: bool | Literal["auto"] = "auto"
     # the training images decoded once to uint8 and kept on the card (counted in the job's MiB); None: the planner
-    # decides (policy.inputs: when they take at most 1/16 of the band), false: streamed from the host
+    # decides (policy.memory.inputs: when they take at most 1/16 of the band), false: streamed from the host
     images_on_device: bool | None = None
 
     @field_validator("batch_size")
@@ -102,8 +102,8 @@ def work(job: TimmJob) -> Work:
 
 
 def host_mib(job, *, cpus: int, weights_mib=None, batch=None, train_rows=None, test_rows=None, features=None) -> int:
-    """Its process's host RAM (``policy.hostmem.timm_mib``: weights, decoded images, loader workers, pinned batches)."""
-    from scheduler.policy import hostmem
+    """Its process's host RAM (``policy.memory.hostmem.timm_mib``: weights, decoded images, loader workers, pinned batches)."""
+    from scheduler.policy.memory import hostmem
 
     return hostmem.timm_mib(weights_mib=weights_mib, train_rows=train_rows, test_rows=test_rows,
                             image_size=job.image_size, cpus=cpus, batch=batch,

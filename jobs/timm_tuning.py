@@ -15,7 +15,7 @@ from jobs.memory import CudaMemory, SimulatedDevice
 from jobs.trainer import Trainer
 from scheduler.core import rehearsal
 from jobs.timm_kind import TimmJob
-from scheduler.policy.autotune import MIN_STEPS, BatchTuner, Observation, lr_factor
+from scheduler.policy.memory.autotune import MIN_STEPS, BatchTuner, Observation, lr_factor
 
 log = logging.getLogger("gpupack.job")
 
@@ -34,7 +34,7 @@ def job_memory(spec: TimmJob, ctx: JobContext, cuda: bool, device: torch.device)
 
 
 def starting_batch(spec: TimmJob) -> int:
-    """The fitted spec's batch. The planner (``policy.fit``) turns ``auto`` into a number before a job runs; a job
+    """The fitted spec's batch. The planner (``policy.memory.fit``) turns ``auto`` into a number before a job runs; a job
     that still says ``auto`` here would pick a second batch the plan never packed, so it is refused."""
     if not isinstance(spec.batch_size, int):
         raise ValueError(f"job '{spec.name}': batch_size {spec.batch_size!r} reached the job; the planner fits "

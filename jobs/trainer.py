@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from jobs.images import normalize
-from scheduler.policy.autotune import is_oom
+from scheduler.policy.memory.autotune import is_oom
 
 WARMUP_FRACTION = 0.1
 T = TypeVar("T")

@@ -68,8 +68,8 @@ def gpu_mib(job: XGBoostJob, *, rows: int | None, features: int | None) -> int:
 
 
 def host_mib(job, *, cpus: int, weights_mib=None, batch=None, train_rows=None, test_rows=None, features=None) -> int:
-    """Its data as float64 times a boosting library's working copies (``policy.hostmem.lightgbm_mib``'s rule)."""
-    from scheduler.policy import hostmem
+    """Its data as float64 times a boosting library's working copies (``policy.memory.hostmem.lightgbm_mib``'s rule)."""
+    from scheduler.policy.memory import hostmem
 
     return hostmem.lightgbm_mib(train_rows, features)
 

@@ -1,6 +1,6 @@
 """The advice a live view gives about one job: batch, input-bound, climbing or dropping memory, a slow clock."""
 
-from scheduler.policy.advice import Observed, advise
+from scheduler.policy.running.advice import Observed, advise
 
 
 def test_advice():

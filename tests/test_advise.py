@@ -12,7 +12,7 @@ DIGITS = dict(rows=1437, test_rows=360, images=True, task="classification", metr
 
 
 def tools(per_sample_mib=40.0):
-    from scheduler.policy import advise as adv
+    from scheduler.policy.planning import advise as adv
     from scheduler.store.advising import speed
 
     def memory(model, size, batch):
@@ -23,7 +23,7 @@ def tools(per_sample_mib=40.0):
 
 def run(card, budget, facts=DIGITS, **kw):
     from scheduler.core.units import parse_duration_s
-    from scheduler.policy import advise as adv
+    from scheduler.policy.planning import advise as adv
 
     return adv.advise(adv.DataFacts(**facts), adv.Request(card=card, budget=budget,
                                                           budget_s=parse_duration_s(budget), **kw), tools())
@@ -73,8 +73,8 @@ def test_the_kinds_advise_plans_with_come_from_the_registry():
     from scheduler.core import hardware as hw
     from scheduler.core import kinds
     from scheduler.core import plan as planmod
-    from scheduler.policy import advise as adv
-    from scheduler.policy import tasktime
+    from scheduler.policy.planning import advise as adv
+    from scheduler.policy.timing import tasktime
 
     image, table = adv.candidates()
     assert (image.name, table.name) == ("timm", "lightgbm") and image.advised and table.advised
@@ -123,14 +123,14 @@ def test_nothing_that_fits_says_so():
     facts = dict(DIGITS, features=0)
     with pytest.raises(UserError, match="no model fits"):
         from scheduler.core.units import parse_duration_s
-        from scheduler.policy import advise as adv
+        from scheduler.policy.planning import advise as adv
 
         adv.advise(adv.DataFacts(**facts), adv.Request(card="T4-16GB", budget="1h", budget_s=parse_duration_s("1h")),
                    tools(per_sample_mib=100_000.0))
 
 
 def test_the_budget_uses_the_time_model_before_an_epoch_is_measured():
-    from scheduler.policy.budget import JobProgress, decide_cuts, remaining_s
+    from scheduler.policy.running.budget import JobProgress, decide_cuts, remaining_s
 
     p = JobProgress("b4", folds=3, epochs=8, modelled_seconds_per_epoch=60.0)
     assert remaining_s(p) == 3 * 8 * 60.0
@@ -145,8 +145,8 @@ def test_the_budget_uses_the_time_model_before_an_epoch_is_measured():
 
 def test_modelled_epoch_seconds_follow_the_placement():
     from scheduler.core import plan as planmod
-    from scheduler.policy import colocation
-    from scheduler.policy.packing import Assignment
+    from scheduler.policy.timing import colocation
+    from scheduler.policy.placement.packing import Assignment
     from scheduler.store.advising import speed
 
     plan = planmod.from_dict({"name": "p", "hardware": "A10-24GB", "jobs": [
@@ -161,8 +161,8 @@ def test_modelled_epoch_seconds_follow_the_placement():
 
 def test_run_state_shows_an_eta_from_the_time_model(tmp_path):
     from scheduler.core import plan as planmod
-    from scheduler.policy import runloop as rl
-    from scheduler.policy.packing import Assignment
+    from scheduler.policy.running import runloop as rl
+    from scheduler.policy.placement.packing import Assignment
 
     plan = planmod.from_dict({"name": "p", "budget": "1h", "jobs": [
         {"name": "a", "kind": "timm", "model": "resnet18", "batch_size": 64, "epochs": 4, "folds": 3}]})
@@ -273,7 +273,7 @@ def test_digits_on_an_a10_and_an_a100_with_the_real_estimator(run_cli, tmp_path)
 def test_the_runner_gets_each_jobs_modelled_epoch_from_the_dry_run():
     from scheduler.core import hardware as hw
     from scheduler.core import plan as planmod
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.runtime.runner import modelled_epochs
 
     plan = planmod.from_dict({"name": "p", "hardware": "A10-24GB", "jobs": [

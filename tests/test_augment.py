@@ -76,7 +76,7 @@ def test_in_the_job_digits_train_unflipped_and_natural_images_flipped_on_the_dev
 
 def test_the_door_decides_the_views_once_and_the_time_model_counts_the_mirror(natural, digits):
     from scheduler.core import plan as planmod
-    from scheduler.policy import timemodel
+    from scheduler.policy.timing import timemodel
     from scheduler.store import datasource
 
     job = {"name": "m", "kind": "timm", "model": "resnet18", "folds": 2, "resources": {"cpus": 1}}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from scheduler.policy.autotune import BatchTuner, Observation, advice, is_oom
+from scheduler.policy.memory.autotune import BatchTuner, Observation, advice, is_oom
 
 SMALL, LARGE = 11_000_000, 86_000_000
 

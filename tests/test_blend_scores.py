@@ -9,7 +9,7 @@ import pytest
 
 from jobs import JobContext, run_job, shelf
 from jobs.data import load_competition
-from scheduler.policy.packing import Assignment
+from scheduler.policy.placement.packing import Assignment
 from scheduler.store import outputs
 from scheduler.policy.ensemble import METHODS
 from scheduler.core.scoring import get as get_metric

@@ -1,6 +1,6 @@
 """Budget decisions on made-up observation sequences: a 100 s training window starting at t=0."""
 
-from scheduler.policy.budget import (DEFAULT_MARGIN, JobProgress, decide_cuts, decide_restores, deadline_actions,
+from scheduler.policy.running.budget import (DEFAULT_MARGIN, JobProgress, decide_cuts, decide_restores, deadline_actions,
                                      grace_s, margin, plan_finish, remaining_s)
 
 START, DEADLINE = 0.0, 100.0
@@ -110,7 +110,7 @@ def test_grace_fits_inside_the_reserve():
 
 
 def test_the_first_epoch_pays_for_the_start_and_is_left_out_once_a_second_is_measured():
-    from scheduler.policy.budget import epoch_seconds
+    from scheduler.policy.running.budget import epoch_seconds
 
     assert epoch_seconds([]) == (None, False)
     assert epoch_seconds([60.0]) == (60.0, True)  # provisional: start-up included

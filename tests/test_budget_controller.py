@@ -1,7 +1,7 @@
 """The budget controller in the run loop's state machine, fed ``JobReported`` events at chosen times (issue 32): no
 clock, no Ray, nothing measured on this machine. A 5-fold × 10-epoch timm task (``test_runloop.timm``)."""
 
-from scheduler.policy import runloop as rl
+from scheduler.policy.running import runloop as rl
 from test_runloop import T0, machine, started, timm
 
 

@@ -8,8 +8,8 @@ loop's state machine driven by events at chosen times (``test_budget_restart``):
 import pytest
 
 from scheduler.core import plan as planmod
-from scheduler.policy import runloop as rl
-from scheduler.policy.tasktime import Startup, TaskTime
+from scheduler.policy.running import runloop as rl
+from scheduler.policy.timing.tasktime import Startup, TaskTime
 from test_budget_projection import model, timm_time
 from test_runloop import T0, Where
 

@@ -10,10 +10,11 @@ import pytest
 
 from scheduler.core import plan as planmod
 from scheduler.core.states import JobState
-from scheduler.policy import budget, plantime
-from scheduler.policy import runloop as rl
-from scheduler.policy.budget import JobProgress, TimeModel, decide_cuts, decide_restores
-from scheduler.policy.tasktime import Startup, TaskTime
+from scheduler.policy.running import budget
+from scheduler.policy.timing import plantime
+from scheduler.policy.running import runloop as rl
+from scheduler.policy.running.budget import JobProgress, TimeModel, decide_cuts, decide_restores
+from scheduler.policy.timing.tasktime import Startup, TaskTime
 from test_runloop import T0, Where
 
 HARDWARE = SimpleNamespace(devices=[SimpleNamespace(node="n0", index=0, memory_mib=40_000)],
@@ -70,7 +71,7 @@ def test_the_budget_at_the_start_projects_the_dry_runs_timeline(tmp_path):
     """The runner hands its RunState the dry run's time model (``TimeModel.of``): before anything ran, the budget's
     projection of every waiting task ends where the dry run's timeline ends (one contract, not two guesses)."""
     from scheduler.core import hardware as hw
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.runtime.runner import Runner, RunOptions, prepare_folder
 
     plan = planmod.from_dict({"name": "p", "hardware": "A100-40GB", "budget": "1h", "jobs": [

@@ -5,7 +5,7 @@ in-process plan's time model (``test_budget_projection``): no clock, no Ray."""
 
 from scheduler.core import plan as planmod
 from scheduler.core.states import JobState
-from scheduler.policy import runloop as rl
+from scheduler.policy.running import runloop as rl
 from test_budget_projection import model, timm_time
 from test_runloop import T0, Where
 

@@ -12,9 +12,10 @@ from jobs.images import DeviceImages, ImageSet, LoaderSettings, ResizableBatchSa
 from scheduler.core import plan as planmod
 from jobs.timm_kind import TimmJob
 from scheduler.core.walltime import PHASES, Ledger, largest_loss, merge, summarize
-from scheduler.policy import dryrun, inputs
-from scheduler.policy.advice import Observed, advise
-from scheduler.policy.estimate import estimate, simulated_peak
+from scheduler.policy.planning import dryrun
+from scheduler.policy.memory import inputs
+from scheduler.policy.running.advice import Observed, advise
+from scheduler.policy.memory.estimate import estimate, simulated_peak
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +155,7 @@ def test_the_images_count_against_the_share_on_the_simulated_device(comp, tmp_pa
 
 def test_a_sample_updates_the_runs_progress():
     """The state machine takes a job's samples into its progress (what status --json shows) at once."""
-    from scheduler.policy import runloop as rl
+    from scheduler.policy.running import runloop as rl
 
     plan = planmod.from_dict({"name": "t", "hardware": "A100-40GB", "budget": "10m",
                               "jobs": [{"name": "lgbm", "kind": "lightgbm", "folds": 2}]})

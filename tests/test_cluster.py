@@ -8,7 +8,7 @@ import pytest
 
 from conftest import FAKE_TRAIN
 from waiting import wait_until
-from scheduler.policy import dryrun
+from scheduler.policy.planning import dryrun
 from scheduler.core import plan as planmod
 from scheduler.runtime import cluster as runtime
 from scheduler.runtime.driver import RunOptions

@@ -1,6 +1,6 @@
 """Every path the docs name exists: README.md and docs/**/*.md, their markdown links (relative to the doc, anchors
-dropped) and the repository paths they name in backticks (``scheduler/policy/budget.py``, ``benchmarks/peers.py``,
-``docs/budget/``, ``tests/test_budget.py::test_name`` with its test function, ``policy/estimate.py`` read under
+dropped) and the repository paths they name in backticks (``scheduler/policy/running/budget.py``, ``benchmarks/peers.py``,
+``docs/budget/``, ``tests/test_budget.py::test_name`` with its test function, ``policy/memory/estimate.py`` read under
 ``scheduler/``). Not checked: web addresses, paths a run writes (``jobs/<job>/launch.json``, anything with ``<``,
 ``*``, ``$`` or ``…``), and ``../shared/…``, which is beside the checkout on the development machine, not in a clone.
 """
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 
 # the first segment of a path the docs name in backticks: the repository's folders, and scheduler's layers (the docs
-# write `policy/estimate.py` for scheduler/policy/estimate.py)
+# write `policy/memory/estimate.py` for scheduler/policy/memory/estimate.py)
 TOP = ("scheduler", "jobs", "benchmarks", "tests", "docs", "plans", ".ci")
 LAYERS = ("core", "policy", "execute", "runtime", "store", "service", "cli")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -84,7 +84,7 @@ def test_every_path_a_doc_names_exists(doc):
 def test_the_check_finds_a_missing_path(tmp_path):
     doc = tmp_path / "x.md"
     (tmp_path / "y.md").write_text("# A heading, with `code`\n")
-    doc.write_text("See [here](nowhere.md), [there](y.md#a-heading-with-code), [not](y.md#b), `scheduler/policy/nothing_here.py`, `policy/budget.py`, "
+    doc.write_text("See [here](nowhere.md), [there](y.md#a-heading-with-code), [not](y.md#b), `scheduler/policy/nothing_here.py`, `policy/running/budget.py`, "
                    "`tests/test_docs_links.py::test_not_a_test`, `jobs/<job>/launch.json`, [web](https://x.org).")
     assert missing_in(doc) == ["link (nowhere.md)", "link (y.md#b): no heading #b", "path `scheduler/policy/nothing_here.py`",
                                "test `tests/test_docs_links.py::test_not_a_test`: no def test_not_a_test"]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from scheduler.runtime import doctor
-from scheduler.policy import packgain
+from scheduler.policy.timing import packgain
 
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a machine without CUDA is told")
 

@@ -123,7 +123,7 @@ def test_debug_shows_the_traceback(tmp_path, run_cli):
 
 
 def test_a_submission_that_cannot_be_written_is_one_line(tmp_path, digits_dir):
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.runtime.driver import InProcessDriver
     from scheduler.runtime.runner import RunOptions
     from scheduler.runtime.submit import submit, write_submission

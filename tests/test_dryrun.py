@@ -10,7 +10,7 @@ LARGE_DATA_ROWS = 60_000  # a competition large enough that no batch here is cap
 
 def dry_json(plan: str, hardware: str | None = None, rows: int | None = LARGE_DATA_ROWS) -> dict:
     """The dry run's JSON for a plan on a competition of ``rows`` training rows (the CLI reads them from train.csv)."""
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.core import plan as planmod
 
     p = planmod.load(ROOT / plan)
@@ -98,7 +98,7 @@ def test_option1_on_digits_caps_batches_for_statistics_and_fills_the_band_with_f
     assert code == 0, err
     body = json.loads(out)
     jobs = {j["name"]: j for j in body["jobs"]}
-    from scheduler.policy.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps
+    from scheduler.policy.memory.autotune import MIN_OPTIMIZER_STEPS, optimizer_steps
 
     rows = 958  # digits: 1,437 training rows, 3 folds
     for name, seed_batch in (("resnet50", 256), ("effnet_b4", 192)):
@@ -152,7 +152,7 @@ def test_a_timm_job_cannot_take_several_devices(run_cli, tmp_path):
 def test_a_node_with_little_ram_runs_fewer_lanes_and_the_json_shows_host_memory():
     """Host memory is packed beside GPU MiB and cores: on a node of 8 GiB the digits plan runs fewer folds side by
     side than on the A100 box's 200 GiB, says why, and the JSON shows each task's and each node's RAM."""
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.core import plan as planmod, hardware as hw
 
     p = planmod.load(ROOT / "plans/option1.yaml")
@@ -171,7 +171,7 @@ def test_a_node_with_little_ram_runs_fewer_lanes_and_the_json_shows_host_memory(
 
 def test_the_packer_moves_a_task_past_a_nodes_ram_to_a_later_wave():
     from scheduler.core.hardware import Device, Node
-    from scheduler.policy.packing import Demand, pack
+    from scheduler.policy.placement.packing import Demand, pack
 
     node = Node("n", 16, (Device("n", 0, 40960),), memory_mib=4000)
     p = pack([Demand(f"t{i}", 5000, 2, host_mib=1500) for i in range(4)], [node], (0.7, 0.9))

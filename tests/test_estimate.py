@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from scheduler.policy import estimate as est
+from scheduler.policy.memory import estimate as est
 from scheduler.core.errors import UserError
 
 SMALL = "resnet18"

@@ -8,8 +8,10 @@ import pytest
 from scheduler.core import plan as planmod
 from scheduler.core.hardware import from_profile
 from scheduler.core.states import JobState
-from scheduler.policy import dryrun, estimate as est, overhead, runloop as rl
-from scheduler.policy.packing import Assignment
+from scheduler.policy.planning import dryrun
+from scheduler.policy.memory import estimate as est, overhead
+from scheduler.policy.running import runloop as rl
+from scheduler.policy.placement.packing import Assignment
 from scheduler.store import measurements as ms
 
 MODEL, SIZE = "resnet18", 64
@@ -71,7 +73,7 @@ def test_submit_dry_run_json_says_where_each_figure_came_from(run_cli, tmp_path,
     ms.record(_config(64), nvml_mib=1777)
     code, out, err = run_cli("submit", plan_file, "--dry-run", "--json")
     job = json.loads(out)["jobs"][0]
-    # the share: the measured step, and the training images the job keeps on the card (policy.inputs)
+    # the share: the measured step, and the training images the job keeps on the card (policy.memory.inputs)
     assert (job["estimate_source"], job["gpu_memory_mib"] - job.get("images_mib", 0), job["measured_mib"]) == (
         "measured on A10-24GB", 1777, 1777)
 
@@ -280,7 +282,7 @@ def test_a_rehearsal_of_a_measured_job_simulates_the_measured_figure(tmp_path):
     peaks scaled to it: at its batch it fills its share and does not run out of memory there."""
     from jobs.contract import JobContext
     from jobs.timm_tuning import job_memory
-    from scheduler.policy.estimate import simulated_peak
+    from scheduler.policy.memory.estimate import simulated_peak
     from scheduler.runtime.runner import Runner, RunOptions, prepare_folder
 
     db = tmp_path / "m.sqlite"

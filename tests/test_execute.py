@@ -170,7 +170,7 @@ class Recording:
 def test_a_plan_run_and_a_slot_job_go_through_the_same_executor_interface(tmp_path, digits, monkeypatch):
     from scheduler.core.plan import from_dict
     from scheduler.execute import local
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.runtime.driver import InProcessDriver
     from scheduler.runtime.runner import RunOptions, prepare_folder
 

@@ -13,10 +13,10 @@ from conftest import submit_in_process
 from scheduler.core import kinds
 from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
-from scheduler.policy import plantime
-from scheduler.policy import runloop as rl
-from scheduler.policy import tasktime as tt
-from scheduler.policy.budget import TimeModel
+from scheduler.policy.timing import plantime
+from scheduler.policy.running import runloop as rl
+from scheduler.policy.timing import tasktime as tt
+from scheduler.policy.running.budget import TimeModel
 from test_runloop import T0, Where
 
 PLAN = """name: forest

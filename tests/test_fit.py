@@ -2,9 +2,9 @@
 
 import pytest
 
-from scheduler.policy.autotune import (MIN_OPTIMIZER_STEPS, epochs_for_steps, optimizer_steps, statistical_cap,
+from scheduler.policy.memory.autotune import (MIN_OPTIMIZER_STEPS, epochs_for_steps, optimizer_steps, statistical_cap,
                                        statistical_floor)
-from scheduler.policy.fit import FitJob, fit
+from scheduler.policy.memory.fit import FitJob, fit
 from scheduler.core.hardware import from_profile
 
 A100 = from_profile("A100-40GB").nodes  # limit 36,864 MiB at 0.90

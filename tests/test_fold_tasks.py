@@ -7,7 +7,7 @@ import pytest
 
 from conftest import TEST_HARDWARE
 from scheduler.core import plan as planmod
-from scheduler.policy import dryrun
+from scheduler.policy.planning import dryrun
 from scheduler.runtime.driver import RunOptions
 from scheduler.runtime.submit import submit
 from scheduler.store.record import RunRecord

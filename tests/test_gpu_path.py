@@ -18,7 +18,7 @@ from jobs.memory import cuda_device
 from scheduler.core.hardware import physical_memory_mib, visible_index
 from scheduler.core.memcap import MIN_ALLOCATOR_MIB, memory_cap
 from scheduler.execute.apply import hold_to, process_cap
-from scheduler.policy.overhead import outside_allocator_mib, overhead_for
+from scheduler.policy.memory.overhead import outside_allocator_mib, overhead_for
 from jobs.timm_kind import TimmJob
 
 H100_MIB = 81_559  # what NVML reports for an H100 80GB HBM3
@@ -210,10 +210,10 @@ def test_an_out_of_memory_error_anywhere_halves_and_the_fold_goes_on(comp, tmp_p
 def test_a_full_scale_run_of_a_seed_batch_on_small_data_is_capped_and_learns(comp, tmp_path):
     """The seeds' batch 256 on a 958-row fold leaves 32 optimizer steps over 8 epochs: on the H100 ResNet-50 stayed at
     chance (0.0985). Run at full scale (no rehearsal reductions: every row, every epoch, the real batch) on the CPU at
-    32 px, the planner's side caps the batch for statistics (``policy.settle``), recomputes BatchNorm statistics, and validates far above chance.
+    32 px, the planner's side caps the batch for statistics (``policy.planning.settle``), recomputes BatchNorm statistics, and validates far above chance.
     (ResNet-10-T at 32 px here scored 0.99; 1-8 minutes on this shared 2-core machine, hence ``slow``.)"""
     from scheduler.core.folds import fold_train_rows
-    from scheduler.policy.settle import settle
+    from scheduler.policy.planning.settle import settle
 
     events = []
     ctx = JobContext("r18", tmp_path, cpus=2, device="cpu", rehearsal=False, seed=0,

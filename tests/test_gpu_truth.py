@@ -87,7 +87,7 @@ def test_a_peak_is_judged_against_the_share_and_the_cuda_context_memcap_names(gt
     """Within the share, within share + context (``core.memcap``'s ``Cap.outside_mib`` for the card), or over both;
     a task with no share (LightGBM) has no row; without peaks every figure is None beside the reason."""
     from scheduler.core.memcap import memory_cap
-    from scheduler.policy.overhead import outside_allocator_mib
+    from scheduler.policy.memory.overhead import outside_allocator_mib
 
     records = {"a": {"gpu_memory_mib": 4000, "card_mib": 40960}, "b": {"gpu_memory_mib": 4000, "card_mib": 40960},
                "c": {"gpu_memory_mib": 4000, "card_mib": 40960}, "lgbm": {"gpu_memory_mib": None}}
@@ -317,7 +317,7 @@ def test_each_mps_client_limit_is_the_tasks_cap_recorded_not_applied_with_the_re
     """``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` from the same ``core.memcap`` cap as the allocator (allocator plus the
     context outside it); a timm job has no env in the plan schema, so the limit is recorded, not applied."""
     from scheduler.core.memcap import memory_cap
-    from scheduler.policy.overhead import outside_allocator_mib
+    from scheduler.policy.memory.overhead import outside_allocator_mib
 
     plan = gt.plan_copy(gt.PLAN, tmp_path / "p.yaml", False)
     records = {"effnet_b4/f0": {"job": "effnet_b4", "gpu_memory_mib": 6727, "card_mib": 40960},

@@ -1,12 +1,12 @@
 """Host memory, the resource the packer once did not see: a task's RAM estimate, a node's RAM, and a task killed
-for RAM named as such (``policy.hostmem``, ``core.hardware``, ``execute.ray_actor.killed_for_ram``)."""
+for RAM named as such (``policy.memory.hostmem``, ``core.hardware``, ``execute.ray_actor.killed_for_ram``)."""
 
 import pytest
 import ray
 
 from scheduler.core import hardware as hw
 from scheduler.core import plan as planmod
-from scheduler.policy import hostmem, inputs
+from scheduler.policy.memory import hostmem, inputs
 
 
 def _job(**extra):
@@ -38,7 +38,7 @@ def test_a_nodes_ram_comes_from_the_profile_the_plan_or_this_machine_with_its_co
     assert hw.local_memory_mib((str(limit),)) > 5120
     plan = planmod.from_dict({"name": "p", "hardware": {"profile": "A100-40GB", "memory": "5GB"},
                               "jobs": [{"name": "l", "kind": "lightgbm"}]})
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
 
     assert dryrun.resolve_hardware(plan).nodes[0].memory_mib == 5120
 

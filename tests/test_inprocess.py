@@ -7,7 +7,7 @@ import pandas as pd
 
 from conftest import FAKE_TRAIN, TEST_HARDWARE
 from scheduler.core import plan as planmod
-from scheduler.policy import dryrun
+from scheduler.policy.planning import dryrun
 from scheduler.runtime.driver import InProcessDriver
 from scheduler.runtime.runner import RunOptions
 from scheduler.runtime.submit import submit

@@ -10,8 +10,8 @@ from jobs import JobContext, run_job, timm_job
 from jobs.data import load_competition, write_digits
 from jobs.memory import SimulatedDevice
 from scheduler.core.folds import fold_train_rows
-from scheduler.policy.estimate import estimate, simulated_peak
-from scheduler.policy.settle import batch_ceiling
+from scheduler.policy.memory.estimate import estimate, simulated_peak
+from scheduler.policy.planning.settle import batch_ceiling
 from jobs.timm_kind import TimmJob
 
 

@@ -74,9 +74,9 @@ def test_timm_rehearsal_returns_folds_keyed_by_id(comp, tmp_path, few_steps, mon
 
 def test_a_batch_too_large_for_the_data_is_capped_once_before_the_job(comp, tmp_path, few_steps, monkeypatch):
     """Without the dry run's fitter (``--trust-plan-memory``, a slot's job spec) the record's maker applies the same
-    rule (``policy.settle``); the job runs the batch it is given and caps nothing again."""
+    rule (``policy.planning.settle``); the job runs the batch it is given and caps nothing again."""
     from scheduler.core.folds import fold_train_rows
-    from scheduler.policy.settle import settle
+    from scheduler.policy.planning.settle import settle
 
     monkeypatch.setattr(timm_job, "REHEARSAL_EPOCHS", 1)
     events = []

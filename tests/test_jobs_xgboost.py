@@ -124,7 +124,8 @@ def test_the_budget_cuts_its_rounds_as_it_cuts_a_timm_jobs_epochs(comp, tmp_path
     """Its rounds count in epochs of 50 (``Kind.rounds_per_epoch``): the job reports each epoch with its steady pace,
     the run loop's budget, finding it late, cuts its epochs, and the job then caps a fold's rounds at what is left."""
     from scheduler.core import plan as planmod
-    from scheduler.policy import runloop as rl, tasktime
+    from scheduler.policy.running import runloop as rl
+    from scheduler.policy.timing import tasktime
     from test_runloop import T0, Where
 
     plan = planmod.from_dict({"name": "t", "hardware": {"profile": "A100-40GB", "gpus_per_node": 1, "cpus": 8},

@@ -10,7 +10,7 @@ from conftest import ROOT, TEST_HARDWARE
 from scheduler.core import kinds
 from scheduler.core.errors import UserError
 from scheduler.core.plan import JobBase, from_dict
-from scheduler.policy import dryrun
+from scheduler.policy.planning import dryrun
 
 NAME_TEST = re.compile(r"kind (==|!=|in) .*(timm|lightgbm|command|xgboost)")
 

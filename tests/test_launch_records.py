@@ -85,7 +85,7 @@ def test_a_saved_record_is_planned_again_only_where_the_placement_moved_it(tmp_p
     """A resume on other hardware puts a task elsewhere: its saved record no longer sits there, so that task is
     planned again (and said so); a missing record is planned too."""
     from scheduler.core import plan as planmod
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
 
     plan = planmod.from_dict({"name": "p", "hardware": {"profile": "A100-40GB", "gpus_per_node": 1, "cpus": 8},
                               "budget": "10m", "jobs": [

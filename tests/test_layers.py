@@ -295,7 +295,7 @@ def test_the_package_root_imports_nothing():
 
 @pytest.mark.parametrize("kind", ["timm", "lightgbm", "xgboost", "command"])
 def test_a_job_actors_process_imports_no_pandas_torch_or_timm_before_its_job_asks(kind):
-    """A job actor's process — its module (``execute.ray_actor``), the record's runner (``execute.apply``), the
+    """A job actor's process — its class's module (``execute.ray_job``), the record's runner (``execute.apply``), the
     record itself unpickled (its spec brings its own kind's module) and its kind looked up — loads none of pandas,
     torch, timm, scikit-learn, LightGBM or XGBoost: those are its job's to import when it runs. So each launch pays
     only for what its job uses (an actor's import was 864 ms with the registry loaded by ``import scheduler``)."""
@@ -305,10 +305,23 @@ def test_a_job_actors_process_imports_no_pandas_torch_or_timm_before_its_job_ask
     asks = {"timm": {"model": "resnet18", "batch_size": 32}, "command": {"command": ["true"]}}.get(kind, {})
     record = LaunchRecord(task="t", job="t", spec=job_from_dict({"kind": kind, **asks}), data_dir=".", workdir=".",
                           metric="accuracy", seed=0)
-    found = _loaded("import os\nimport scheduler.execute.ray_actor, scheduler.execute.apply\n"
+    found = _loaded("import os\nimport scheduler.execute.ray_job, scheduler.execute.apply\n"
                     "from scheduler.core import kinds\nfrom scheduler.execute.launch import loads\n"
                     f"kinds.of(loads(os.environ[{ENV!r}]).spec)", env={ENV: dumps(record)})
     assert HEAVY & set(found["top"]) == set()
+
+
+def test_a_job_actors_class_comes_with_ray_its_line_and_its_buffer_alone():
+    """Ray imports an actor's class by its module in the worker, and the first poll it answers is the sign the
+    process is up: ``execute.ray_job`` brings none of the executor's modules (the record, the kind registry, the run's
+    messages), which cost each launch 48 ms before its first answer when the class lived beside the executor
+    (``benchmarks/overhead.py``: per launch 1.08 of a bare Ray actor)."""
+    found = _loaded("import scheduler.execute.ray_job")
+    assert found["gpupack"] == ["scheduler", "scheduler.core", "scheduler.core.actorline", "scheduler.core.progress",
+                                "scheduler.execute", "scheduler.execute.channel", "scheduler.execute.ray_job"]
+    from scheduler.execute.ray_actor import RemoteJobActor
+
+    assert RemoteJobActor.__ray_metadata__.modified_class.__module__ == "scheduler.execute.ray_job"
 
 
 def test_the_import_check_itself_sees_a_heavy_import():

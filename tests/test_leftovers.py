@@ -14,7 +14,7 @@ from conftest import TEST_HARDWARE
 from scheduler.core.boundedlog import rotate_copy as rotate_log
 from scheduler.core import hardware
 from scheduler.core import plan as planmod
-from scheduler.policy import dryrun
+from scheduler.policy.planning import dryrun
 from scheduler.runtime import resume
 from scheduler.core.states import JobState
 from scheduler.runtime.runner import prepare_folder

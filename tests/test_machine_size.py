@@ -108,7 +108,7 @@ def test_a_cpu_rehearsal_counts_the_cores_this_process_is_given_dry_run_and_subm
     cgroup's quota (2.5 cores: 2) under an affinity of 36: the node has 2 cores, said with the profile's figure it
     capped; option1's LightGBM asks 12, so the node is 12 (the most one job asks: packed, never refused, its
     threads the machine's) and LightGBM waits for the image jobs' wave. The submit path resolves the same way."""
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
 
     root, usable = _v1_tree(tmp_path / "fake"), hw.usable_cores
     monkeypatch.setattr(hw, "usable_cores", lambda r="/", affinity=None: usable(root, affinity=set(range(36))))

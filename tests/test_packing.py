@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from scheduler.core.errors import UserError
 from scheduler.core.hardware import Device, Node, from_profile
-from scheduler.policy.packing import Demand, PackingError, Placement, l2_lower_bound, pack
+from scheduler.policy.placement.packing import Demand, PackingError, Placement, l2_lower_bound, pack
 
 BAND = (0.70, 0.90)
 A100 = from_profile("A100-40GB").nodes  # one node "local": 30 cores, one 40960 MiB device
@@ -234,7 +234,7 @@ def test_the_packer_packs_around_what_others_hold_on_a_device():
     """A device with MiB held by others (a service's slot, read from Ray) takes only what is left under the band's
     top: the task that no longer fits there goes to the other device."""
     from scheduler.core.hardware import Device, Node
-    from scheduler.policy.packing import Demand, pack
+    from scheduler.policy.placement.packing import Demand, pack
 
     devices = (Device("n", 0, 40960, held_mib=12288), Device("n", 1, 40960))
     p = pack([Demand("big", 30720, 1)], [Node("n", 8, devices)], (0.7, 0.9))

@@ -4,8 +4,8 @@ import itertools
 import random
 
 from scheduler.core.hardware import Device, Node
-from scheduler.policy.packing import Demand, pack
-from scheduler.policy.arcflow import arc_flow, fullest_of_two_waves
+from scheduler.policy.placement.packing import Demand, pack
+from scheduler.policy.placement.arcflow import arc_flow, fullest_of_two_waves
 
 
 def brute_force_bins(sizes, capacity):

@@ -9,8 +9,8 @@ import pytest
 from test_packing import assert_valid, brute_force
 
 from scheduler.core.hardware import Device, Node, from_profile
-from scheduler.policy.packing import MAX_SEARCH_JOBS, Demand, pack
-from scheduler.policy.arcflow import arc_flow
+from scheduler.policy.placement.packing import MAX_SEARCH_JOBS, Demand, pack
+from scheduler.policy.placement.arcflow import arc_flow
 
 BAND = (0.70, 0.90)
 

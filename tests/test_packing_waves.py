@@ -9,7 +9,16 @@ import pytest
 from test_packing import assert_valid, brute_force
 
 from scheduler.core.hardware import Device, Node, from_profile
-from scheduler.policy.packing import Cluster, Demand, Items, OutOfSteps, Placement, Search, pack, solve_by_waves
+from scheduler.policy.placement.packing import (
+    Cluster,
+    Demand,
+    Items,
+    OutOfSteps,
+    Placement,
+    Search,
+    pack,
+    solve_by_waves,
+)
 
 BAND = (0.70, 0.90)
 

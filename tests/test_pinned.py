@@ -19,10 +19,10 @@ from scheduler.core import plan as planmod
 from scheduler.core.hardware import Device, Node
 from scheduler.core.states import JobState
 from scheduler.execute.launch import BOUND, LaunchRecord
-from scheduler.policy import fit
-from scheduler.policy import runloop as rl
-from scheduler.policy import tasks as tk
-from scheduler.policy.packing import Assignment, PackingError
+from scheduler.policy.memory import fit
+from scheduler.policy.running import runloop as rl
+from scheduler.policy.running import tasks as tk
+from scheduler.policy.placement.packing import Assignment, PackingError
 from test_runloop import T0, Where, cmd, kinds, machine, started
 from test_tasks import _job, _pack, _room
 

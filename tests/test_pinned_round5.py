@@ -28,11 +28,12 @@ from jobs import JobContext
 from jobs import boosting
 from scheduler.core import hardware, kinds
 from jobs.lightgbm_kind import LightGBMJob
-from scheduler.policy import budget, tasktime
-from scheduler.policy import runloop as rl
-from scheduler.policy.budget import JobProgress, decide_cuts, decide_restores, decide_takebacks, remaining_s
-from scheduler.policy.inputs import validation_every
-from scheduler.policy.tasktime import Startup, TaskTime
+from scheduler.policy.running import budget
+from scheduler.policy.timing import tasktime
+from scheduler.policy.running import runloop as rl
+from scheduler.policy.running.budget import JobProgress, decide_cuts, decide_restores, decide_takebacks, remaining_s
+from scheduler.policy.memory.inputs import validation_every
+from scheduler.policy.timing.tasktime import Startup, TaskTime
 from test_runloop import cmd, machine
 
 

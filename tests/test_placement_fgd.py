@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.policy.placement_online import (Shape, WorkloadLearner, evaluate_node, fgd,
+from scheduler.policy.placement.placement_online import (Shape, WorkloadLearner, evaluate_node, fgd,
                                                fgd_score, node_fragmentation, place)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -114,7 +114,7 @@ def test_the_replay_draws_the_simulators_arrivals_with_go_math_rand():
 
 
 def test_host_stranded_is_the_gpu_that_cores_or_memory_leave_unusable():
-    from scheduler.policy.placement_workload import host_stranded
+    from scheduler.policy.placement.placement_workload import host_stranded
 
     workload = [(Shape(1000, 1, 16), 0.5), (Shape(500, 1, 2, memory=10), 0.5)]
     # 8 free GPUs, 96 cores: six 16-core requests (2 GPUs stranded), 48 two-core halves (none)
@@ -126,7 +126,7 @@ def test_host_stranded_is_the_gpu_that_cores_or_memory_leave_unusable():
 
 
 def test_fgd_keeps_cores_for_the_gpus_a_node_has_left(monkeypatch):
-    from scheduler.policy import placement_workload
+    from scheduler.policy.placement import placement_workload
 
     # Typical requests: a whole GPU with 12 cores. A 20-core request on the 48-core node would leave 28 cores for
     # its 3 GPUs (two requests' worth: one GPU stranded); on the 80-core node nothing is stranded.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.policy.placement_online import (
+from scheduler.policy.placement.placement_online import (
     FragmentationCache, Shape, best_fit, fgd, first_fit, node_fragmentation, place, workload_of)
 
 
@@ -98,7 +98,7 @@ def test_the_service_places_by_fgd_once_it_has_seen_requests():
     assert place_online(10000, 1, free, {"local": 30}) == "local:0"
     # typical requests are 20,000 MiB: on device 0 the small one would leave 10,000 MiB no typical request can use;
     # on device 1 both devices keep room for one (20,000 and 26,864): FGD takes device 1, unlike best fit
-    from scheduler.policy.placement_online import Shape
+    from scheduler.policy.placement.placement_online import Shape
 
     workload = ((Shape(20000, 1, 1), 1.0),)
     assert place_online(10000, 1, free, {"local": 30}, Learned(workload, limits)) == "local:1"
@@ -139,7 +139,7 @@ def test_typical_requests_restricted_to_other_models_see_the_whole_node_as_fragm
 
 
 def test_tightest_is_best_fit_over_named_devices():
-    from scheduler.policy.placement_online import tightest
+    from scheduler.policy.placement.placement_online import tightest
     from scheduler.runtime.elastic import best_fit as elastic_best_fit
 
     room = {("b", 0): 12000, ("a", 1): 12000, ("a", 0): 20000}
@@ -156,7 +156,7 @@ def test_both_ways_of_the_cache_equal_node_fragmentation(monkeypatch, small):
     Alibaba replay's) with it: both give node_fragmentation's values, look-ahead included."""
     import random
 
-    from scheduler.policy import placement_workload
+    from scheduler.policy.placement import placement_workload
 
     monkeypatch.setattr(placement_workload, "SMALL", small)
     rnd = random.Random(7)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from scheduler.policy import colocation, timemodel
+from scheduler.policy.timing import colocation, timemodel
 
 SHARED = ROOT.parent / "shared" / "data"
 ADVISE = ["-m", "scheduler", "advise", "--hardware", "A10-24GB", "--budget", "20m", "--json"]
@@ -21,7 +21,7 @@ ADVISE = ["-m", "scheduler", "advise", "--hardware", "A10-24GB", "--budget", "20
 def test_the_policy_reads_the_packaged_tables_not_shared(monkeypatch):
     monkeypatch.delenv("GPUPACK_TIMM_BENCHMARKS", raising=False)
     monkeypatch.delenv("GPUPACK_COLOCATION_PROFILES", raising=False)
-    package = Path(colocation.__file__).resolve().parent
+    package = Path(colocation.__file__).resolve().parents[1]  # scheduler/policy, where data/ ships
     assert timemodel.benchmark_dir().is_relative_to(package)
     assert colocation.profiles_dir() is None and colocation.gavel_resnet50_pairs()
     colocation.calibration.cache_clear()

@@ -139,7 +139,8 @@ def _rates(train_rows, *, rehearsal, **job):
     (lr, head factor, the dry run's why, the dry run's printed line)."""
     from scheduler.cli.views import show_dry_run
     from scheduler.core import hardware as hw, plan as planmod
-    from scheduler.policy import dryrun, plantime
+    from scheduler.policy.planning import dryrun
+    from scheduler.policy.timing import plantime
 
     spec = {"name": "a", "kind": "timm", "model": MODEL, "batch_size": 64, "epochs": 3, "folds": 2,
             "resources": {"cpus": 2, "gpu_memory": "4GB"}, **job}
@@ -155,12 +156,12 @@ def _rates(train_rows, *, rehearsal, **job):
 
 
 def test_the_door_chooses_the_rate_a_timm_job_trains_at_and_says_why():
-    """``policy.recipe`` at the door (issue 42): a pretrained job, short (the CPU rehearsal: 24 steps × 3 epochs) or long
+    """``policy.planning.recipe`` at the door (issue 42): a pretrained job, short (the CPU rehearsal: 24 steps × 3 epochs) or long
     (200,000 rows on a card: 1,563 steps × 3 epochs), trains at the measured fine-tuning rate, its new head
     ×HEAD_FACTOR (1: measured, a faster head lost); a job from scratch at 1e-3 throughout; a plan's own lr wins (for every layer, unless it
     names a head_lr_factor too). Asserted where it lands: the
     adjusted plan the launch records are made from, and the dry run's printed line."""
-    from scheduler.policy import recipe
+    from scheduler.policy.planning import recipe
 
     lr, head, why, printed = _rates(3000, rehearsal=True, pretrained=True)
     assert (lr, head) == (1e-3, 1.0) == (recipe.FINETUNE_LR["adamw"], recipe.HEAD_FACTOR)  # the measured winner

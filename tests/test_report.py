@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from scheduler.policy.packing import Assignment
+from scheduler.policy.placement.packing import Assignment
 from scheduler.store import report
 from scheduler.store.record import RunRecord
 

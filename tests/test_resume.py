@@ -15,7 +15,7 @@ import pytest
 
 from conftest import FAKE_TRAIN, ROOT, TEST_HARDWARE
 from waiting import wait_until
-from scheduler.policy import dryrun
+from scheduler.policy.planning import dryrun
 from scheduler.core import plan as planmod
 from scheduler.runtime import resume
 from scheduler.core.errors import UserError

@@ -204,7 +204,7 @@ def test_a_kept_fold_whose_ids_and_predictions_disagree_is_set_aside_and_trained
 
 def test_a_full_disk_while_a_fold_is_kept_still_ends_in_a_submission(tmp_path, data, monkeypatch):
     from scheduler.core import plan as planmod
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.runtime.runner import RunOptions
     from scheduler.runtime.submit import submit
 

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import FAKE_TRAIN, TEST_HARDWARE
 from waiting import Clock, wait_until
-from scheduler.policy import budget, dryrun
+from scheduler.policy.running import budget
+from scheduler.policy.planning import dryrun
 from scheduler.core import plan as planmod
 from scheduler.runtime.driver import RunOptions
 from scheduler.store.record import RunRecord

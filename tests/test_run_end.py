@@ -64,7 +64,7 @@ def test_cancel_of_a_running_run_ends_it_cancelled_everywhere(tmp_path, digits_d
 def test_a_run_the_training_deadline_stops_ends_deadline(tmp_path, digits_dir, run_cli, monkeypatch):
     """The clock jumps past the training window once the waiting job says it waits: the deadline, not the machine's
     speed, stops it; what finished before (quick) is the submission."""
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.core import plan as planmod
     from scheduler.runtime.driver import InProcessDriver
     from scheduler.runtime.runner import RunOptions

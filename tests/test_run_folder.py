@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, TEST_HARDWARE
 from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
-from scheduler.policy import dryrun
+from scheduler.policy.planning import dryrun
 from scheduler.runtime.driver import InProcessDriver
 from scheduler.runtime.runner import RunOptions
 from scheduler.runtime.submit import submit

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from scheduler.core import plan as planmod
 from scheduler.core.states import JobState
-from scheduler.policy import runloop as rl
+from scheduler.policy.running import runloop as rl
 
 HARDWARE = {"profile": "A100-40GB", "gpus_per_node": 2, "cpus": 16}
 T0 = 1000.0

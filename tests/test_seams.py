@@ -2,7 +2,7 @@
 
 Each test names the seam it watches and the change it catches (checked by making that change once):
 
-- the budget's margin: the run loop hands ``policy.budget`` the margin measured from its own estimate errors, not
+- the budget's margin: the run loop hands ``policy.running.budget`` the margin measured from its own estimate errors, not
   ``DEFAULT_MARGIN`` (``RunState._budget`` → ``budget.decide_cuts`` / the ``budget_cut`` record);
 - a lane's cores: ``tasks.lane_cpus`` divides a job's cores among its lanes, through the dry run's packing into the
   launch record a lane task is launched with and Ray's request for it (``Runner.launch_record``, ``actor_options``);
@@ -18,8 +18,9 @@ from conftest import TEST_HARDWARE
 from scheduler.core import hardware as hw
 from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
-from scheduler.policy import budget, dryrun
-from scheduler.policy import runloop as rl
+from scheduler.policy.running import budget
+from scheduler.policy.planning import dryrun
+from scheduler.policy.running import runloop as rl
 from test_runloop import T0, machine, started, timm  # the run loop's test plan: one 5-fold × 10-epoch timm job
 
 
@@ -123,7 +124,7 @@ def test_out_of_memory_halving_stops_at_the_ladders_floor_and_fails_the_job(tmp_
     from jobs import JobContext, run_job, timm_job
     from jobs.data import load_competition
     from jobs.timm_kind import TimmJob
-    from scheduler.policy.estimate import LADDER, estimate, simulated_peak
+    from scheduler.policy.memory.estimate import LADDER, estimate, simulated_peak
 
     monkeypatch.setattr(timm_job, "REHEARSAL_STEPS_PER_EPOCH", 2)
     monkeypatch.setattr(timm_job, "REHEARSAL_EPOCHS", 1)

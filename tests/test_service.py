@@ -54,7 +54,7 @@ def test_grant_answer_has_the_lease_and_its_environment(tmp_path):
     assert a["state"] == "granted" and a["device"] == 0 and a["node"] == "local"
     assert a["gpu_memory_mib"] == 12288 and a["cuda_visible_devices"] == "0"
     # 12 GiB of the 40 GiB card less the CUDA context and libraries (core.memcap): the allocator's part
-    from scheduler.policy.overhead import outside_allocator_mib
+    from scheduler.policy.memory.overhead import outside_allocator_mib
 
     assert a["memory_fraction"] == pytest.approx((12288 - outside_allocator_mib("A100-40GB")) / 40960, abs=1e-4)
     assert a["deadline"] == pytest.approx(time.time() + 1200, abs=5)

@@ -270,7 +270,7 @@ def test_deciding_a_request_alone_leaves_nothing_a_full_pass_would_start(tmp_pat
 def test_place_online_answers_as_fgd_when_it_skips_weighing_a_single_choice():
     import random
 
-    from scheduler.policy.placement_online import Shape, fgd, workload_of
+    from scheduler.policy.placement.placement_online import Shape, fgd, workload_of
 
     rnd = random.Random(0)
     keys = [f"local:{i}" for i in range(3)]

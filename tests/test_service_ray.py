@@ -108,7 +108,7 @@ def test_a_plan_joining_the_cluster_packs_around_what_a_slot_holds(ray_cluster, 
     of device 0) and packs around it: a 30 GB task that fits only the other device goes there, not where Ray would
     keep it waiting for the slot to end."""
     from scheduler.core import plan as planmod
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
 
     ray = ray_cluster
     svc, backend, _res, _before = ray_service

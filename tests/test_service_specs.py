@@ -182,7 +182,7 @@ def test_slot_gauges_show_queued_and_granted_slots_and_zero_the_ended(monkeypatc
 def test_a_models_memory_is_estimated_for_the_services_card(tmp_path):
     """A slot asked for by model, and a job spec, are estimated with the service's card's overhead (its cuBLAS
     workspaces, its context), not with an unknown card's."""
-    from scheduler.policy.estimate import estimate
+    from scheduler.policy.memory.estimate import estimate
     from scheduler.service.specs import job_spec
 
     peaks = {}

@@ -1,7 +1,7 @@
 """A task's share, asserted where it lands: in the job's process (a fake ``torch.cuda`` records the fraction the real
 apply path sets), in the timm job's memory reader and batch tuner, in a command script's environment, in a slot's
 JSON, and in the launch record a task runs with. Each value comes from ``core.memcap.memory_cap`` (or the planner's
-``policy.settle.batch_ceiling``); a test here fails when the value is not carried across its seam.
+``policy.planning.settle.batch_ceiling``); a test here fails when the value is not carried across its seam.
 """
 
 import json
@@ -17,8 +17,8 @@ from jobs.command_kind import CommandJob
 from jobs.timm_kind import TimmJob
 from scheduler.execute import apply
 from scheduler.execute.launch import LaunchRecord
-from scheduler.policy.autotune import statistical_cap
-from scheduler.policy.overhead import outside_allocator_mib
+from scheduler.policy.memory.autotune import statistical_cap
+from scheduler.policy.memory.overhead import outside_allocator_mib
 
 H100 = "NVIDIA H100 80GB HBM3"
 REAL_PREPARE = timm_job._prepare
@@ -144,7 +144,7 @@ def test_a_timm_task_launches_with_the_planners_ceiling_and_its_tuner_grows_no_f
     tuner takes it as its maximum and computes none of its own."""
     from conftest import TEST_HARDWARE
     from scheduler.core import plan as planmod
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.core.folds import fold_train_rows
     from scheduler.runtime.runner import Runner, RunOptions, prepare_folder
 

@@ -7,7 +7,7 @@ import pytest
 from conftest import TEST_HARDWARE
 from small_images import write_image_competition
 from scheduler.core import plan as planmod
-from scheduler.policy import dryrun
+from scheduler.policy.planning import dryrun
 from scheduler.runtime.driver import InProcessDriver
 from scheduler.runtime.runner import RunOptions
 from scheduler.runtime.submit import submit

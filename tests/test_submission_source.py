@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from conftest import FAKE_TRAIN, ROOT, TEST_HARDWARE
-from scheduler.policy import budget as budget_policy
+from scheduler.policy.running import budget as budget_policy
 from scheduler.store.record import RunRecord
 from waiting import HANG_S, wait_until
 
@@ -152,7 +152,7 @@ def test_a_bad_competition_folder_given_to_submit_raises_before_any_run_folder(t
     import pytest
 
     from jobs.data import CompetitionError
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.core import plan as planmod
     from scheduler.runtime.driver import RunOptions
     from scheduler.runtime.submit import submit

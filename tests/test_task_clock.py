@@ -40,7 +40,7 @@ def test_in_process_the_clock_is_the_one_handed_to_apply_run(digits, tmp_path):
 
 
 def test_a_ray_actors_task_counts_from_its_actor_being_made(digits, tmp_path):
-    from scheduler.execute.ray_actor import JobActor
+    from scheduler.execute.ray_job import JobActor
 
     actor = JobActor("lgbm", None, {})  # the class Ray runs, here in this process
     actor._up -= 30.0  # made 30 s ago: Ray's worker, then the actor's own start

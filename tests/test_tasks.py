@@ -1,8 +1,8 @@
-"""A job's folds as tasks: how many run side by side (``policy.tasks.fold_lanes``), and what each lane runs."""
+"""A job's folds as tasks: how many run side by side (``policy.running.tasks.fold_lanes``), and what each lane runs."""
 
 from scheduler.core.hardware import Device, Node
-from scheduler.policy import tasks as tk
-from scheduler.policy.packing import Demand, pack
+from scheduler.policy.placement.packing import Demand, pack
+from scheduler.policy.running import tasks as tk
 
 BAND = (0.70, 0.90)
 NODE = Node("n", 32, (Device("n", 0, 40960, "A100-40GB"),))

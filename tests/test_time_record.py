@@ -1,4 +1,4 @@
-"""A task's time, predicted against actual, always (``policy/timerecord``, ``runtime/timekeeping``): a small plan run
+"""A task's time, predicted against actual, always (``policy/timing/timerecord``, ``runtime/timekeeping``): a small plan run
 the way a user runs it (``submit PLAN --in-process --json``: a tree job, an image job, a command that succeeds and
 one that fails), then each place the figures land — the run's events, ``status --json``, the progress lines,
 report.html — and the next dry run on this machine, which predicts with what the run measured."""
@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 
 from conftest import FAKE_TRAIN, submit_in_process
-from scheduler.policy import timerecord as tr
-from scheduler.policy.tasktime import where_learned
+from scheduler.policy.timing import timerecord as tr
+from scheduler.policy.timing.tasktime import where_learned
 from scheduler.store import runview, timings
 
 PLAN = f"""name: timed
@@ -158,8 +158,8 @@ def test_the_next_dry_run_predicts_a_command_by_its_learned_wall(ran):
     """What the store learned of the command by its name is what the next prediction of that job reads (the store
     asked by the job's kind, not a kind written in its query); a job that never ran keeps the packaged guess."""
     from scheduler.core import plan as planmod
-    from scheduler.policy import dryrun
-    from scheduler.policy.tasktime import COMMAND_S
+    from scheduler.policy.planning import dryrun
+    from scheduler.policy.timing.tasktime import COMMAND_S
 
     wall = timings.learned_wall(path=ran["store"])("command", "fake")
     plan = planmod.from_dict(yaml_of(PLAN) | {"name": "again"})
@@ -271,7 +271,7 @@ def test_ratios_learned_against_other_packaged_figures_are_not_read(tmp_path, mo
     are read — and a store from before the fingerprint was kept (no column) is read as learned against none."""
     import sqlite3
 
-    from scheduler.policy import tasktime
+    from scheduler.policy.timing import tasktime
 
     packaged = tasktime._packaged()
     assert packaged == tasktime.PACKAGED
@@ -304,7 +304,7 @@ def test_a_run_without_a_timeline_records_no_time_and_runs(tmp_path):
     before."""
     from conftest import TEST_HARDWARE
     from scheduler.core import plan as planmod
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.runtime.driver import InProcessDriver
     from scheduler.runtime.runner import RunOptions
     from scheduler.runtime.submit import submit
@@ -324,7 +324,8 @@ def test_a_run_without_a_timeline_records_no_time_and_runs(tmp_path):
 def test_a_resumed_run_predicts_nothing(tmp_path):
     """A resume's timeline is the whole plan's from its start, not what the resume runs: nothing to hold it to."""
     from scheduler.core import plan as planmod
-    from scheduler.policy import dryrun, plantime
+    from scheduler.policy.planning import dryrun
+    from scheduler.policy.timing import plantime
     from scheduler.runtime.timekeeping import TimeKeeper
     from scheduler.store.record import RunRecord
 

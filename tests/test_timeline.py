@@ -24,7 +24,8 @@ def _plan(tmp_path, **job):
 
 def _dry(plan, rows, lanes=None, cores=3):
     from scheduler.core import hardware as hw
-    from scheduler.policy import dryrun, plantime
+    from scheduler.policy.planning import dryrun
+    from scheduler.policy.timing import plantime
 
     return dryrun.prepare(plan, hw.from_profile("A100-40GB", cpus=cores), train_rows=rows, test_rows=rows // 4,
                           lanes=lanes, timing=plantime.Timing(rehearsal=False, cores=cores))
@@ -58,7 +59,7 @@ def test_the_chosen_lanes_are_never_predicted_slower_than_one_lane(tmp_path, row
 
 
 def test_simulate_waits_for_room_runs_in_process_one_after_another_and_shares_cores():
-    from scheduler.policy.timeline import Item, simulate
+    from scheduler.policy.timing.timeline import Item, simulate
 
     a = Item("a", 0, "n", 0, 600, 1, startup_s=2.0, work_s=10.0)
     b = Item("b", 1, "n", 0, 600, 1, startup_s=2.0, work_s=10.0)
@@ -70,7 +71,7 @@ def test_simulate_waits_for_room_runs_in_process_one_after_another_and_shares_co
     tl = simulate([a, b], capacity_mib={("n", 0): 2000}, cores={"n": 2})
     assert tl.wall_s == pytest.approx(12.0)
     # one core for two busy threads (Ray hands out four): each runs 2^OVERSUBSCRIPTION times slower
-    from scheduler.policy.timeline import OVERSUBSCRIPTION
+    from scheduler.policy.timing.timeline import OVERSUBSCRIPTION
 
     slow = 2 ** OVERSUBSCRIPTION
     tl = simulate([a, b], capacity_mib={("n", 0): 2000}, cores={"n": 1}, ray_cpus={"n": 4})
@@ -88,7 +89,7 @@ def test_simulate_waits_for_room_runs_in_process_one_after_another_and_shares_co
 def test_a_tasks_start_up_counts_from_its_process_up_as_the_task_measures_it():
     """Ray makes the process first (``spawn_s``, part of the start-up the timeline runs): the span says when the
     process is up, and its ``startup_s`` — the figure held against what the task reports — starts there."""
-    from scheduler.policy.timeline import Item, simulate
+    from scheduler.policy.timing.timeline import Item, simulate
 
     ray = Item("a", 0, "n", None, 0, 1, startup_s=5.0, work_s=10.0, spawn_s=1.5)
     inproc = Item("b", 0, "n", None, 0, 1, startup_s=3.5, work_s=10.0)
@@ -103,7 +104,7 @@ def test_a_tasks_start_up_counts_from_its_process_up_as_the_task_measures_it():
 def test_the_card_counts_start_ups_there_as_busy():
     """Two tasks starting on one card at once: their first steps share it (the H100's 15.6 s first step with seven
     processes starting), so each start-up on the card takes longer than alone."""
-    from scheduler.policy.timeline import Item, simulate
+    from scheduler.policy.timing.timeline import Item, simulate
 
     items = [Item(n, 0, "n", 0, 100, 1, startup_s=0.0, work_s=0.0, on_device=True, startup_card_s=4.0)
              for n in ("a", "b")]
@@ -113,7 +114,7 @@ def test_the_card_counts_start_ups_there_as_busy():
 
 
 def test_a_learned_ratio_moves_each_field(tmp_path):
-    from scheduler.policy import tasktime as tt
+    from scheduler.policy.timing import tasktime as tt
 
     w = tt.TaskWork("t", "timm", 1, 1000, 200, job_folds=5, model="resnet50", image_size=224, batch=64, epochs=4)
     base = tt.predict(w, card="A100-40GB", cores=8)
@@ -130,7 +131,7 @@ def test_what_was_learned_in_process_moves_only_in_process_predictions():
     70 % off, and its own would make an actor's far too short. Each is kept under its own key."""
     from dataclasses import replace
 
-    from scheduler.policy import tasktime as tt
+    from scheduler.policy.timing import tasktime as tt
 
     w = tt.TaskWork("t", "timm", 1, 1000, 200, job_folds=5, model="resnet18", image_size=224, batch=8)
     learned = {("timm", "resnet18", "cpu in process", "startup"): (3.0, "learned from 4 task(s) on this machine")}
@@ -147,8 +148,9 @@ def test_in_process_only_the_first_task_of_a_network_pays_its_first_use(tmp_path
     another network pays it again; tasks in their own processes all pay it inside their figures."""
     from scheduler.core import hardware as hw
     from scheduler.core import plan as planmod
-    from scheduler.policy import dryrun, plantime
-    from scheduler.policy import tasktime as tt
+    from scheduler.policy.planning import dryrun
+    from scheduler.policy.timing import plantime
+    from scheduler.policy.timing import tasktime as tt
 
     def first_steps(in_process, *models):
         jobs = [{"name": f"j{i}", "kind": "timm", "model": m, "image_size": 64, "batch_size": 8, "epochs": 1,
@@ -175,7 +177,7 @@ def test_start_up_decodes_every_image_only_when_they_go_on_the_device():
     from dataclasses import replace
 
     from scheduler.core import rehearsal
-    from scheduler.policy import tasktime as tt
+    from scheduler.policy.timing import tasktime as tt
 
     w = tt.TaskWork("t", "timm", 1, 6000, 1000, job_folds=5, model="resnet50", image_size=224, batch=32)
     size = rehearsal.IMAGE_SIZE
@@ -193,7 +195,7 @@ def test_an_efficientnets_first_use_on_a_card_is_in_each_lanes_start_up_and_keep
     about 1 s (docs/gpu.md, 2026-11-28): paid once per process, so in the start-up, not in a fold's change, and
     every extra lane pays it again. The same plan that puts three ResNet-18 folds side by side keeps an
     EfficientNet-B0's folds in one lane; the CPU rehearsal has no such cost."""
-    from scheduler.policy import tasktime as tt
+    from scheduler.policy.timing import tasktime as tt
 
     w = tt.TaskWork("t", "timm", 3, 3000, 500, job_folds=3, model="efficientnet_b0", image_size=64, batch=16)
     card = tt.predict(w, card="A100-40GB", cores=8)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not BENCH.is_dir(), reason=f"timm's benchmark fi
 
 @pytest.mark.parametrize("kind,median_under,fitted", [("conv", 0.05, 1.99), ("attention", 0.20, 2.44)])
 def test_held_out_rows_are_predicted_from_the_fitted_exponent(kind, median_under, fitted):
-    from scheduler.policy import timemodel as tm
+    from scheduler.policy.timing import timemodel as tm
 
     pairs = tm.same_network_pairs(kind=kind)
     fit, held = tm.split(pairs)
@@ -32,7 +32,7 @@ def test_held_out_rows_are_predicted_from_the_fitted_exponent(kind, median_under
 
 
 def test_cards_with_a_measured_resnet50_figure_are_within_ten_percent():
-    from scheduler.policy import timemodel as tm
+    from scheduler.policy.timing import timemodel as tm
 
     h100 = tm.speed("resnet50", 224, 256, card="H100-80GB")
     a100 = tm.speed("resnet50", 224, 256, card="A100-80GB")
@@ -46,7 +46,7 @@ def test_cards_with_a_measured_resnet50_figure_are_within_ten_percent():
 
 
 def test_batch_and_image_size_move_the_figure_the_right_way():
-    from scheduler.policy import timemodel as tm
+    from scheduler.policy.timing import timemodel as tm
 
     small, large = (tm.speed("resnet50", 224, b, card="A10-24GB") for b in (16, 256))
     assert small.images_per_s < large.images_per_s and small.busy < large.busy  # the fixed cost weighs more
@@ -57,7 +57,7 @@ def test_batch_and_image_size_move_the_figure_the_right_way():
 
 
 def test_a_measurement_on_this_card_replaces_or_corrects_the_model():
-    from scheduler.policy import timemodel as tm
+    from scheduler.policy.timing import timemodel as tm
 
     modelled = tm.speed("resnet50", 224, 128, card="A10-24GB")
     exact = tm.speed("resnet50", 224, 128, card="A10-24GB", measured={128: 500.0})
@@ -79,7 +79,7 @@ def test_the_store_reads_measured_throughput_from_the_measurements_cache(tmp_pat
 
 
 def test_co_location_measured_where_it_was_modelled_elsewhere():
-    from scheduler.policy import colocation, timemodel as tm
+    from scheduler.policy.timing import colocation, timemodel as tm
 
     pair = [tm.speed("efficientnet_b4", 224, 192, card="H100-80GB"), tm.speed("resnet50", 224, 256, card="H100-80GB")]
     measured = colocation.shared(pair, "H100-80GB")
@@ -92,7 +92,7 @@ def test_co_location_measured_where_it_was_modelled_elsewhere():
 
 
 def test_job_seconds_add_up():
-    from scheduler.policy import timemodel as tm
+    from scheduler.policy.timing import timemodel as tm
 
     sp = tm.speed("resnet18", 224, 64, card="A10-24GB")
     w = tm.Work(train_rows=1000, val_rows=250, test_rows=300, epochs=4, folds=3)

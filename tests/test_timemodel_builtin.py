@@ -9,7 +9,7 @@ from conftest import SHARED_DATA
 
 @pytest.fixture
 def no_benchmark_folder(tmp_path, monkeypatch):
-    from scheduler.policy import timemodel as tm
+    from scheduler.policy.timing import timemodel as tm
 
     monkeypatch.setenv("GPUPACK_TIMM_BENCHMARKS", str(tmp_path / "absent"))
     tm.load.cache_clear()
@@ -18,7 +18,7 @@ def no_benchmark_folder(tmp_path, monkeypatch):
 
 
 def test_without_the_folder_the_shortlist_is_timed_from_the_built_in_rows(no_benchmark_folder):
-    from scheduler.policy.advise import SHORTLIST
+    from scheduler.policy.planning.advise import SHORTLIST
 
     tm = no_benchmark_folder
     assert set(tm.load()) == {tm.BUILTIN_FILE}
@@ -41,7 +41,7 @@ def test_advise_plans_without_the_folder(no_benchmark_folder, run_cli, tmp_path)
 
 @pytest.mark.skipif(not (SHARED_DATA / "timm-benchmarks").is_dir(), reason="timm's benchmark files are absent")
 def test_the_built_in_rows_are_the_files_rows():
-    from scheduler.policy import timemodel as tm
+    from scheduler.policy.timing import timemodel as tm
 
     table = tm.load(str(SHARED_DATA / "timm-benchmarks"))[tm.BENCH_FILES[0]]
     for row in tm.BUILTIN_ROWS:
@@ -53,7 +53,7 @@ def test_the_built_in_rows_are_the_files_rows():
 def test_a_gain_measured_on_this_card_calibrates_its_occupancy_and_answers_for_its_models(tmp_path, monkeypatch):
     """doctor records the card as NVML names it ('NVIDIA A10'); the advisor asks for the profile (A10-24GB): both are
     one card, so the measurement is used for those models as is, and for any other set through the occupancy."""
-    from scheduler.policy import colocation, packgain
+    from scheduler.policy.timing import colocation, packgain
 
     monkeypatch.setenv("GPUPACK_CACHE_DIR", str(tmp_path))
     before = colocation.occupancy("A10-24GB")

@@ -9,11 +9,11 @@ import pytest
 
 from jobs.lightgbm_kind import LightGBMJob
 from scheduler.core import plan as planmod
-from scheduler.policy import plantime
-from scheduler.policy import runloop as rl
-from scheduler.policy import tasktime as tt
-from scheduler.policy.budget import TimeModel
-from scheduler.policy.tasktime import Startup, TaskTime
+from scheduler.policy.timing import plantime
+from scheduler.policy.running import runloop as rl
+from scheduler.policy.timing import tasktime as tt
+from scheduler.policy.running.budget import TimeModel
+from scheduler.policy.timing.tasktime import Startup, TaskTime
 from test_runloop import T0, Where
 
 LIBRARY = {"learning_rate": 0.05, "num_leaves": 31, "feature_fraction": 0.9, "bagging_fraction": 0.9}
@@ -208,7 +208,7 @@ def test_the_tables_own_probe_sets_the_rounds_where_the_door_measured_it(tmp_pat
     table itself (jobs/rounds_probe) sets it instead, scaled to each job's rate and library, and says so."""
     from jobs.data import load_competition
     from jobs.rounds_probe import PROBE_RATE, best_round
-    from scheduler.policy import tasktime as tt
+    from scheduler.policy.timing import tasktime as tt
 
     prior = tt.expected_rounds("lightgbm", 0.05, 4000, 100)
     slow = tt.expected_rounds("lightgbm", 0.05, 4000, 100, probe=(0.2, 100))

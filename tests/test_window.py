@@ -10,7 +10,7 @@ import yaml
 
 from conftest import FAKE_TRAIN, TEST_HARDWARE
 from scheduler.core import plan as planmod
-from scheduler.policy import dryrun
+from scheduler.policy.planning import dryrun
 from scheduler.runtime import resume
 from scheduler.runtime.runner import RunOptions, Runner, prepare_folder
 from scheduler.runtime.submit import submit
@@ -42,7 +42,7 @@ def _submitted_window(dry, run_dir, **opts) -> float:
 
 def test_the_dry_run_a_submit_a_resume_and_advise_agree_on_the_window(tmp_path, monkeypatch):
     from scheduler.core.units import parse_duration_s
-    from scheduler.policy import advise as adv
+    from scheduler.policy.planning import advise as adv
     from test_advise import DIGITS, tools
     from test_resume import _dead_pid
 

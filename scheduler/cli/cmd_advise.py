@@ -11,7 +11,7 @@ from rich.console import Console
 
 from scheduler.core import kinds
 from scheduler.core.errors import UserError
-from scheduler.policy import advise as adv
+from scheduler.policy.planning import advise as adv
 
 
 def advice_flags(p: argparse.ArgumentParser, *, for_submit: bool = False) -> None:

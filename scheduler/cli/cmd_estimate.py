@@ -54,7 +54,7 @@ def _card(args: argparse.Namespace) -> tuple[str | None, str]:
 def cmd_estimate(args: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
 
-    from scheduler.policy.estimate import LADDER, estimate, figure, largest_batch
+    from scheduler.policy.memory.estimate import LADDER, estimate, figure, largest_batch
     from scheduler.core.units import parse_size_mib
     from scheduler.store import measurements
 

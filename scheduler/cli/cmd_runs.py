@@ -164,7 +164,7 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     from scheduler.store.record import RunRecord
     from scheduler.cli.views import run_table
 
-    from scheduler.policy import budget
+    from scheduler.policy.running import budget
 
     from scheduler.store.runview import run_view
 
@@ -190,7 +190,7 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
 def show_times(view: dict, console: Console) -> None:
     """Predicted against actual: the run's wall, then each task's end, start-up, step and fold (``time`` in
     ``--json``); nothing when the run predicted nothing."""
-    from scheduler.policy import timerecord
+    from scheduler.policy.timing import timerecord
 
     if view.get("predicted_wall_s") is None:
         return
@@ -358,7 +358,7 @@ def _log_chunks(reader, first: bool):
 
 def _units(record, name: str) -> list[str]:
     """The tasks a name stands for in a run: the task itself, or every task of the job of that name."""
-    from scheduler.policy.tasks import job_of
+    from scheduler.policy.running.tasks import job_of
 
     names = [j["name"] for j in record.jobs()]
     units = [name] if name in names else [n for n in names if job_of(n) == name]

@@ -112,7 +112,7 @@ def _advised_or_stdin(args: argparse.Namespace, console: Console) -> None:
 
 def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     from scheduler.store import datasource
-    from scheduler.policy import dryrun
+    from scheduler.policy.planning import dryrun
     from scheduler.core import plan as planmod
     from scheduler.cli.views import show_dry_run
 
@@ -145,7 +145,7 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     else:
         hardware = dryrun.resolve_hardware(plan, args.hardware, local=True)  # this machine's RAM, not the profile's
     info = datasource.inspect(data, plan)  # the folder checked, and the submission's form, before any run
-    from scheduler.policy import plantime
+    from scheduler.policy.timing import plantime
     from scheduler.store import timings
     from scheduler.store.advising import speed
 

@@ -15,8 +15,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from scheduler.policy import budget, timerecord
-from scheduler.policy.dryrun import DryRun
+from scheduler.policy.running import budget
+from scheduler.policy.timing import timerecord
+from scheduler.policy.planning.dryrun import DryRun
 from scheduler.runtime.driver import Driver, RunOptions
 from scheduler.runtime.submit import default_run_dir, submit
 from scheduler.core.folds import fold_name

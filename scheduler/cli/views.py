@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from scheduler.policy.dryrun import DryRun
-from scheduler.policy.estimate import OVER_ESTIMATE, over_estimate
+from scheduler.policy.planning.dryrun import DryRun
+from scheduler.policy.memory.estimate import OVER_ESTIMATE, over_estimate
 from scheduler.core import kinds
 from scheduler.core.hardware import GpuReading
 from scheduler.core.units import format_duration, format_mib

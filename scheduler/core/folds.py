@@ -4,7 +4,7 @@
 planner (the dry run, the advisor, the time model, a slot's record) needs the rows one fold trains on to count its
 optimizer steps and seconds. Both read this module, so the count the planner decides on is the split the job makes.
 It lives in ``core`` because it is a fact of the split that every layer reads, not a decision of the policy (it sat in
-``policy/dryrun`` once, and the time model's import of it closed a circle colocation → timemodel → dryrun).
+``policy/planning/dryrun`` once, and the time model's import of it closed a circle colocation → timemodel → dryrun).
 """
 
 from __future__ import annotations

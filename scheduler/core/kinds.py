@@ -38,7 +38,7 @@ RunsIn = Literal["torch", "python", "script"]
 # torch: the job's process trains with torch (threads set, CUDA looked for through torch); python: its library in the
 # job's process (no torch loaded); script: a separate process the executor starts and supervises
 TimeModel = Literal["images", "trees", "wall"]
-# images: start-up, steps per epoch, validation, prediction (policy.tasktime's timm model); trees: boosting rounds on
+# images: start-up, steps per epoch, validation, prediction (policy.timing.tasktime's timm model); trees: boosting rounds on
 # cores; wall: one measured wall per job name (a script gpupack cannot see inside)
 
 
@@ -88,7 +88,7 @@ class Kind:
     time_model: TimeModel
     imports_s: float  # its process's imports before it does anything (the time model's start-up; CPU, measured)
     batch: bool = False  # the fitter sets its batch, the job grows and halves it (memory ∝ batch)
-    lanes: bool = False  # its folds may run side by side as lanes (policy.tasks)
+    lanes: bool = False  # its folds may run side by side as lanes (policy.running.tasks)
     # what the budget may shorten, of "folds", "epochs" and "until" (a fold's training ends at a time bound: the job
     # reads ``JobContext.time_over``); nothing: only its deadline
     cuts: tuple[str, ...] = ()
@@ -118,7 +118,7 @@ class Kind:
     # ``advise`` proposes a job of it where the competition holds what it ``reads`` (an image kind's networks on the
     # card, a table kind's one job on the cores); the first advised kind of each in the registry's order is taken
     advised: bool = False
-    # the trees time model's figures for this kind (``policy.tasktime.TREE_COST``'s keys; ``per_class``: False where
+    # the trees time model's figures for this kind (``policy.timing.tasktime.TREE_COST``'s keys; ``per_class``: False where
     # one tree serves every class, as a forest's does; ``shaped``: False where its trees' shape is not the boosting
     # libraries' leaves or depth); None: ``TREE_COST``'s own for its name, else LightGBM's
     tree_cost: Mapping[str, float] | None = None

@@ -7,7 +7,7 @@ environment (``GPUPACK_GPU_MEMORY_MIB``, ``GPUPACK_ALLOCATOR_MIB``, ``GPUPACK_ME
 grant. Before, three formulas agreed by care; one of them gave a script the share over the card, so a script that
 capped itself with it could pass its share by the CUDA context it also holds.
 
-The rule: a process holds its CUDA context and libraries outside the allocator (``policy.overhead``: ~760 MiB with
+The rule: a process holds its CUDA context and libraries outside the allocator (``policy.memory.overhead``: ~760 MiB with
 lazy loading); the estimator counts them in the planned MiB, so the allocator gets the share less them — also for a
 small share: on an H100 an advised A10-24GB plan gave EfficientNet-B0 folds 1,435 MiB each, and the old floor of
 half the share (717 MiB for the allocator) let NVML see 1,454 MiB, 19 over the share. Only a share too small to

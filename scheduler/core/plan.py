@@ -48,7 +48,7 @@ class Resources(_Strict):
     cpus: int = Field(default=1, ge=0, le=4096)
     gpu_memory: int | None = None
     gpus: int = Field(default=0, ge=0, le=64)  # whole devices on one node (DDP); 0 = a share of one device
-    memory: int | None = None  # host RAM (MiB; "8GB") the job's process holds; None: estimated (policy.hostmem)
+    memory: int | None = None  # host RAM (MiB; "8GB") the job's process holds; None: estimated (policy.memory.hostmem)
 
     @field_validator("gpu_memory", "memory", mode="before")
     @classmethod

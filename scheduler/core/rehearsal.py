@@ -1,5 +1,5 @@
 """The CPU rehearsal's scale: what a timm job computes when CUDA is absent. The job (``jobs/timm_job``) runs at it and
-the time model (``policy/tasktime``) predicts at it, so both read these figures from here."""
+the time model (``policy/timing/tasktime``) predicts at it, so both read these figures from here."""
 
 IMAGE_SIZE = 32  # pixels a side, at most
 BATCH_SIZE = 32  # images a step, at most (memory is simulated at the planned batch)

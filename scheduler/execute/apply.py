@@ -5,7 +5,7 @@ context made from the record alone.
 
 The cap is ``core.memcap``'s one rule, of the record's share, the card *this process* sees (torch's figure for a job
 that trains with torch here, NVML's for one that does not load torch) and what the process holds outside the
-allocator (``policy.overhead``): a plan for an A100-40GB run on an 80 GB card caps each job at its planned MiB, not
+allocator (``policy.memory.overhead``): a plan for an A100-40GB run on an 80 GB card caps each job at its planned MiB, not
 at the same fraction of the larger card. On a CPU rehearsal the card is the plan's (``record.card_mib``), and the
 simulated device holds the job to its share as the real card would. A torch job's allocator is capped here, before
 the job runs (:func:`hold_to`, the one place a job's process calls ``set_per_process_memory_fraction``); every job
@@ -45,7 +45,7 @@ def card_in_process(torch_job: bool, plan_card_mib: int | None) -> tuple[int | N
 def process_cap(share_mib: int | None, plan_card_mib: int | None, cuda: bool, torch_job: bool) -> Cap | None:
     """The job's cap in this process (None: no share, or no card to take it of): of the card it sees on CUDA, of
     the plan's card on a rehearsal."""
-    from scheduler.policy.overhead import outside_allocator_mib
+    from scheduler.policy.memory.overhead import outside_allocator_mib
 
     if not share_mib:
         return None
@@ -64,11 +64,11 @@ def hold_to(cap: Cap) -> None:
 
 
 def simulated_device_model(record: LaunchRecord, cuda: bool, torch_job: bool):
-    """The estimator's peaks for a torch job's rehearsal with a share (``policy.estimate.SimulatedPeak``); None on a
+    """The estimator's peaks for a torch job's rehearsal with a share (``policy.memory.estimate.SimulatedPeak``); None on a
     real card, or with no share to simulate."""
     if cuda or not torch_job or not record.gpu_memory_mib or record.devices:
         return None
-    from scheduler.policy.estimate import simulated_peak
+    from scheduler.policy.memory.estimate import simulated_peak
 
     return simulated_peak(record.spec, record.memory_scale)
 
@@ -128,7 +128,7 @@ def run(record: LaunchRecord, report: Callable[[str, dict], None], should_stop: 
     """Run the record's job in this process; its events go to ``report``; returns its ``JobOutput``.
     ``own_process=False`` (the in-process backend) leaves this process's thread settings alone. ``started_at``: a
     ``time.perf_counter()`` reading when the task's process was up (default now): the task's clock, its start-up
-    counted from it (``policy/timerecord``), its kind's imports and the competition's reading included."""
+    counted from it (``policy/timing/timerecord``), its kind's imports and the competition's reading included."""
     started_at = time.perf_counter() if started_at is None else started_at
     if own_process:
         openmp.wait_passively()  # before the kind's library is imported (core.openmp says why)

@@ -42,7 +42,7 @@ class LaunchRecord:
     seed: int
     deadline: float | None = None  # epoch seconds by which training must end
     cpus: int = 1  # cores reserved for it (Ray's ``num_cpus``)
-    host_memory_mib: int | None = None  # host RAM packed for its process (``policy.hostmem``; Ray's ``memory``)
+    host_memory_mib: int | None = None  # host RAM packed for its process (``policy.memory.hostmem``; Ray's ``memory``)
     threads: int = 1  # threads it runs (a CPU rehearsal shares this machine's cores as the plan shares the node's)
     node: str | None = None
     device: int | None = None  # the device's index on ``node``; None: CPU only, or whole ``devices``

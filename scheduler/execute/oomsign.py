@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 
-from scheduler.policy.runmessages import HOST_RAM_LOST
+from scheduler.policy.running.runmessages import HOST_RAM_LOST
 
 # read at each call, so that a test points them at files of its own
 CGROUP_EVENTS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")

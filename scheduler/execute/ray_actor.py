@@ -4,16 +4,17 @@ The actor takes ``num_cpus`` = the record's cores, ``num_gpus=0`` (fractional GP
 of its device's memory resource (``gpupack_mem_<node>_<index>``), which both pins it to the node and device the
 planner chose and lets Ray refuse to over-commit the device, whoever else asks. It sees its device through
 ``CUDA_VISIBLE_DEVICES``, set in its constructor before anything touches CUDA, and runs the record in its own process
-(:func:`scheduler.execute.apply.run`).
+(:func:`scheduler.execute.apply.run`): the actor's class, :class:`scheduler.execute.ray_job.JobActor`, lives in a module
+of its own that imports Ray and the event buffer alone, so the worker's first poll answers before the record, its
+schema and its job's libraries are imported.
 
 Threaded (``max_concurrency`` > 1) so that ``poll`` and ``cancel`` answer while ``run`` trains. ``poll`` is a long
 poll: it answers at once when there are events past ``since`` (and the first one at once, to say the process is up),
 else after ``wait_s``; the executor waits on polls and results together, so a driver hears of a start or an event as
-soon as it happens, not at its next tick. Nothing heavy is imported before the first poll can answer: the actor's
-module is this one, which imports Ray and the record only.
+soon as it happens, not at its next tick.
 
 A slot service's job runs in another actor class, :class:`scheduler.execute.ray_slot.SlotJobActor` (a process group
-on its node, through the local backend); the two share only :class:`ShownLine`, the one line an actor shows.
+on its node, through the local backend); the two share only ``ray_job.ShownLine``, the one line an actor shows.
 """
 
 from __future__ import annotations
@@ -21,114 +22,19 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import threading
 import time
-import traceback
 from typing import Sequence
 
 import ray
 
-from scheduler.core.actorline import ActorLine
 from scheduler.execute.api import Executor, FailedJob, Handle, short
-from scheduler.execute.channel import Buffer
 from scheduler.execute.launch import LaunchRecord
+from scheduler.execute.ray_job import JobActor
 from scheduler.execute.resources import memory_resource, node_resource
-from scheduler.policy.runmessages import HOST_RAM_LOST, lost_to_host_ram
+from scheduler.policy.running.runmessages import HOST_RAM_LOST, lost_to_host_ram
 
 LONG_POLL_S = 1.0
-FIRST_POLL_S = 2.0  # how long ``run`` waits for the first poll before it starts the job regardless
 RAY_ERRORS = (ray.exceptions.RayTaskError, ray.exceptions.RayActorError, ray.exceptions.ActorDiedError)
-
-
-class ShownLine:
-    """An actor's one line of its plan, task, fold, state and throughput (``core.actorline``), changed from the
-    actor's threads under a lock and printed to the actor's log when it has news; the actor's ``repr`` is this line
-    (the dashboard's Actors page shows it)."""
-
-    def __init__(self, label: str, task: str, folds: int | None = None):
-        self._line = ActorLine(label, task, folds)
-        self._lock = threading.Lock()
-
-    def __str__(self) -> str:
-        return str(self._line)
-
-    def show(self, kind: str | None = None, fields: dict | None = None, **change) -> None:
-        """A report (or a change of state) into the line; the line into the actor's log when it has news."""
-        with self._lock:
-            news = self._line.note(kind, fields or {}) if kind else self._line.set(**change)
-            text = str(self._line)
-        if news:
-            print(text, flush=True)
-
-
-class JobActor:
-    """A plan's task: runs one record in its own process (:func:`scheduler.execute.apply.run`) and buffers what it
-    reports, for the handle to poll; takes the budget's cuts (``set_limits``) and a cancel while it runs. Its ``repr``
-    is its :class:`ShownLine`."""
-
-    def __init__(self, task: str, visible_devices: str | None, env: dict[str, str], label: str = "",
-                 folds: int | None = None):
-        from scheduler.execute.apply import enter_device
-
-        self._up = time.perf_counter()  # the process is up: the task's clock starts (its start-up's first second)
-        enter_device(visible_devices, env)
-        self.task = task
-        self._deadline: float | None = None
-        self._buffer = Buffer()
-        self._answered = threading.Event()  # the first poll has answered: the process is known to be up
-        self._stop = threading.Event()
-        self._limits: dict = {}
-        self._line = ShownLine(label, task, folds)
-
-    def __repr__(self) -> str:
-        return str(self._line)
-
-    def _report(self, kind: str, fields: dict) -> None:
-        self._buffer.report(kind, fields)
-        if kind != "log":
-            self._line.show(kind, fields)
-
-    def environment(self) -> dict:
-        """What the job sees: its device, its process, its node (for checks and telemetry)."""
-        return {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid(),
-                "node_id": ray.get_runtime_context().get_node_id()}
-
-    def poll(self, since: int, wait_s: float = 0.0) -> list[dict]:
-        try:
-            return self._buffer.since(since, wait_s)
-        finally:
-            self._answered.set()
-
-    def cancel(self) -> None:
-        self._stop.set()
-        self._line.show(state="STOPPING")
-
-    def set_limits(self, limits: dict) -> None:
-        self._limits = {**self._limits, **limits}
-        self._line.show(cut=limits.get("folds"))
-
-    def _should_stop(self) -> bool:
-        return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)
-
-    def run(self, pickled: bytes):
-        """The record travels with ``run``, not the constructor, and as the bytes of its pickle: unpickling its spec
-        loads the plan's schema, and the first poll (the sign the process is up) should not wait for that, nor
-        share the process with it (Ray hands bytes over as they are; they are unpickled here, once it answered)."""
-        self._answered.wait(FIRST_POLL_S)  # the job's imports (torch, pandas, the schema) hold the GIL: answer first
-        record: LaunchRecord = pickle.loads(pickled)
-        from scheduler.execute.apply import run
-
-        self._deadline = record.deadline
-        self._line.show(state="RUNNING",
-                        folds=len(record.folds) if record.folds else getattr(record.spec, "folds", None))
-        try:
-            out = run(record, self._report, self._should_stop, lambda: dict(self._limits), started_at=self._up)
-        except BaseException:
-            self._buffer.report("log", {"line": traceback.format_exc()})
-            self._line.show(state="FAILED")
-            raise
-        self._line.show(state="STOPPED" if self._should_stop() else "SUCCEEDED")
-        return out
 
 
 RemoteJobActor = ray.remote(JobActor)

@@ -9,7 +9,7 @@ backend (:meth:`SlotJobActor.start`: a raw command must be a process; a job that
 with a driver) and answers for it: its log from an offset (appended here to the job's folder, so its events are read
 as a local job's are), its figures (CPU, RSS, NVML), its exit status, its signals and limits, and at the end its
 outputs, which travel back through Ray (no shared file system is assumed). A plan's task runs in another actor class
-(:class:`scheduler.execute.ray_actor.JobActor`, the record in the actor's own process).
+(:class:`scheduler.execute.ray_job.JobActor`, the record in the actor's own process).
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ class SlotJobActor:
     """A slot service's job on its slot's node: its record started as a process group through the local backend
     (:class:`~scheduler.execute.local.LocalExecutor`, the one supervisor of processes) and answered for: its log,
     figures and exit status (``read``), its signals, its limits (the process reads them, as a local slot job's), and
-    at the end its outputs. Its ``repr`` is its :class:`~scheduler.execute.ray_actor.ShownLine`."""
+    at the end its outputs. Its ``repr`` is its :class:`~scheduler.execute.ray_job.ShownLine`."""
 
     def __init__(self, task: str, label: str = "slot"):
-        from scheduler.execute.ray_actor import ShownLine
+        from scheduler.execute.ray_job import ShownLine
 
         self.task = task
         self._line = ShownLine(label, task)

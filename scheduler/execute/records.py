@@ -7,7 +7,7 @@ again (TorchX's ``submit_dryrun`` is the model). The runtime binds only what it 
 (``LaunchRecord.bind``: the data folder, the task's folder, the window's deadline, a rehearsal's threads, the folds
 already kept, the attempt); a task the run loop moves to another device gets that device's share and nothing else.
 
-A record holds: the job's *fitted* spec (its batch settled by the statistics rule, ``policy.settle``, when the fitter
+A record holds: the job's *fitted* spec (its batch settled by the statistics rule, ``policy.planning.settle``, when the fitter
 did not see it) and the ceiling the batch tuner may grow it to (``max_batch``), the folds, the share of its device in
 MiB and the card's size, cores, node and device (or whole devices), the rehearsal's memory scale, metric and seed.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from scheduler.core.folds import fold_train_rows
 from scheduler.execute.launch import FILE, LaunchRecord
-from scheduler.policy.dryrun import DryRun
-from scheduler.policy.settle import batch_ceiling, settle
+from scheduler.policy.planning.dryrun import DryRun
+from scheduler.policy.planning.settle import batch_ceiling, settle
 
 
 def memory_scale(dry: DryRun, job: str, share_mib: int | None) -> float:

@@ -120,7 +120,7 @@ def check_oom_recovery(workdir: Path) -> Check:
     from jobs.data import load_competition, write_digits
     from jobs.timm_kind import TimmJob
     from scheduler.execute.apply import hold_to, process_cap
-    from scheduler.policy.estimate import simulated_peak
+    from scheduler.policy.memory.estimate import simulated_peak
 
     cuda = torch.cuda.is_available()
     comp = load_competition(write_digits(workdir / "digits"))
@@ -219,7 +219,7 @@ def check_first_steps(workdir: Path) -> Check:
 def check_gain(seconds: float) -> Check:
     import torch
 
-    from scheduler.policy import packgain
+    from scheduler.policy.timing import packgain
 
     if not torch.cuda.is_available():
         known = packgain.MEASURED[0]

@@ -1,7 +1,7 @@
 """The driver of one plan run, whichever backend runs its tasks: submit every task's launch record to an executor
 (Ray actors by default, ``scheduler.execute.ray_actor``; this process, ``scheduler.execute.inprocess``, for tests
 and debuggers), watch them, and write what they report to the run folder (``store.record.RunRecord``). Every
-decision (retry, move, rebalance, cancel, deadline, budget) is ``policy.runloop.RunState``'s: this module only turns
+decision (retry, move, rebalance, cancel, deadline, budget) is ``policy.running.runloop.RunState``'s: this module only turns
 what the executor reports into its events, and its instructions into executor calls.
 
 Where the tasks run is a *place*: :class:`RayPlace` (a local Ray shaped like the plan's hardware, or a joined
@@ -19,8 +19,8 @@ from typing import Callable
 
 from scheduler.core.hardware import Device
 from scheduler.execute.api import Executor, FailedJob, Handle
-from scheduler.policy import runloop as rl
-from scheduler.policy.dryrun import DryRun
+from scheduler.policy.running import runloop as rl
+from scheduler.policy.planning.dryrun import DryRun
 from scheduler.execute.apply import nvml_sees_gpu
 from scheduler.runtime import resume
 from scheduler.runtime.runner import (RunOptions, Runner, ensure_data, new_run_dir, prepare_folder,  # noqa: F401

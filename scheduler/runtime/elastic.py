@@ -7,7 +7,7 @@ import re
 
 import ray
 
-from scheduler.policy.placement_online import tightest
+from scheduler.policy.placement.placement_online import tightest
 from scheduler.runtime.cluster import NODE_PREFIX, RESOURCE_PREFIX
 
 DeviceKey = tuple[str, int]

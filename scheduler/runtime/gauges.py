@@ -39,7 +39,7 @@ _COUNTERS = {
     "gpupack_budget_cuts_total": "Folds or epochs the budget cut from a task (one per decision)",
     "gpupack_budget_restores_total": "Cuts the budget undid when time came back (one per decision)",
 }
-TAGS = ("plan", "job", "task", "device")  # task: the job's task (``policy.tasks``: the job, or one lane of its folds)
+TAGS = ("plan", "job", "task", "device")  # task: the job's task (``policy.running.tasks``: the job, or one lane of its folds)
 DEVICE_TAGS = ("plan", "device")
 COUNTER_TAGS = ("plan", "job", "task")
 
@@ -63,7 +63,7 @@ class Gauges:
         if name in _DEVICE_SPECS:
             self._g[name].set(float(value), tags={"plan": plan, "device": device})
             return
-        from scheduler.policy.tasks import job_of
+        from scheduler.policy.running.tasks import job_of
 
         tags = (("plan", plan), ("job", job_of(task)), ("task", task), ("device", device))
         self.shown.setdefault(task, set()).add(tags)
@@ -72,7 +72,7 @@ class Gauges:
     def count(self, name: str, plan: str, task: str, by: float = 1.0) -> None:
         if by <= 0:
             return
-        from scheduler.policy.tasks import job_of
+        from scheduler.policy.running.tasks import job_of
 
         self._c[name].inc(float(by), tags={"plan": plan, "job": job_of(task), "task": task})
 

@@ -13,7 +13,7 @@ from typing import Any
 import ray
 
 from scheduler.runtime import telemetry
-from scheduler.policy.advice import Observed, advise
+from scheduler.policy.running.advice import Observed, advise
 
 log = logging.getLogger("gpupack")
 EVERY_S = 2.0

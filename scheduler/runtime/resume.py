@@ -404,7 +404,8 @@ def _lanes_of(record: RunRecord) -> dict[str, int] | None:
 def resume_plan(run_dir: Path, budget_s: float | None):
     """The run's own plan, hardware and options, prepared again (the estimator's figures are cached). Returns the
     DryRun, the data folder (None: the built-in one) and the training window (None: what the run had left)."""
-    from scheduler.policy import dryrun, plantime
+    from scheduler.policy.planning import dryrun
+    from scheduler.policy.timing import plantime
     from scheduler.core import plan as planmod
 
     record = RunRecord.open_existing(run_dir)

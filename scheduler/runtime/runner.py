@@ -15,10 +15,10 @@ from pathlib import Path
 from scheduler.core import boundedlog, kinds, rehearsal
 from scheduler.core.hardware import card_name
 from scheduler.core.states import JobState
-from scheduler.policy import runloop as rl
+from scheduler.policy.running import runloop as rl
 from scheduler.execute.launch import LaunchRecord
 from scheduler.execute import records
-from scheduler.policy.dryrun import DryRun
+from scheduler.policy.planning.dryrun import DryRun
 from scheduler.runtime import resume
 from scheduler.runtime.timekeeping import TimeKeeper
 from scheduler.store import measurements, outputs, provenance
@@ -61,7 +61,7 @@ def rehearsal_threads(cpus: int, wave_cpus: int) -> int:
 def modelled_epochs(dry: DryRun) -> dict[str, float]:
     """The time model's seconds per epoch for the plan's timm jobs on its card (empty when the rows are unknown or
     the model has nothing to say)."""
-    from scheduler.policy.colocation import modelled_epoch_s
+    from scheduler.policy.timing.colocation import modelled_epoch_s
     from scheduler.store.advising import speed
 
     data = dry.data or {}

@@ -15,7 +15,7 @@ from scheduler.policy import ensemble
 from scheduler.store import outputs, runview
 from scheduler.runtime import resume
 from scheduler.core.errors import StartFailure, UserError
-from scheduler.policy.dryrun import DryRun
+from scheduler.policy.planning.dryrun import DryRun
 from scheduler.runtime.driver import Driver, RunOptions, new_run_dir, prepare_folder
 from scheduler.core.states import JobState, RunStatus, run_end
 from scheduler.store.record import FolderLock, RunRecord, check_unused

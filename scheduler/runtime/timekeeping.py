@@ -1,4 +1,4 @@
-"""A run's record of predicted against actual time (``policy/timerecord``): written by the runner as the run goes.
+"""A run's record of predicted against actual time (``policy/timing/timerecord``): written by the runner as the run goes.
 
 At the run's start, one ``time_predicted`` event per task (the dry run's ``TaskTime`` where the timeline runs it) and
 one for the run (its predicted wall); when a task ends, whatever its end, one ``time_actual`` (what it took, from what
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from scheduler.core import kinds
 from scheduler.core.states import JobState
-from scheduler.policy import timerecord as tr
-from scheduler.policy.dryrun import DryRun
-from scheduler.policy.tasktime import where_learned
+from scheduler.policy.planning.dryrun import DryRun
+from scheduler.policy.timing import timerecord as tr
+from scheduler.policy.timing.tasktime import where_learned
 from scheduler.store import timings
 from scheduler.store.record import RunRecord
 

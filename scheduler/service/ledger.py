@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scheduler.core.hardware import Hardware
-from scheduler.policy.placement_online import tightest
+from scheduler.policy.placement.placement_online import tightest
 
 log = logging.getLogger("gpupack.service")
 
@@ -38,7 +38,7 @@ def place_online(request_mib: int, request_cpus: int, free_by_device: dict[str, 
     """The device (``node:index``) for a request, or None when it fits nowhere now.
 
     With ``learned`` (the workload the queue's ``WorkloadLearner`` has seen and the devices' limits): FGD
-    (``scheduler.policy.placement_online.fgd``, with its look-ahead on the free cores, ``host_stranded``), scored
+    (``scheduler.policy.placement.placement_online.fgd``, with its look-ahead on the free cores, ``host_stranded``), scored
     as the FGD paper's simulator (the integer sigmoid of the fragmentation decrease), ties to best fit — the policy
     ``benchmarks/alibaba_trace.py`` replays as "service" on the paper's protocol; ``cache``, a
     ``FragmentationCache`` for that workload, only speeds it up.
@@ -47,7 +47,7 @@ def place_online(request_mib: int, request_cpus: int, free_by_device: dict[str, 
     eligible = {key: free for key, free in free_by_device.items()
                 if free_cpus_by_node.get(key.rpartition(":")[0], 0) >= request_cpus}
     if learned is not None and learned.workload and learned.limits:
-        from scheduler.policy.placement_online import fgd
+        from scheduler.policy.placement.placement_online import fgd
 
         workload, limits, cache = learned.workload, learned.limits, learned.cache
         fits = [k for k, free in eligible.items() if free >= request_mib]

@@ -12,7 +12,7 @@ import bisect
 from typing import Any
 
 from scheduler.core.states import SlotState
-from scheduler.policy.placement_online import Shape, WorkloadLearner
+from scheduler.policy.placement.placement_online import Shape, WorkloadLearner
 from scheduler.service.ledger import (
     RECENT_REQUESTS, SHAPE_MIB, Claim, Learned, QueueEstimates, StartSimulation, place_online, shadow,
 )

@@ -27,7 +27,7 @@ from scheduler.core import kinds
 from scheduler.core.hardware import LOCAL_NODE, Hardware, physical_memory_mib
 from scheduler.core.memcap import memory_cap
 from scheduler.core.states import JobState, SlotState
-from scheduler.policy.overhead import outside_allocator_mib
+from scheduler.policy.memory.overhead import outside_allocator_mib
 from scheduler.service.auth import ADMIN, Identity, Tokens, admin_token, mint_token  # noqa: F401  (its interface)
 from scheduler.service.ledger import (  # noqa: F401  (place_online, estimate_starts, shadow: the service's policies)
     Claim, FixedBackend, LedgerBackend, QueueEstimates, RayBackend, estimate_starts, place_online, shadow,
@@ -353,7 +353,7 @@ class Service:
 
     def job_status(self, job_id: str, who: Identity = ADMIN) -> dict:
         """State, exit status, runtime and the figures: GPU memory, CPU, RSS, throughput, and the advice."""
-        from scheduler.policy.autotune import advice
+        from scheduler.policy.memory.autotune import advice
 
         with self._lock:
             j = self._lookup("jobs", job_id, who)

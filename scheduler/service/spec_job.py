@@ -6,7 +6,7 @@ job's folder where it runs), and the job's output folder, which ``ensemble`` rea
 ``python -m scheduler.execute.child``; SIGTERM asks it to stop and the folds it finished are kept.
 
 The slot is the planner here: a spec's batch is a number (``auto`` is refused at submission), and the statistics
-rule is applied once, to the record (``policy.settle``), never again by the job.
+rule is applied once, to the record (``policy.planning.settle``), never again by the job.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def spec_record(job_id: str, spec: dict, folder: Path, grant: Grant) -> LaunchRe
     from jobs import shelf
     from scheduler.core.plan import job_from_json
     from scheduler.core.folds import fold_train_rows
-    from scheduler.policy.settle import batch_ceiling, settle
+    from scheduler.policy.planning.settle import batch_ceiling, settle
 
     job = job_from_json(spec["job"])
     builtin = shelf.is_builtin(spec["data"])

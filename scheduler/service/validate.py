@@ -218,7 +218,7 @@ SLOT_FIELDS = {"gpu_memory", "gpu_memory_mib", "model", "image_size", "batch_siz
 
 @functools.lru_cache(maxsize=256)
 def _estimated_mib(model: str, image_size: int, batch_size: int, card: str | None) -> tuple[int, int]:
-    from scheduler.policy.estimate import estimate
+    from scheduler.policy.memory.estimate import estimate
 
     e = estimate(model, image_size, batch_size, card=card)
     return e.peak_mib, e.params

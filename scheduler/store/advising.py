@@ -1,5 +1,5 @@
 """``advise``'s wiring: the competition read, the estimator and the time model corrected by this machine's
-measurements (``store/measurements.py``), the pure planner (``policy/advise.py``), and the plan it writes checked the
+measurements (``store/measurements.py``), the pure planner (``policy/planning/advise.py``), and the plan it writes checked the
 way ``submit`` will read it (loaded, estimated, packed) before anyone runs it."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import yaml
 from scheduler.core import kinds
 from scheduler.core import plan as planmod
 from scheduler.core.errors import UserError
-from scheduler.policy import advise as adv
-from scheduler.policy import dryrun, timemodel
+from scheduler.policy.planning import advise as adv
+from scheduler.policy.planning import dryrun
+from scheduler.policy.timing import timemodel
 from scheduler.store import datasource, measurements
 
 
@@ -55,7 +56,7 @@ def speed(model: str, image_size: int, batch: int, card: str, *, amp: bool = Tru
 def memory(card: str, sources: dict | None = None):
     """(model, image size, batch) -> MiB on ``card``: measured before computed, as ``submit``'s dry run packs it;
     each figure's source goes into ``sources``."""
-    from scheduler.policy.estimate import figure
+    from scheduler.policy.memory.estimate import figure
 
     measured = measurements.memory_source()
 

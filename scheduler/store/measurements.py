@@ -9,7 +9,7 @@ and reserved memory: what the card loses to it), with its training rate. The run
 
 so that the next estimate of the same configuration is a measured figure, and a configuration measured at two or
 more other batches is scaled linearly in the batch (activations are linear in it; :func:`scaled`). The estimator
-(``policy.estimate``) stays the fallback; ``policy.dryrun`` and ``estimate --json`` say which figure they used.
+(``policy.memory.estimate``) stays the fallback; ``policy.planning.dryrun`` and ``estimate --json`` say which figure they used.
 
 Stored in SQLite (several drivers and the service may write at once): ``$GPUPACK_MEASUREMENTS`` if set, else
 ``$GPUPACK_CACHE_DIR/measurements.sqlite``, else ``~/.cache/gpupack/measurements.sqlite``; every function also takes
@@ -232,7 +232,7 @@ def fit_line(points: dict[int, float]) -> tuple[float, float] | None:
 
 
 def memory_source(*, path: Path | str | None = None, torch: str | None = None):
-    """A ``policy.estimate.MeasuredFn`` over this cache: for a configuration, the MiB NVML showed for the process
+    """A ``policy.memory.estimate.MeasuredFn`` over this cache: for a configuration, the MiB NVML showed for the process
     (exact or scaled in the batch) with its source, or None. Measurements of ``torch`` (default: this process's
     version) come first, then those of any version. Where NVML's figure is missing, the allocator's peak plus the
     overhead model's part outside the allocator stands in for it."""
@@ -258,12 +258,12 @@ def memory_source(*, path: Path | str | None = None, torch: str | None = None):
 def process_mib(nvml_mib: float | None, allocator_peak_mib: float | None, card: str | None,
                 torch: str | None = None) -> float | None:
     """What the card gives up to a process: NVML's figure when there is one, else the allocator's peak with the
-    overhead model's rounding, CUDA context and libraries (``policy.overhead``) added."""
+    overhead model's rounding, CUDA context and libraries (``policy.memory.overhead``) added."""
     if _positive(nvml_mib):
         return float(nvml_mib)
     if not _positive(allocator_peak_mib):
         return None
-    from scheduler.policy.overhead import overhead_for
+    from scheduler.policy.memory.overhead import overhead_for
 
     o = overhead_for(card, torch)
     return allocator_peak_mib * (1 + o.rounding) + o.context_mib + o.libraries_mib

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.states import _LEGAL, JobState, RunStatus
-from scheduler.policy.packing import Assignment
+from scheduler.policy.placement.packing import Assignment
 
 
 

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from scheduler.core import kinds
 from scheduler.core.folds import fold_name
-from scheduler.policy import budget, timerecord
-from scheduler.policy.tasks import job_of
+from scheduler.policy.running import budget
+from scheduler.policy.running.tasks import job_of
+from scheduler.policy.timing import timerecord
 from scheduler.store.record import RunRecord
 
 # "(… shared/gpu/README.md …)", "``shared/data/x``", "../shared/data/x": files a user of gpupack does not have

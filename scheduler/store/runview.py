@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from scheduler.core.states import JobState, RunStatus
 from scheduler.core.units import format_mib
-from scheduler.policy import timerecord
-from scheduler.policy.runmessages import lost_to_host_ram
+from scheduler.policy.running.runmessages import lost_to_host_ram
+from scheduler.policy.timing import timerecord
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "run.schema.json"
 
@@ -44,14 +44,14 @@ SOURCES: dict[str, str] = {
 }
 
 
-# a task's time figures, one key per ``policy/timerecord.FIELDS`` (seconds; null: not predicted, or not measured)
+# a task's time figures, one key per ``policy/timing/timerecord.FIELDS`` (seconds; null: not predicted, or not measured)
 TimeFigures = create_model("TimeFigures", __config__=ConfigDict(extra="forbid"), **{
     f: (float | None, Field(None, description=why)) for f, why in timerecord.FIELDS.items()})
 
 
 class TaskTime(BaseModel):
     """A task's time as the run predicted it (its ``time_predicted`` event) and as it ran (``time_actual``, once it
-    ended), every figure neighbours counted (``policy/timerecord``)."""
+    ended), every figure neighbours counted (``policy/timing/timerecord``)."""
 
     predicted: TimeFigures | None = Field(None, description="null: the run predicted nothing (no time model, or a "
                                                             "resumed run)")
@@ -299,7 +299,7 @@ def job_outcomes(record, weights: dict[str, float], job_rows: dict[str, int]) ->
 
 def by_job(rows: list[dict]) -> dict[str, list[dict]]:
     """The record's task rows, grouped by job (in the order the record lists them)."""
-    from scheduler.policy.tasks import job_of
+    from scheduler.policy.running.tasks import job_of
 
     out: dict[str, list[dict]] = {}
     for r in rows:
@@ -317,7 +317,7 @@ def job_state(states: list[str]) -> str:
 def task_rows(record) -> list[dict]:
     """The record's task rows, each with the job it belongs to; a FAILED one with its reason, and ``lost_to``
     ``host_memory`` when it was killed for host RAM."""
-    from scheduler.policy.tasks import job_of
+    from scheduler.policy.running.tasks import job_of
 
     reasons = failure_reasons(record)
     rows = [{**r, "job": job_of(r["name"])} for r in record.jobs()]

@@ -1,6 +1,6 @@
 """What this machine's runs took against what the time model said: the time model's memory of this machine.
 
-Each task that ends writes, per field of its time (``policy/tasktime.LEARNED_FIELDS`` and the task's whole wall), what
+Each task that ends writes, per field of its time (``policy/timing/tasktime.LEARNED_FIELDS`` and the task's whole wall), what
 was predicted and what it took, keyed by kind, model and card ("cpu" for the CPU rehearsal). The next prediction for
 the same kind, model and card multiplies each field by the median of its ``RECENT`` newest ratios (actual ÷
 predicted): a machine slower than the packaged figures, or a contention the timeline undercounts, is learned after
@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from scheduler.core import hardware as hw
-from scheduler.policy import plantime
-from scheduler.policy import tasktime as tt
+from scheduler.policy.timing import plantime
+from scheduler.policy.timing import tasktime as tt
 from scheduler.store import measurements
 
 RECENT = 5  # ratios a field's correction is the median of: recent enough to follow a change of the machine
