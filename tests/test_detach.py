@@ -27,6 +27,7 @@ def wait_for(what):
     return wait_until(what, getattr(what, "__name__", "the event"))
 
 
+@pytest.mark.slow  # 5 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_detach_runs_status_cancel_end_to_end(tmp_path, monkeypatch, run_cli):
     """The verbs run in this process (``main``), the driver in its own: the first submit's dry run is the slow part."""
     monkeypatch.setenv("GPUPACK_CACHE_DIR", str(tmp_path / "cache"))

@@ -90,6 +90,7 @@ def _wait(pred):
     return wait_until(pred, getattr(pred, "__name__", "the event"))
 
 
+@pytest.mark.slow  # 8 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_local_backend_events_arrive_before_exit_and_the_output_comes_back(tmp_path, digits, script):
     h = LocalExecutor().submit(_record(tmp_path, digits, script, PAUSE=3, EPOCHS=2))
     assert _wait(lambda: any(e["event"] == "epoch" for e in h.events()))
@@ -100,6 +101,7 @@ def test_local_backend_events_arrive_before_exit_and_the_output_comes_back(tmp_p
     assert kinds.count("epoch") == 2 and "fold" in kinds
 
 
+@pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_local_backend_exit_codes_cancel_and_kill(tmp_path, digits, script):
     h = LocalExecutor().submit(_record(tmp_path / "a", digits, script, EXIT=7, EPOCHS=0))
     with pytest.raises(FailedJob) as e:
@@ -219,6 +221,7 @@ def _actor_class(actor) -> str:
     return actor._ray_actor_creation_function_descriptor.class_name
 
 
+@pytest.mark.slow  # 8 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_slot_argv_job_and_a_plan_task_go_through_the_same_executor_interface_in_their_own_actor_classes(
         ray_cluster, tmp_path, digits, script):
     """On Ray: a plan's task (the Ray executor) and a slot's raw command (the service's executor, in the slot's

@@ -66,6 +66,7 @@ def test_its_trees_set_its_predicted_time():
     assert binary.step_s == pytest.approx(few.step_s)
 
 
+@pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_run_on_digits_ends_within_30_percent_of_its_prediction(tmp_path, monkeypatch):
     """``submit --in-process`` on the built-in digits, nothing learned on this machine before (a store of its own):
     the task's time as the run predicted it (``time_predicted``: alone on its core) against as it ran

@@ -150,6 +150,7 @@ def test_pytests_counts_come_from_its_junit_xml(gt, tmp_path):
     assert gt.junit_counts(xml) == {"passed": 4, "failed": 2, "errors": 1, "skipped": 3}
 
 
+@pytest.mark.slow  # 6 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_check_that_runs_past_its_timeout_is_an_answer_and_the_next_check_still_runs(gt, tmp_path, monkeypatch):
     """On an H100, ``pytest -m gpu`` ran past part 1's --timeout and the exception took doctor's verdict with it:
     a command that runs out is now an exit of ``None`` with what it printed so far, and part 1 goes on to doctor.

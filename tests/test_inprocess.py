@@ -4,6 +4,7 @@ import json
 import sys
 
 import pandas as pd
+import pytest
 
 from conftest import FAKE_TRAIN, TEST_HARDWARE
 from scheduler.core import plan as planmod
@@ -56,6 +57,7 @@ def test_a_plan_runs_in_process_a_failing_job_retried_then_failed(tmp_path):
     assert len(pd.read_csv(run_dir / "submission.csv")) == 360
 
 
+@pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_the_ray_driver_tells_the_same_story(ray_cluster, tmp_path):
     run_plan(tmp_path)
     assert story(tmp_path / "run") == STORY

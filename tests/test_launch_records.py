@@ -37,6 +37,7 @@ def saved(run_dir, task):
     return json.loads((run_dir / "jobs" / task / "launch.json").read_text())
 
 
+@pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_the_dry_runs_records_are_the_records_the_run_saves_and_a_resume_reloads_them(run_cli, plan_file, tmp_path,
                                                                                        monkeypatch):
     code, out, _ = run_cli("submit", plan_file, "--dry-run", "--json")

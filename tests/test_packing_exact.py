@@ -3,6 +3,8 @@
 import itertools
 import random
 
+import pytest
+
 from scheduler.core.hardware import Device, Node
 from scheduler.policy.placement.packing import Demand, pack
 from scheduler.policy.placement.arcflow import arc_flow, fullest_of_two_waves
@@ -58,6 +60,7 @@ def test_arc_flow_declines_a_graph_past_its_arc_limit():
     assert len(arc_flow(SIZES, 100, max_arcs=10_000)) == 3
 
 
+@pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_the_fullest_of_two_waves_matches_brute_force():
     """Two waves of two bins of 100: the most the first can hold while the second holds the rest, or None."""
     rng = random.Random(8)

@@ -47,6 +47,7 @@ def fits_somewhere(demands, nodes, band) -> bool:
     return all(d.gpu_memory_mib <= top and d.cpus <= nodes[0].cpus for d in demands)
 
 
+@pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_the_wave_by_wave_proof_finds_brute_forces_optimum():
     rng, proven = random.Random(17), 0
     for _ in range(150):

@@ -45,6 +45,7 @@ def values(family, **labels) -> list[float]:
     return [s.value for s in family.samples if all(s.labels.get(k) == v for k, v in labels.items())]
 
 
+@pytest.mark.slow  # 11 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_runs_metrics_parse_as_prometheus_families_with_counters_and_base_units(ray_cluster, tmp_path, digits_dir):
     port = ray_cluster.nodes()[0]["MetricsExportPort"]
     jobs = [{"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 1500, "early_stopping_rounds": 1500,

@@ -16,6 +16,7 @@ import tempfile
 import time
 
 import psutil
+import pytest
 
 from conftest import ROOT
 from scheduler.store.record import RunRecord
@@ -41,6 +42,7 @@ def _ray_processes(marker: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # 5 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_ray_that_cannot_start_ends_submit_in_one_line_exit_1_and_a_crashed_folder(tmp_path, run_cli,
                                                                                       monkeypatch, no_ray):
     import ray

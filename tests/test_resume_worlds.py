@@ -76,6 +76,7 @@ def data(tmp_path, digits_dir):
     return shutil.copytree(digits_dir, tmp_path / "data")
 
 
+@pytest.mark.slow  # 3 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_resume_refuses_when_the_competition_files_changed(tmp_path, data, run_cli):
     run_dir = _run(run_cli, tmp_path, [LGBM], data)
     _stopped_after_fold0(run_dir)
@@ -92,6 +93,7 @@ def test_resume_refuses_when_the_competition_files_changed(tmp_path, data, run_c
     assert not [e for e in record.events() if e["event"] == "resume"]
 
 
+@pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_changed_split_is_refused_and_two_splits_are_never_joined(tmp_path, data, run_cli):
     run_dir = _run(run_cli, tmp_path, [LGBM], data)
     _stopped_after_fold0(run_dir)
@@ -129,6 +131,7 @@ def test_a_job_removed_from_the_plan_is_skipped_with_a_note(tmp_path, data, run_
     assert any("lgbm is no longer in plan.yaml: not run again" in n for n in _notes(run_dir))
 
 
+@pytest.mark.slow  # 6 s on a quiet 2-core machine: the README's test command in 5 minutes
 @pytest.mark.parametrize("as_json", [True, False])
 def test_a_job_removed_from_the_plan_is_named_on_the_console(tmp_path, data, run_cli, as_json):
     """The skip is said where the person looks (stderr with --json, the console without), not only in events.jsonl."""
@@ -151,6 +154,7 @@ def _edit_plan_without(run_dir, job):
     (run_dir / "plan.yaml").write_text(json.dumps(plan))
 
 
+@pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_damaged_and_pickled_folds_are_set_aside_never_loaded(tmp_path, data, run_cli):
     run_dir = _run(run_cli, tmp_path, [LGBM], data)
     _stopped_after_fold0(run_dir)
@@ -179,6 +183,7 @@ def test_damaged_and_pickled_folds_are_set_aside_never_loaded(tmp_path, data, ru
     assert code == 0, err
 
 
+@pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_kept_fold_whose_ids_and_predictions_disagree_is_set_aside_and_trained_again(tmp_path, data, run_cli):
     """A fold file that reads but whose validation ids and predictions differ in length (one row short: a writer
     from elsewhere, a hand edit) is not joined: set aside, named, trained again (issue 43). Fault caught: the length

@@ -39,6 +39,7 @@ def states(run_dir):
     return {j["name"]: j["state"] for j in RunRecord.open_existing(run_dir).jobs()}
 
 
+@pytest.mark.slow  # 10 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_failing_job_does_not_stop_the_others(ray_cluster, tmp_path, digits_dir, run_cli):
     jobs = [
         {"name": "lgbm", "kind": "lightgbm", "folds": 2, "num_boost_round": 30, "resources": {"cpus": 1}},

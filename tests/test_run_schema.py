@@ -222,6 +222,7 @@ def test_the_report_names_folds_and_throughput_as_the_tables_do(here, run_cli):
     assert "<th>train/s</th>" in page and "<th>wall/s</th>" in page and "train rate" not in page
 
 
+@pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_the_slot_services_job_answers_are_in_the_schema(tmp_path):
     """A served service's job answers (submit_job, job_status, job_logs, cancel_job), over REST through the client,
     validated against the file's ``SlotJobView`` / ``SlotJobLogs``; ``status`` says a run's word beside ``state``."""

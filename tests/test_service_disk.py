@@ -129,6 +129,7 @@ def _fill(state) -> "os.PathLike":
     return filler
 
 
+@pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_full_state_disk_answers_reads_refuses_new_work_once_and_recovers(served):
     """The disk filled by a file of the test's own: health, the slot and job lists and reads answer 200; a new slot
     and a new job each get the one 507 naming the state folder, its free and needed bytes and what to do; a release

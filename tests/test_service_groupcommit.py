@@ -9,6 +9,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from scheduler.core import hardware
 from scheduler.service.fastpath import Corked
@@ -140,6 +141,7 @@ def test_a_decision_on_another_thread_commits_the_turn_first(tmp_path):
     svc.close()
 
 
+@pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_every_grant_a_client_is_answered_is_already_in_the_database(tmp_path):
     svc = Service(hardware.from_profile("A100-80GB", gpus_per_node=4), tmp_path / "state", backend=FixedBackend())
     server = ServerThread(svc).start()

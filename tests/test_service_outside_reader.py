@@ -17,6 +17,7 @@ import time
 import uuid
 
 import httpx
+import pytest
 
 from conftest import ROOT
 from scheduler.core import hardware
@@ -71,6 +72,7 @@ class Served:
         self.stderr.close()
 
 
+@pytest.mark.slow  # 5 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_the_service_outlives_an_outside_read_only_reader_during_a_burst(tmp_path):
     served = Served(tmp_path)
     uri = f"file:{served.state / 'service.sqlite'}?mode=ro"

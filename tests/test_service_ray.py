@@ -36,6 +36,7 @@ def ray_service(ray_cluster, tmp_path):
             svc.close()
 
 
+@pytest.mark.slow  # 6 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_lease_reserves_the_memory_resource_in_ray(ray_cluster, ray_service):
     ray = ray_cluster
     svc, backend, res, before = ray_service
@@ -75,6 +76,7 @@ def test_a_plan_beside_a_granted_slot_reads_the_devices_and_sees_the_slot_once(r
     wait_until(lambda: ray.available_resources().get(res) == before, "the released MiB back in Ray")
 
 
+@pytest.mark.slow  # 5 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_plan_submitted_beside_a_granted_slot_runs_to_the_end(ray_cluster, ray_service, tmp_path, run_cli):
     """While the service holds a 12 GB slot on device 0 of the same Ray, a plan run (a LightGBM job and a 20 GB
     command task) joins that Ray, reads its devices past the slot's placement-group names (a ValueError, before) and

@@ -40,6 +40,7 @@ def _done(c: Client, job_id: str, timeout: float = 120) -> dict:
     raise AssertionError(f"job {job_id} did not end")
 
 
+@pytest.mark.slow  # 3 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_spec_trains_in_a_slot_and_two_slots_blend(served, tmp_path, capsys, monkeypatch):
     c = Client(served.url, token=served.service.admin_token)
     slots = [c.request_slot(gpu_memory="2GB", minutes=10) for _ in range(2)]

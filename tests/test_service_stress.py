@@ -135,6 +135,7 @@ def _check(result):
     assert result["samples"] >= 20 and result["granted"] >= 2  # what each half waited for: the checker looked
 
 
+@pytest.mark.slow  # 5 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_concurrent_clients_never_over_commit_short(tmp_path):
     _check(run_stress(tmp_path, 300))
 

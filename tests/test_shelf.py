@@ -84,6 +84,7 @@ BARS = {
 }
 
 
+@pytest.mark.slow  # 22 s on a quiet 2-core machine: the README's test command in 5 minutes
 @pytest.mark.parametrize("name", shelf.NAMES)
 def test_a_small_plan_on_each_shelf_competition_holds_against_a_plain_baseline(name, ray_cluster, run_cli, tmp_path):
     folds, rounds = (3, 150) if name == "digits" else (5, 300)

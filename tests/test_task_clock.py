@@ -74,6 +74,7 @@ print(*seen[0])
 """
 
 
+@pytest.mark.slow  # 10 s on a quiet 2-core machine: the README's test command in 5 minutes
 @pytest.mark.parametrize("own", [True, False])
 def test_a_task_freezes_its_imports_and_never_an_earlier_tasks_garbage(digits, tmp_path, own):
     """A task imports with the collector off and freezes what it imported (no later collection walks torch's objects

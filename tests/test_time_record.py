@@ -87,6 +87,7 @@ def card() -> str:
     return where_learned("A100-40GB" if timings.sees_cuda() else "cpu", ray_process=False)
 
 
+@pytest.mark.slow  # 9 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_every_task_has_its_prediction_at_the_start_and_its_actuals_at_its_end(ran):
     evs = events(ran["run"])
     predicted, actual = of(evs, tr.PREDICTED), of(evs, tr.ACTUAL)

@@ -6,6 +6,8 @@ still exits 0. Through ``submit --budget 3s --in-process``, as a user runs it.""
 import json
 import sys
 
+import pytest
+
 from conftest import FAKE_TRAIN, TEST_HARDWARE
 from scheduler.core.states import NOTHING_TRAINED_EXIT, RunStatus, exit_status
 
@@ -17,6 +19,7 @@ def _plan(path, sleep_s: float):
     return path
 
 
+@pytest.mark.slow  # 3 s on a quiet 2-core machine: the README's test command in 5 minutes
 def test_a_budget_that_trains_nothing_says_so_and_exits_4(tmp_path, digits_dir, run_cli):
     run_dir = tmp_path / "run"
     code, out, err = run_cli("submit", _plan(tmp_path / "plan.yaml", 60), "--data", digits_dir, "--run-dir", run_dir,
