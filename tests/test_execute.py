@@ -286,4 +286,9 @@ def test_a_slot_job_on_ray_is_found_again_by_name_after_a_service_restart(ray_cl
         assert st["state"] == "CANCELLED" and st["exit_code"] == -15, st
         assert again.job_logs(job["job_id"])["text"].count("up") == 1  # the log goes on from where it was
     finally:
-        again.close(stop_jobs=True)
+        try:  # the slot's placement group out of the session's Ray (a closed service keeps its slots, by design):
+            for slot_id in list(again.slots):  # left, it held 2 GB of device 0 for every later test, and
+                again.release(slot_id)  # tests/test_service_ray.py's wait for an idle device never ended
+            again.backend.wait_idle()
+        finally:
+            again.close(stop_jobs=True)

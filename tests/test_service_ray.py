@@ -18,7 +18,11 @@ def ray_service(ray_cluster, tmp_path):
     Closed at teardown whatever the test did: every slot it still holds is released first, so that its placement
     group leaves the module's Ray. A failed assertion once left its service and slot behind, and the next test waited
     ten minutes for an idle device that never came."""
+    from conftest import _start_shared_ray
+
     ray = ray_cluster
+    ray.shutdown()  # a Ray of its own: what an earlier module left in the session's Ray (a slot's placement group
+    _start_shared_ray()  # of 2 GB once) kept the device from ever looking idle, and this waited ten minutes
     hw = hardware.from_profile("A100-40GB", gpus_per_node=2, cpus=16)
     backend = RayBackend(hw, 0.90)
     svc = Service(hw, tmp_path / "svc", backend=backend, start_threads=False)
