@@ -98,11 +98,21 @@ def ray_cluster():
     tests/test_cluster.py's two nodes); stopped when the session ends (``pytest_sessionfinish``)."""
     import ray
 
-    if not (ray.is_initialized() and ray.get_runtime_context().gcs_address == _SHARED_RAY.get("address")):
-        if ray.is_initialized():  # another Ray, left connected by a module that failed before it could clean up
-            ray.shutdown()
+    if not (ray.is_initialized() and ray.get_runtime_context().gcs_address == _SHARED_RAY.get("address")
+            and not _held(ray)):
+        if ray.is_initialized():  # another Ray, left connected by a module that failed before it could clean up,
+            ray.shutdown()  # or the shared one with something still holding cores or a device (below)
         _start_shared_ray()
     yield ray
+
+
+def _held(ray) -> dict:
+    """What the shared Ray still holds when a test begins: cores, GPUs or device MiB an earlier test's actor or
+    placement group kept (a slot the service-restart test left held 2 GB of device 0, and a later test's plan of two
+    whole devices waited for it forever). A test starts on a Ray with nothing held, or on a new one."""
+    total, free = ray.cluster_resources(), ray.available_resources()
+    return {k: total[k] - free.get(k, 0.0) for k in total
+            if (k in ("CPU", "GPU") or k.startswith("gpupack_")) and total[k] - free.get(k, 0.0) > 1e-6}
 
 
 @pytest.fixture
