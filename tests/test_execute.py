@@ -226,7 +226,7 @@ def test_a_slot_argv_job_and_a_plan_task_go_through_the_same_executor_interface_
         ray_cluster, tmp_path, digits, script):
     """On Ray: a plan's task (the Ray executor) and a slot's raw command (the service's executor, in the slot's
     placement-group bundle) are both launch records handed to an ``Executor``'s ``submit``; the task runs in
-    ``execute.ray_actor.JobActor`` (the record in the actor's process), the command in
+    ``execute.ray_job.JobActor`` (the record in the actor's process), the command in
     ``execute.ray_slot.SlotJobActor`` (a process group through the local backend); the command's log, exit status,
     node and outputs come back through Ray."""
     from scheduler.execute.api import Executor, Handle
