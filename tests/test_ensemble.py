@@ -251,3 +251,25 @@ def test_a_one_fold_job_that_is_best_where_it_predicts_starts_the_climb():
     assert r.weights == {"a": 0.0, "b": 1.0} and r.oof_score == pytest.approx(np.sqrt(0.5))
     assert not any("is worse than" in n for n in r.notes)
     np.testing.assert_allclose(r.test_pred[:, 0], [10.0, 20.0])  # b's own test predictions
+
+
+@pytest.mark.parametrize("rare_rows", [0, 1])
+def test_a_rare_class_does_not_turn_the_stacker_into_a_plain_mean(rare_rows):
+    """Three classes, the middle one rare: absent from the out-of-fold rows (a 16-class table's class of 3 rows, two
+    folds run) or there once. The stacker still learns the blend: job a is sure and right on class 0, job b on class
+    2, each unsure elsewhere; only a stacker weights each where it knows (the flights table of docs/peers gave up the
+    stacker on its rare class: "too few rows to cross-validate a stacker: a plain mean instead")."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 300) * 2  # classes 0 and 2
+    if rare_rows:
+        y[7] = 1
+    a = np.where(y[:, None] == 0, [.9, .05, .05], [.4, .25, .35])  # sure of class 0 and right; unsure otherwise
+    b = np.where(y[:, None] == 2, [.05, .05, .9], [.35, .25, .4])  # sure of class 2 and right; unsure otherwise
+    a, b = a + rng.normal(0, .02, a.shape), b + rng.normal(0, .02, b.shape)
+    classes = [0, 1, 2]
+    ids, test_ids = np.arange(300), np.array([1000])
+    preds = [Predictions(n, ids, p, test_ids, np.array([[.3, .3, .4]]), classes) for n, p in (("a", a), ("b", b))]
+    r = blend(preds, pd.Series(y, index=ids), test_ids, "accuracy", "stack")
+    assert not any("plain mean" in n for n in r.notes), r.notes
+    assert r.oof_score > 0.95  # each job alone is right on about half the rows; the stack on nearly all
+    assert r.test_pred.shape == (1, 3)

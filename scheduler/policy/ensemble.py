@@ -19,6 +19,7 @@ disagree.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -148,11 +149,17 @@ def _stack(arrays: list[np.ndarray], y: np.ndarray, tests: list[np.ndarray], reg
         return oof.reshape(-1, 1), model.fit(x, y).predict(xt).reshape(-1, 1)
     x, xt = np.hstack(arrays), np.hstack([np.nan_to_num(t, nan=1.0 / t.shape[1]) for t in tests])
     model = LogisticRegression(C=1.0, max_iter=2000)
-    folds = min(5, int(np.bincount(y.astype(int)).min())) if len(y) else 0
+    # the classes the rows hold: a rare class absent from the out-of-fold rows (3 rows in 25,000, two folds run) is no
+    # reason to give up the stacker, nor one of 1 row (a fold trained without it predicts it 0, as sklearn fills it)
+    counts = np.bincount(y.astype(int)) if len(y) else np.zeros(0, int)
+    folds = min(5, int(counts.max())) if len(y) >= 10 and (counts > 0).sum() >= 2 else 0
     if folds < 2:
         return None, None
     cv = StratifiedKFold(folds, shuffle=True, random_state=seed)
-    oof = cross_val_predict(model, x, y, cv=cv, method="predict_proba")
+    with warnings.catch_warnings():  # "the least populated class has only 1 member": the rare class, said above
+        warnings.filterwarnings("ignore", message="The least populated class")
+        warnings.filterwarnings("ignore", message="Number of classes in training fold")
+        oof = cross_val_predict(model, x, y, cv=cv, method="predict_proba")
     model.fit(x, y)
     proba = np.zeros((len(xt), arrays[0].shape[1]))
     proba[:, model.classes_.astype(int)] = model.predict_proba(xt)
