@@ -135,3 +135,30 @@ def test_a_small_tables_leaves_are_sized_to_its_folds():
     assert for_rows(DEFAULTS, 3200)["min_data_in_leaf"] == 50 and for_rows(XGB, 3200)["min_child_weight"] == 5
     assert for_rows(DEFAULTS, 60)["min_data_in_leaf"] == 5 and for_rows(XGB, 60)["min_child_weight"] == 1
     assert for_rows(DEFAULTS, 960)["min_data_in_leaf"] == 15 and for_rows(DEFAULTS, 10**6)["min_data_in_leaf"] == 50
+
+
+@pytest.mark.parametrize("params, floor", [({}, 1.0), ({"min_sum_hessian_in_leaf": 0.01}, 0.01)])
+def test_a_multiclass_booster_trains_with_a_floor_on_a_leafs_hessian(comp, tmp_path, monkeypatch, params, floor):
+    """The parameters lightgbm.train receives for a 10-class table: the hessian floor of a multiclass model (a rare
+    class's leaves took values that exploded without it, ``MULTICLASS_HESSIAN_FLOOR``), and the plan's own value
+    where it names one."""
+    import lightgbm
+
+    seen, train = [], lightgbm.train
+
+    def spy(p, *a, **kw):
+        seen.append(dict(p))
+        return train(p, *a, **kw)
+
+    monkeypatch.setattr(lightgbm, "train", spy)
+    run_job(_spec(params={"num_leaves": 7, **params}, num_boost_round=5, folds=2), comp,
+            JobContext("lgbm", tmp_path, cpus=1))
+    assert len(seen) == 2 and all(p["objective"] == "multiclass" for p in seen)
+    assert all(p["min_sum_hessian_in_leaf"] == floor for p in seen)
+
+
+def test_a_two_class_or_number_objective_keeps_lightgbms_own_hessian_floor():
+    from jobs.lightgbm_job import _objective
+
+    assert "min_sum_hessian_in_leaf" not in _objective(False, 2) and "min_sum_hessian_in_leaf" not in _objective(True, 0)
+    assert _objective(False, 3)["min_sum_hessian_in_leaf"] == 1.0
