@@ -105,6 +105,11 @@ def _never() -> bool:
     return False
 
 
+def _limited(planned: int, limit) -> int:
+    """``planned`` under the budget's limit; a limit of None (a cut given back in full) or none at all: ``planned``."""
+    return planned if limit is None else min(planned, int(limit))
+
+
 def _no_limits() -> dict:
     return {}
 
@@ -145,7 +150,7 @@ class JobContext:
     _until: tuple[float, float | None] = field(default=(-1.0, None), repr=False, compare=False)  # (read at, bound)
 
     def fold_limit(self, planned: int) -> int:
-        return min(planned, int(self.limits().get("folds", planned)))
+        return _limited(planned, self.limits().get("folds"))
 
     def my_folds(self, splits: list) -> list[tuple[int, int, tuple]]:
         """(position among this task's folds, fold number, (train rows, validation rows)) of the folds this task runs:
@@ -155,7 +160,7 @@ class JobContext:
         return [(i, k, split) for i, (k, split) in enumerate(mine)]
 
     def epoch_limit(self, planned: int) -> int:
-        return min(planned, int(self.limits().get("epochs", planned)))
+        return _limited(planned, self.limits().get("epochs"))
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)

@@ -162,3 +162,21 @@ def test_a_two_class_or_number_objective_keeps_lightgbms_own_hessian_floor():
 
     assert "min_sum_hessian_in_leaf" not in _objective(False, 2) and "min_sum_hessian_in_leaf" not in _objective(True, 0)
     assert _objective(False, 3)["min_sum_hessian_in_leaf"] == 1.0
+
+
+def test_a_cut_given_back_in_full_leaves_its_rounds_to_early_stopping(comp, tmp_path):
+    """The run loop sends a limit given back in full as None (``runloop._restore``): the job's rounds are its own
+    again, not the epochs the time model expected (diamonds' lgbm_xt, cut at its first look and given back, ran each
+    of its five folds to round 600 = 12 expected epochs of 50, where early stopping had had 2,000). Where it lands: a
+    fold's rounds, with the limit at 2 epochs, then given back."""
+    def fold_rounds(limits):
+        reported = []
+        run_job(_spec(params={"num_leaves": 7}, num_boost_round=300, early_stopping_rounds=300, folds=2), comp,
+                JobContext("lgbm", tmp_path, cpus=1, limits=lambda: limits,
+                           report=lambda kind, data: reported.append((kind, data))))
+        return [max(e["rounds"] for k, e in reported if k == "epoch" and e["fold"] == f) for f in (0, 1)]
+
+    assert fold_rounds({"epochs": 2}) == [100, 100]  # 2 epochs of 50 rounds
+    assert fold_rounds({"epochs": None, "folds": None}) == [300, 300]  # its own 300 (patience 300: every round runs)
+    ctx = JobContext("lgbm", tmp_path, limits=lambda: {"epochs": None, "folds": None})
+    assert ctx.epoch_limit(10) == 10 and ctx.fold_limit(5) == 5

@@ -214,7 +214,7 @@ def test_a_budget_cut_is_shown_then_undone_when_time_comes_back():
     out = s.handle(rl.Tick(T0 + 5))
     restored = _records(out, "budget_restore")
     assert [(r.fields["what"], r.fields["old"], r.fields["new"]) for r in restored] == [("epochs", 5, 10)]
-    assert rl.SetLimits("r18", {"epochs": 10}) in out
+    assert rl.SetLimits("r18", {"epochs": None}) in out  # given back in full: no limit, not the number it had
     assert restored[0].fields["estimated_finish_s"] is not None and restored[0].fields["margin_source"] == "assumed"
     assert "cut" not in s.jobs["r18"].progress and not s.jobs["r18"].limits
     assert not _records(s.handle(rl.Tick(T0 + 6)), "budget_cut")  # the restore holds: no cut at the next look

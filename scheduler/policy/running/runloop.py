@@ -633,9 +633,15 @@ class RunState:
         bound = {} if r.until is None else {"until": r.until}  # a fold given back bounded by time: the bound
         j.limits.update(bound)
         planned = j.limits.get(f"planned_{r.what}")
-        if planned is not None and r.new >= planned:  # fully restored: nothing of it is cut any more
+        # fully restored: nothing of it is cut any more, and the task is sent no limit (None) rather than the number
+        # it had: a boosting task's planned epochs are the rounds the time model expected (12 epochs, 600 rounds), and
+        # as a limit they capped every later fold there where early stopping had had 2,000 (diamonds' lgbm_xt, cut and
+        # given back at its first look, ran each of its five folds to round 600)
+        lifted = planned is not None and r.new >= planned
+        if lifted:
             j.limits.pop(r.what, None)
             j.limits.pop(f"planned_{r.what}", None)
+        given = None if lifted else r.new
         j.progress.update({"folds" if r.what == "folds" else "epochs_limit": r.new, "restored": r.reason})
         if not any(k in j.limits for k in ("folds", "epochs")):
             j.progress.pop("cut", None)
@@ -656,7 +662,7 @@ class RunState:
             out += [self._set(r.job, JobState.PENDING, reason=f"restarted: {r.reason}"), self._launch(r.job)]
             # the new attempt takes every limit still standing (an epochs cut too), not only the one given back
             out.append(SetLimits(r.job, {**{w: j.limits[w] for w in ("folds", "epochs", "until") if w in j.limits},
-                                         r.what: r.new}))
+                                         r.what: given}))
         else:
-            out.append(SetLimits(r.job, {r.what: r.new, **bound}))
+            out.append(SetLimits(r.job, {r.what: given, **bound}))
         return out + [Progress(r.job, dict(j.progress))]
