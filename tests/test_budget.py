@@ -208,3 +208,26 @@ def test_a_job_that_ended_short_gets_its_folds_back_first():
                              startup_s=60.0)
     # 20 + (60 + 6) × 1.5 > 100, and even a fold at 3 epochs: 20 + (60 + 3) × 1.5 > 100
     assert decide_restores([slow_start], {"a": (3, 10)}, 20.0, START, DEADLINE) == []
+
+
+def test_a_boosting_jobs_folds_go_before_its_rounds_and_come_back_only_at_its_rounds():
+    """A boosting job's epochs are its rounds (``JobProgress.rounds``): a fold cut short of the rounds early stopping
+    would run is a weaker model, a fold fewer is not (flights: two waiting members cut to one fold of 50 rounds each
+    scored 0.884 against 0.991, and the stack weighted them 0). The same late job as a timm job loses epochs first."""
+    # 5 folds × 10 epochs × 4 s = 200 s at epoch 1 of fold 0: as images, 10 → 5 epochs and 5 → 4 folds (the test
+    # above); as rounds, its folds alone: 4 + (9 + 10) × 4 s × 1.25 = 99 s with 2 folds
+    assert [(c.what, c.old, c.new) for c in decide_cuts([job("slow", spe=4.0)], 4.0, START, DEADLINE)] == [
+        ("epochs", 10, 5), ("folds", 5, 4)]
+    cuts = decide_cuts([job("slow", spe=4.0, rounds=True)], 4.0, START, DEADLINE)
+    assert [(c.what, c.old, c.new) for c in cuts] == [("folds", 5, 2)]
+    # at its folds' floor (the fold under way), its rounds are cut: 1 fold of 10 epochs at 30 s
+    last = decide_cuts([JobProgress("slower", 1, 10, epoch_in_fold=1, seconds_per_epoch=30.0, planned_epochs=10,
+                                    rounds=True)], 30.0, START, DEADLINE)
+    assert [c.what for c in last] == ["epochs"]
+    # a skipped fold comes back at its rounds or not at all: 2 folds at 10 epochs do not fit with two margins, and the
+    # 3 folds × 5 epochs a timm job is given back (test_folds_come_back_at_fewer_epochs_where_only_that_fits) are not
+    slow = job("a", folds=1, epochs=10, epoch=2, spe=4.0, rounds=True)
+    assert decide_restores([slow], {"a": (5, 10)}, 10.0, START, DEADLINE) == []
+    quick = job("a", folds=1, epochs=10, epoch=2, spe=1.0, rounds=True)  # 8 + 10 epochs × 1 s: 2 folds fit, at 10
+    back = decide_restores([quick], {"a": (5, 10)}, 10.0, START, DEADLINE)
+    assert back and all(r.what == "folds" for r in back) and back[0].new > 1

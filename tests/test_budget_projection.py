@@ -302,6 +302,9 @@ def test_a_job_not_started_keeps_the_form_with_the_most_work_that_fits():
     # a tie in work kept goes to more folds (the ensemble's breadth): 3 folds × 2 epochs, not 2 × 3
     roomy = decide_cuts([b], 0.0, 0.0, 1.25 * (5.0 + 2 * 3 * 50.0) + 1, projection=model(times, SIDE_BY_SIDE))
     assert [(c.what, c.old, c.new) for c in roomy] == [("epochs", 3, 2)]
+    # a boosting job (its epochs are rounds: ``budget.kept``) keeps its rounds: 1 fold × 3 epochs, not 2 × 2
+    rounds = decide_cuts([replace(b, rounds=True)], 0.0, 0.0, 330.0, projection=model(times, SIDE_BY_SIDE))
+    assert [(c.what, c.old, c.new) for c in rounds] == [("folds", 3, 1)]
 
 
 def test_a_cut_that_brings_a_neighbour_nearer_is_not_refused_for_it():

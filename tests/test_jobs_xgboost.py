@@ -138,7 +138,17 @@ def test_the_budget_cuts_its_rounds_as_it_cuts_a_timm_jobs_epochs(comp, tmp_path
                                              "steady_steps": 49, "steady_step_s": 0.2, "steady_epoch_s": 10.0,
                                              "startup_s": 1.0}, T0 + 12))
     cuts = [i for i in s.handle(rl.Tick(T0 + 12)) if isinstance(i, rl.SetLimits)]
-    assert cuts and cuts[0].limits.get("epochs", 20) < 20  # its rounds: 20 epochs of 50 → fewer
+    # its folds go first (``budget.kept``: a fold of fewer rounds is a weaker model, a fold fewer is not), to one
+    assert cuts == [rl.SetLimits("xgb", {"folds": 1})]
+    # one fold of 20 epochs (200 s) still ends past the 85 s window, but early stopping may end it sooner: its
+    # rounds are cut once even the fewest early stopping allows pass the window (``runloop._least_tree_s``)
+    cuts = []
+    for k in range(2, 9):
+        s.handle(rl.JobReported("xgb", "epoch", {"fold": 0, "epoch": k, "epochs": 20, "validated": False,
+                                                 "steps": 50, "steady_steps": 50, "steady_step_s": 0.2,
+                                                 "steady_epoch_s": 10.0}, T0 + 2 + 10 * k))
+        cuts += [i for i in s.handle(rl.Tick(T0 + 2 + 10 * k)) if isinstance(i, rl.SetLimits)]
+    assert cuts and 8 <= cuts[0].limits["epochs"] < 20  # its rounds: 20 epochs of 50 → fewer, never below the run
 
     reported = []
     limits = {"epochs": 2}  # what the budget left it: 2 epochs, 100 rounds a fold

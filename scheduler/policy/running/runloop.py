@@ -427,6 +427,7 @@ class RunState:
             fresh=fresh, waiting=self._waiting(j),
             started_at=j.started, until=j.limits.get("until"), boundable="until" in kind.cuts,
             since_report_s=self._since_report(t, j, now) if not finished else 0.0, reports_epochs="epoch_s" in t,
+            rounds=kind.rounds_per_epoch is not None,
             modelled_validation_s=(modelled.validation_s + modelled.precise_bn_s) if modelled else 0.0,
             modelled_prediction_s=modelled.prediction_s if modelled else 0.0)
 
