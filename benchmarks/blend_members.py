@@ -38,12 +38,15 @@ MEMBERS = {
     "xgb": ("xgboost", {}),
     "lgbm_large": ("lightgbm", {"num_leaves": 63, "min_data_in_leaf": 10, "learning_rate": 0.03}),
     "lgbm_xt": ("lightgbm", {"extra_trees": True}),
+    # AutoGluon's LightGBMXT as it ships: extra_trees at LightGBM's own leaves (31 of at least 20 rows)
+    "lgbm_xt31": ("lightgbm", {"extra_trees": True, "num_leaves": 31, "min_data_in_leaf": 20}),
     "lgbm_s1": ("lightgbm", {"seed": 1, "bagging_fraction": 0.8, "feature_fraction": 0.8}),
     "lgbm_s2": ("lightgbm", {"seed": 2, "bagging_fraction": 0.8, "feature_fraction": 0.8}),
 }
 COMBOS = {
     "plan before (lgbm, xgb, lgbm_large)": ["lgbm", "xgb", "lgbm_large"],
     "plan now (lgbm_xt, xgb, lgbm_large)": ["lgbm_xt", "xgb", "lgbm_large"],
+    "plan with AutoGluon's XT (lgbm_xt31, xgb, lgbm_large)": ["lgbm_xt31", "xgb", "lgbm_large"],
     "all four (lgbm, lgbm_xt, xgb, lgbm_large)": ["lgbm", "lgbm_xt", "xgb", "lgbm_large"],
     "plan before + two seeds": ["lgbm", "xgb", "lgbm_large", "lgbm_s1", "lgbm_s2"],
 }
@@ -56,7 +59,7 @@ def oof(member: str, data: dict, splits: list) -> tuple[np.ndarray, float]:
     import xgboost as xgb
 
     from jobs.boosting import for_rows
-    from jobs.lightgbm_job import DEFAULTS as LGB
+    from jobs.lightgbm_job import DEFAULTS as LGB, _objective
     from jobs.xgboost_job import DEFAULTS as XGB
 
     lib, extra = MEMBERS[member]
@@ -66,9 +69,8 @@ def oof(member: str, data: dict, splits: list) -> tuple[np.ndarray, float]:
     out, t0 = np.zeros((len(y), cols)), time.perf_counter()
     for tr, va in splits:
         if lib == "lightgbm":
-            obj = ({"objective": "regression"} if task == "regression" else {"objective": "binary"}
-                   if task == "binary" else {"objective": "multiclass", "num_class": k})
-            params = {"seed": 0, **for_rows(LGB, len(tr)), **extra, **obj, "num_threads": 2, "verbosity": -1}
+            obj = _objective(task == "regression", k if task == "multiclass" else 2)  # as the job sets it
+            params = {"seed": 0, **for_rows(LGB, len(tr)), **obj, **extra, "num_threads": 2, "verbosity": -1}
             booster = lgb.train(params, lgb.Dataset(X.iloc[tr], y[tr]), 2000,
                                 valid_sets=[lgb.Dataset(X.iloc[va], y[va])],
                                 callbacks=[lgb.early_stopping(100, verbose=False)])

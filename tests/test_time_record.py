@@ -147,7 +147,11 @@ def test_what_was_measured_is_learned_under_the_tasks_kind_model_and_card(ran):
             pytest.approx(mnv3["actual"][f] / mnv3["predicted"][f], rel=1e-6)]
     assert timings.ratios("timm", "mobilenetv3_small_050", card(), "startup", path=ran["store"]) == [
         pytest.approx(mnv3["actual"]["startup_s"] / mnv3["predicted"]["startup_s"], rel=1e-6)]
-    assert timings.ratios("lightgbm", None, card(), "step_s", path=ran["store"])
+    # a tree task's, under its plan member and whether a round grows a tree per class (``tasktime.learned_key``): the
+    # digits' ten classes; nothing under the kind alone, where every LightGBM task of every table was mixed before
+    assert of(evs, tr.PREDICTED)["lgbm"]["key"]["model"] == "lgbm, a tree per class a round"
+    assert timings.ratios("lightgbm", "lgbm, a tree per class a round", card(), "step_s", path=ran["store"])
+    assert not timings.ratios("lightgbm", None, card(), "step_s", path=ran["store"])
     # a command's wall, by the job's name; one that failed teaches nothing
     assert actual["fake"]["learned"] == ["wall_s"]  # however far from the 60 s guess: it is read as measured
     assert timings.learned_wall(path=ran["store"])("command", "fake") == \
@@ -338,3 +342,26 @@ def test_a_resumed_run_predicts_nothing(tmp_path):
     assert TimeKeeper.start(dry, record, 0.0, cuda=False, resumed=True) is None
     assert TimeKeeper.start(dry, record, 0.0, cuda=False, resumed=False) is not None
     assert [e.get("job") for e in record.events() if e["event"] == tr.PREDICTED] == ["fake", None]
+
+
+def test_tree_tasks_learn_apart_by_plan_member_and_by_trees_a_round():
+    """Each LightGBM member of a plan, and a table of several classes against one of a number, learn their own
+    ratios: mixed under the kind, a 16-class table's 0.4 × and a large-tree member's 1.8-3.2 × made one median."""
+    from scheduler.core import plan as planmod
+    from scheduler.policy.timing import tasktime
+
+    plan = planmod.from_dict({"name": "k", "hardware": "A10-24GB", "jobs": [
+        {"name": "lgbm_large", "kind": "lightgbm", "params": {"num_leaves": 63}},
+        {"name": "lgbm_xt", "kind": "lightgbm", "params": {"extra_trees": True}},
+        {"name": "r", "kind": "timm", "model": "resnet18"}]})
+
+    def key(name, classes, problem):
+        w = tasktime.work_of(plan.job(name), name, 5, rows=1000, test_rows=100, features=10, classes=classes,
+                             problem=problem)
+        return tasktime.predict(w, card=None, cores=2).learned_as
+
+    assert key("lgbm_large", 16, "classification") == "lgbm_large, a tree per class a round"
+    assert key("lgbm_large", 1, "regression") == key("lgbm_large", 2, "classification") == \
+        "lgbm_large, one tree a round"
+    assert key("lgbm_xt", 1, "regression") == "lgbm_xt, one tree a round"
+    assert key("r", 10, "classification") == "resnet18"

@@ -53,7 +53,7 @@ class TimeKeeper:
             t = self.dry.times.get(name)
             if t is None:
                 continue
-            model = kinds.work(self.dry.spec(name)).model
+            model = t.learned_as  # the key its figures are learned under (``tasktime.learned_key``)
             self.predicted[name] = tr.predicted(t, span)
             self.ratios[name] = tr.used_ratios(self.dry.timing.learned, t.kind, model, predicted_on)
             self.seen[name] = []
@@ -97,7 +97,7 @@ class TimeKeeper:
         if by_wall and state != JobState.SUCCEEDED:
             return [], []
         figures = tr.to_learn(kind, pred, act, self.ratios[name])
-        model = self.dry.tasks[name].job if by_wall else kinds.work(self.dry.spec(name)).model
+        model = self.dry.tasks[name].job if by_wall else self.dry.times[name].learned_as
         try:
             kept = timings.record(kind, model, self.card, figures, run=self.record.dir.name, task=name)
         except Exception as e:  # noqa: BLE001 -- a cache that cannot be written costs the next prediction, not the run

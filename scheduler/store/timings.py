@@ -1,7 +1,8 @@
 """What this machine's runs took against what the time model said: the time model's memory of this machine.
 
 Each task that ends writes, per field of its time (``policy/timing/tasktime.LEARNED_FIELDS`` and the task's whole wall), what
-was predicted and what it took, keyed by kind, model and card ("cpu" for the CPU rehearsal). The next prediction for
+was predicted and what it took, keyed by kind, model (``tasktime.learned_key``: an image task's network, a tree
+task's plan member and trees a round) and card ("cpu" for the CPU rehearsal). The next prediction for
 the same kind, model and card multiplies each field by the median of its ``RECENT`` newest ratios (actual ÷
 predicted): a machine slower than the packaged figures, or a contention the timeline undercounts, is learned after
 one run. A command job's wall is kept the same way, by job name.

@@ -25,7 +25,7 @@ Where each figure comes from (``TaskTime.sources`` names it, the dry run's ``--j
 3. **Start-up**: the constants below, each named with where it came from.
 4. **Learned on this machine**: each run records, per task, what each field took against what was predicted
    (``store/timings``); the next prediction multiplies each field by the median of its recent ratios for the same
-   kind, model and card (``Learned``). A field nothing was learned for keeps its packaged figure.
+   kind, model (``learned_key``: a tree task's plan member and trees a round) and card (``Learned``). A field nothing was learned for keeps its packaged figure.
 
 Pure: the learned ratios are passed in.
 """
@@ -175,6 +175,7 @@ class TaskTime:
     on_device: bool = False  # its steady work runs on a card (else on the node's cores)
     threads: int = 1  # cores its steady work keeps busy
     sources: dict = field(default_factory=dict)  # field -> where its figure came from
+    learned_as: str = "-"  # the key ("model") its ratios are learned and read under on this machine (``learned_key``)
 
     @property
     def epoch_s(self) -> float:
@@ -258,7 +259,19 @@ def predict(w: TaskWork, *, card: str | None, cores: int, learned: Learned | Non
         t = _trees(w, threads)
     else:
         t = _command(w)
-    return _learn(t, w, card, learned)
+    return _learn(replace(t, learned_as=learned_key(w)), w, card, learned)
+
+
+def learned_key(w: TaskWork) -> str:
+    """What a task's ratios (actual ÷ predicted, ``store/timings``) are learned under besides its kind and card: an
+    image task's network; a tree task's plan member (its job's name: the tree shape its parameters set) and whether
+    a round grows a tree per class. One key for every LightGBM task mixed a large-tree member's steps (1.8-3.2 × the
+    model on binary and regression tables) with an extra-trees member's (0.7-1.3) and a 16-class table's (0.4: a
+    multiclass round's trees shrink as its classes are learned), and the median of the newest five, taken from
+    the 16-class runs, put a regression table's wall at -37 %."""
+    if kinds.get(w.kind).time_model != "trees":
+        return w.model or "-"
+    return f"{w.task}, {'a tree per class' if trees_per_round(w.classes, w.problem) > 1 else 'one tree'} a round"
 
 
 def _process(w: TaskWork) -> float:
@@ -556,7 +569,7 @@ def _learn(t: TaskTime, w: TaskWork, card: str | None, learned: Learned | None) 
     """Each field times what this machine measured against its prediction before (``Learned``)."""
     if learned is None:
         return t
-    model, where = w.model or "-", where_learned(card or "cpu", w.ray_process)
+    model, where = t.learned_as, where_learned(card or "cpu", w.ray_process)
     changes: dict = {}
     sources = dict(t.sources)
     for f in LEARNED_FIELDS:
