@@ -25,7 +25,8 @@ Where each figure comes from (``TaskTime.sources`` names it, the dry run's ``--j
 3. **Start-up**: the constants below, each named with where it came from.
 4. **Learned on this machine**: each run records, per task, what each field took against what was predicted
    (``store/timings``); the next prediction multiplies each field by the median of its recent ratios for the same
-   kind, model (``learned_key``: a tree task's plan member and trees a round) and card (``Learned``). A field nothing was learned for keeps its packaged figure.
+   kind, model (``learned_key``: a tree task's plan member and trees a round) and card (``Learned``). A field
+   nothing was learned for keeps its packaged figure.
 
 Pure: the learned ratios are passed in.
 """
