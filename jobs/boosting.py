@@ -66,12 +66,21 @@ class Library:
 LEAF_MINIMUMS = {"min_data_in_leaf": (64, 5), "min_child_weight": (640, 1)}
 
 
+# A multiclass LightGBM leaf's hessian floor (``jobs.lightgbm_job.MULTICLASS_HESSIAN_FLOOR``) was measured on folds of
+# 2,700 rows and more (benchmarks/multiclass_hessian.py); on the digits' folds of 1,150 rows it cost accuracy (0.978
+# → 0.969 at 1, 0.971 at 0.1): a fold of fewer rows than this keeps the library's own.
+HESSIAN_FLOOR_ROWS = 2_000
+
+
 def for_rows(defaults: dict, rows: int) -> dict:
-    """``defaults`` with their leaf minimums sized to a fold of ``rows`` training rows (``LEAF_MINIMUMS``)."""
+    """``defaults`` with their leaf minimums sized to a fold of ``rows`` training rows (``LEAF_MINIMUMS``), and no
+    hessian floor on a fold under ``HESSIAN_FLOOR_ROWS``."""
     out = dict(defaults)
     for key, (per, least) in LEAF_MINIMUMS.items():
         if key in out:
             out[key] = max(least, min(out[key], rows // per))
+    if rows < HESSIAN_FLOOR_ROWS:
+        out.pop("min_sum_hessian_in_leaf", None)
     return out
 
 
@@ -201,8 +210,8 @@ class _Boosting(fold_driver.FoldKind):
         fold_rows = fold_train_rows(len(comp.train), spec.folds) or len(comp.train)
         self.base = {**for_rows(lib.defaults, fold_rows), lib.threads: threads(ctx), lib.seed: ctx.seed,
                      **lib.from_spec(spec, ctx)}
-        self.models = [(column, {**self.base, **objective, **spec.params}, binary)
-                       for column, objective, binary in models]
+        self.models = [(column, {**for_rows({**self.base, **objective}, fold_rows), **spec.params}, binary)
+                       for column, objective, binary in models]  # the plan's own parameters as it wrote them
         self.metric = get_metric(ctx.metric)
         self.per_epoch = kinds.of(spec).rounds_per_epoch or spec.num_boost_round
         # a fold's epochs as the time model expects them (early stopping decides: the rounds it expects at this
