@@ -67,14 +67,18 @@ def test_its_trees_set_its_predicted_time():
 
 
 @pytest.mark.slow  # 4 s on a quiet 2-core machine: the README's test command in 5 minutes
-def test_a_run_on_digits_ends_within_30_percent_of_its_prediction(tmp_path, monkeypatch):
+def test_a_run_on_digits_ends_near_its_prediction(tmp_path, monkeypatch):
     """``submit --in-process`` on the built-in digits, nothing learned on this machine before (a store of its own):
     the task's time as the run predicted it (``time_predicted``: alone on its core) against as it ran
     (``time_actual``). The prediction is of the task alone; on the shared 2-core machine other work takes its core
     too, so each fold's wall is held against the fold's own CPU seconds (one thread: its work alone), and the task's
     wall against the prediction slowed as much as its folds were (their wall ÷ their CPU seconds). 2026-11-29, load 5:
     3 folds of 300 trees, wall 3.36 s predicted (slowed 1.05×), 4.09 s run (+22 %: the table's read, 0.27 s, is
-    predicted at 0.02 s by the trees' model); a fold 1.06 s predicted, 1.05-1.24 s of CPU."""
+    predicted at 0.02 s by the trees' model); a fold 1.06 s predicted, 1.05-1.24 s of CPU. Held within a factor of
+    1.6, not ±30 %: a fold of 500 trees took 0.94-1.3 s of CPU against 1.49 s predicted from one run to the next on
+    the same machine (2026-11-29: 2 of 4 runs at 107671a failed ±30 %), and a test that races the machine's noise
+    fails CI; the fault it guards against put the forest -80 % off (its ``n_estimators`` unread). How close the
+    trees' model comes is ``benchmarks/tree_time.py``'s to measure."""
     submit_in_process(monkeypatch, tmp_path, PLAN)
     events = [json.loads(line) for line in (tmp_path / "runs" / "r1" / "events.jsonl").read_text().splitlines()]
     predicted = next(e for e in events if e["event"] == "time_predicted" and e.get("job") == "et")["predicted"]
@@ -83,10 +87,13 @@ def test_a_run_on_digits_ends_within_30_percent_of_its_prediction(tmp_path, monk
     folds = [e for e in events if e["event"] == "fold" and e.get("job") == "et"]
     assert len(folds) == 2 and all(f["cpu_s"] > 0 for f in folds)
     for f in folds:
-        assert f["cpu_s"] == pytest.approx(predicted["fold_s"], rel=0.3), (f, predicted)
+        assert 1 / FACTOR <= f["cpu_s"] / predicted["fold_s"] <= FACTOR, (f, predicted)
     slowed = sum(f["seconds"] for f in folds) / sum(f["cpu_s"] for f in folds)  # ≥ 1: what its neighbours took
-    assert actual["wall_s"] == pytest.approx(predicted["wall_s"] * max(1.0, slowed), rel=0.3), (slowed, predicted,
-                                                                                                 actual)
+    ratio = actual["wall_s"] / (predicted["wall_s"] * max(1.0, slowed))
+    assert 1 / FACTOR <= ratio <= FACTOR, (slowed, predicted, actual)
+
+
+FACTOR = 1.6  # the run against its prediction: the -80 % of a forest whose trees were not read is far outside
 
 
 HARDWARE = SimpleNamespace(devices=[SimpleNamespace(node="n0", index=0, memory_mib=40_000)],
