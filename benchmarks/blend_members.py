@@ -70,7 +70,7 @@ def oof(member: str, data: dict, splits: list) -> tuple[np.ndarray, float]:
     for tr, va in splits:
         if lib == "lightgbm":
             obj = _objective(task == "regression", k if task == "multiclass" else 2)  # as the job sets it
-            params = {"seed": 0, **for_rows(LGB, len(tr)), **obj, **extra, "num_threads": 2, "verbosity": -1}
+            params = {"seed": 0, **for_rows({**LGB, **obj}, len(tr)), **extra, "num_threads": 2, "verbosity": -1}
             booster = lgb.train(params, lgb.Dataset(X.iloc[tr], y[tr]), 2000,
                                 valid_sets=[lgb.Dataset(X.iloc[va], y[va])],
                                 callbacks=[lgb.early_stopping(100, verbose=False)])

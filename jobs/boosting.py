@@ -208,10 +208,11 @@ class _Boosting(fold_driver.FoldKind):
             self.X, self.X_test = comp.features("train"), comp.features("test")
         models, self.strata = _models(comp, ctx, lib)
         fold_rows = fold_train_rows(len(comp.train), spec.folds) or len(comp.train)
-        self.base = {**for_rows(lib.defaults, fold_rows), lib.threads: threads(ctx), lib.seed: ctx.seed,
-                     **lib.from_spec(spec, ctx)}
+        self.base = {**lib.defaults, lib.threads: threads(ctx), lib.seed: ctx.seed, **lib.from_spec(spec, ctx)}
+        # sized to the fold once, its objective's parameters with it (a multiclass hessian floor); the plan's own
+        # parameters as it wrote them
         self.models = [(column, {**for_rows({**self.base, **objective}, fold_rows), **spec.params}, binary)
-                       for column, objective, binary in models]  # the plan's own parameters as it wrote them
+                       for column, objective, binary in models]
         self.metric = get_metric(ctx.metric)
         self.per_epoch = kinds.of(spec).rounds_per_epoch or spec.num_boost_round
         # a fold's epochs as the time model expects them (early stopping decides: the rounds it expects at this

@@ -353,7 +353,8 @@ def test_tree_tasks_learn_apart_by_plan_member_and_by_trees_a_round():
     plan = planmod.from_dict({"name": "k", "hardware": "A10-24GB", "jobs": [
         {"name": "lgbm_large", "kind": "lightgbm", "params": {"num_leaves": 63}},
         {"name": "lgbm_xt", "kind": "lightgbm", "params": {"extra_trees": True}},
-        {"name": "r", "kind": "timm", "model": "resnet18"}]})
+        {"name": "r", "kind": "timm", "model": "resnet18"},
+        {"name": "et", "kind": "extratrees"}]})
 
     def key(name, classes, problem):
         w = tasktime.work_of(plan.job(name), name, 5, rows=1000, test_rows=100, features=10, classes=classes,
@@ -365,3 +366,4 @@ def test_tree_tasks_learn_apart_by_plan_member_and_by_trees_a_round():
         "lgbm_large, one tree a round"
     assert key("lgbm_xt", 1, "regression") == "lgbm_xt, one tree a round"
     assert key("r", 10, "classification") == "resnet18"
+    assert key("et", 16, "classification") == "et, one tree a round"  # a forest's tree serves every class

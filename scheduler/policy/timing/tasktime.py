@@ -272,7 +272,8 @@ def learned_key(w: TaskWork) -> str:
     the 16-class runs, put a regression table's wall at -37 %."""
     if kinds.get(w.kind).time_model != "trees":
         return w.model or "-"
-    return f"{w.task}, {'a tree per class' if trees_per_round(w.classes, w.problem) > 1 else 'one tree'} a round"
+    per_class = round_trees(w.kind, w.classes, w.problem) > 1
+    return f"{w.task}, {'a tree per class' if per_class else 'one tree'} a round"
 
 
 def _process(w: TaskWork) -> float:
@@ -422,6 +423,12 @@ def trees_per_round(classes: int | None, task: str | None) -> int:
     return classes if classes > 2 else 1
 
 
+def round_trees(lib: str, classes: int | None, task: str | None) -> int:
+    """Trees a round of ``lib`` grows: one per class where its trees are per class (``TREE_COST``'s ``per_class``:
+    a boosting library's), else one (a forest's tree serves every class)."""
+    return trees_per_round(classes, task) if tree_cost(lib).get("per_class", True) else 1
+
+
 def models_of(classes: int | None, task: str | None) -> int:
     """Models a fold trains: one per target for several targets, else one."""
     return max(1, classes or 1) if task == "targets" else 1
@@ -481,7 +488,7 @@ def tree_fold(*, rows: int, val_rows: int, test_rows: int, features: int, catego
     """One model's fold on ``threads`` cores (see ``TREE_COST``); ``params`` over the library's ``defaults``."""
     params, defaults = params or {}, defaults or {}
     cost = tree_cost(lib)
-    trees = trees_per_round(classes, task) if cost.get("per_class", True) else 1
+    trees = round_trees(lib, classes, task)
     speed = thread_speedup(threads)
     cells = tree_cells(rows=rows, features=features, categories=categories, lib=lib, params=params,
                        defaults=defaults) if cost.get("shaped", True) else rows * max(1, features)
@@ -523,7 +530,7 @@ def _trees(w: TaskWork, threads: int) -> TaskTime:
     models = models_of(w.classes, w.problem) if cost.get("per_class", True) else 1
     block = kinds.get(w.kind).rounds_per_epoch or f.rounds  # its rounds counted in epochs (what the budget cuts)
     epochs = max(1, round(f.rounds / block)) * models  # the job counts its models' epochs together
-    trees = trees_per_round(w.classes, w.problem) if cost.get("per_class", True) else 1
+    trees = round_trees(w.kind, w.classes, w.problem)
     rate = learning_rate(w.params or {}, defaults)
     shaped = (f" × {tree_shape(w.kind, w.params or {}, defaults):.2f} (tree shape)" if cost.get("shaped", True)
               else "")
