@@ -243,7 +243,10 @@ class _Boosting(fold_driver.FoldKind):
             window,
             rates={fold_driver.TRAIN: rate, fold_driver.WALL: len(tr) * f.rounds / elapsed if elapsed > 0 else None,
                    "rounds_per_s": f.rounds / f.train_s if f.train_s > 0 else None},
-            figures={"seconds": round(elapsed, 3), "epochs": hook.epochs_run, "best_round": f.best},
+            # a fold the budget capped says so: its best round is the cut's, not early stopping's (the time model
+            # learns a member's best round from the others: policy/timing/timerecord.best_round)
+            figures={"seconds": round(elapsed, 3), "epochs": hook.epochs_run, "best_round": f.best,
+                     **({"rounds_cap": cap} if cap < spec.num_boost_round else {})},
             final={"iteration": f.best, "num_threads": self.base[self.lib.threads]})
 
     def throughput(self) -> dict:

@@ -36,6 +36,8 @@ def test_xgboost_on_digits_in_lightgbms_form(comp, tmp_path):
     truth = comp.class_index(comp.solution.set_index("id").loc[out.test_ids, "label"])
     assert accuracy(truth, out.test_mean()) > 0.9
     assert all(1 <= f.epochs <= 200 for f in out.folds)  # the best round, early stopping's
+    # uncut, no fold says a cap: its best round is early stopping's, which the time model learns from
+    assert not [d for k, d in events if k == "fold" and "rounds_cap" in d]
     t = out.throughput
     assert t["train_samples_per_s"] > 0 and t["rounds_per_s"] > 0 and t["unit"] == "rows × boosting rounds per second"
     assert [d["fold"] for k, d in events if k == "fold"] == [0, 1]
@@ -158,6 +160,8 @@ def test_the_budget_cuts_its_rounds_as_it_cuts_a_timm_jobs_epochs(comp, tmp_path
     folds = [d for k, d in reported if k == "fold"]
     epochs = [d for k, d in reported if k == "epoch"]
     assert [f["epochs"] for f in folds] == [2, 2] and all(f["best_round"] <= 100 for f in folds)
+    # each fold says the budget capped it: its best round is the cut's, which the time model does not learn from
+    assert [f["rounds_cap"] for f in folds] == [100, 100]
     # a fold's epochs as the time model expects them (tasktime.expected_rounds): the best round at its rate and 400
     # of patience after it, capped at the fold's 400 rounds: 8 epochs
     assert tasktime.expected_rounds("xgboost", 0.05, 400, 400)[0] == 400

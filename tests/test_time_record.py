@@ -367,3 +367,66 @@ def test_tree_tasks_learn_apart_by_plan_member_and_by_trees_a_round():
     assert key("lgbm_xt", 1, "regression") == "lgbm_xt, one tree a round"
     assert key("r", 10, "classification") == "resnet18"
     assert key("et", 16, "classification") == "et, one tree a round"  # a forest's tree serves every class
+
+
+def test_a_tree_tasks_best_round_is_learned_from_its_folds_and_moves_its_next_rounds(here, run_cli, monkeypatch):
+    """A boosting task's best round (where early stopping ends its folds, and so its rounds): the run's
+    ``time_actual`` holds it against the prediction, the store keeps the folds' median against the prediction
+    before any ratio, and the next dry run's rounds are the prediction × that ratio (a large-tree member stopped at
+    0.41-0.75 × the probe's figure on the peers tables, and the rounds were most of a table's wall error)."""
+    evs = events(here["run"])
+    folds = [e["best_round"] for e in evs if e["event"] == "fold" and e["job"] == "lgbm"]
+    best = of(evs, tr.ACTUAL)["lgbm"]["best_round"]
+    assert best["actual"] == statistics.median(folds)
+    stored = timings.ratios("lightgbm", "lgbm, a tree per class a round", card(), "best_round", path=here["store"])
+    assert stored == [pytest.approx(best["actual"] / best["predicted"])]  # nothing was learned before the run
+
+    def lgbm() -> dict:
+        code, out, err = run_cli("submit", "plan.yaml", "--in-process", "--dry-run", "--json")
+        assert code == 0, err
+        return {r["task"]: r for r in json.loads(out)["timeline"]["tasks"]}["lgbm"]["time"]
+
+    learned = lgbm()
+    monkeypatch.setenv("GPUPACK_MEASUREMENTS", str(here["home"] / "nothing-learned.sqlite"))
+    packaged = lgbm()
+    assert packaged["best_round"] == packaged["best_round_prior"] == best["predicted"]
+    assert learned["best_round_prior"] == best["predicted"]
+    assert learned["best_round"] == pytest.approx(min(30, best["predicted"] * stored[0]), abs=1)
+    assert "learned from 1 task(s) on this machine" in learned["sources"]["step_s"]
+
+
+def test_a_fold_the_budget_capped_does_not_teach_its_best_round():
+    """A fold whose rounds the budget cut (``rounds_cap`` in its event) stopped where the cut put it: flights' two
+    members cut to 50 rounds would have taught 0.07 × the prediction."""
+    def fold(best, **more):
+        return {"event": "fold", "best_round": best, "wall_s": 1.0, "seconds": 1.0, **more}
+
+    assert tr.best_round([fold(400), fold(50, rounds_cap=50), fold(600)]) == 500
+    assert tr.best_round([fold(50, rounds_cap=50)]) is None
+    assert tr.best_round([fold(300, kept=True), fold(200)]) == 200  # a fold kept from before ran nothing here
+    assert tr.to_learn("lightgbm", {}, {}, {}, (250, None)) == {}
+    assert tr.to_learn("lightgbm", {}, {}, {}, (250, 500)) == {"best_round": (250.0, 500.0)}
+
+
+def test_the_runs_start_is_learned_and_the_next_dry_run_launches_there(here, run_cli, monkeypatch):
+    """The run's start to its first launch (``plantime.RUN_START_S``: 8 s packaged for Ray, where this machine took
+    4.6-5.5 s) is learned like a task's figures: the store keeps what the run took against the packaged figure, and
+    the next dry run launches its first task at the packaged figure × that ratio."""
+    from scheduler.policy.timing import plantime
+
+    evs = events(here["run"])
+    started = next(e for e in evs if e["event"] == tr.PREDICTED and e.get("job") is None)["started_at"]
+    took = min(e["time"] for e in evs if e["event"] == "launch") - started
+    packaged = plantime.RUN_START_S["in_process"]
+    stored = timings.ratios(*plantime.RUN_START_KEY["in_process"], path=here["store"])
+    assert len(stored) == 1 and stored[0] * packaged == pytest.approx(took, abs=0.05)
+
+    def first_start() -> float:
+        code, out, err = run_cli("submit", "plan.yaml", "--in-process", "--dry-run", "--json")
+        assert code == 0, err
+        return min(r["start_s"] for r in json.loads(out)["timeline"]["tasks"])
+
+    learned = first_start()
+    monkeypatch.setenv("GPUPACK_MEASUREMENTS", str(here["home"] / "nothing-learned.sqlite"))
+    assert first_start() == pytest.approx(packaged, abs=0.05)
+    assert learned == pytest.approx(packaged * stored[0], abs=0.05)

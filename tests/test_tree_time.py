@@ -224,3 +224,36 @@ def test_the_tables_own_probe_sets_the_rounds_where_the_door_measured_it(tmp_pat
     comp = load_competition(_table(tmp_path / "t"), "accuracy")
     found = best_round(comp)
     assert found["rate"] == PROBE_RATE and found["best"] >= 1 and found["rows"] == len(comp.train)
+
+
+def test_a_learned_best_round_moves_the_rounds_and_nothing_else():
+    """What this machine learned of a member's best round (``store/timings``' ``best_round``) times the probe's
+    figure: the fold's rounds (its epochs, what the budget cuts and the timeline runs) follow, its seconds a round
+    and its prediction do not (the prediction learns its own ratio); a kind without early stopping (a forest) grows
+    its trees whatever was learned."""
+    from scheduler.core import plan as planmod
+
+    plan = planmod.from_dict({"name": "k", "hardware": "A10-24GB", "jobs": [
+        {"name": "lgbm_large", "kind": "lightgbm", "params": {"num_leaves": 63, "learning_rate": 0.03}},
+        {"name": "fixed", "kind": "extratrees", "n_estimators": 700}]})
+
+    def learned(ratio):
+        def find(kind, model, card, field):
+            return (ratio, "learned from 3 task(s) on this machine") if field == "best_round" else None
+        return find
+
+    def predict(name, ratio=None):
+        w = tt.work_of(plan.job(name), name, 5, rows=28_415, test_rows=9_472, features=10, categories=5, classes=1,
+                       problem="regression", probe=(0.2, 26))
+        return tt.predict(w, card=None, cores=2, learned=None if ratio is None else learned(ratio))
+
+    alone, half = predict("lgbm_large"), predict("lgbm_large", 0.5)
+    assert alone.best_round == alone.best_round_prior == half.best_round_prior == round(26 * tt.PROBE_SCALE * 0.2 / 0.03)
+    assert half.best_round == pytest.approx(alone.best_round * 0.5, abs=1)  # the figure's, before it is rounded
+    rounds = lambda t: t.epochs * t.steps_per_epoch  # noqa: E731
+    assert rounds(half) == pytest.approx(half.best_round + 100, abs=25)  # patience after it, in epochs of 50
+    assert rounds(alone) == pytest.approx(alone.best_round + 100, abs=25)
+    assert (half.step_s, half.prediction_s) == (alone.step_s, alone.prediction_s)
+    assert "× 0.50 learned from 3 task(s) on this machine" in half.sources["step_s"]
+    fixed = predict("fixed", 0.5)
+    assert fixed.best_round is None and rounds(fixed) == 700

@@ -321,6 +321,8 @@ class Runner:
                                    gpu_memory_mib=a.gpu_memory_mib)
             self.record.event("launch", ins.job, attempt=ins.attempt, wave=a.wave, node=a.node, device=a.device,
                               gpu_memory_mib=a.gpu_memory_mib, cpus=a.cpus)
+            if self.timekeeper is not None:
+                self.timekeeper.launched(time.time())
         elif isinstance(ins, rl.AskStop):
             self.ask_stop(ins.job)
         elif isinstance(ins, rl.SetLimits):

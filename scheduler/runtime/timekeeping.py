@@ -16,6 +16,7 @@ from __future__ import annotations
 from scheduler.core import kinds
 from scheduler.core.states import JobState
 from scheduler.policy.planning.dryrun import DryRun
+from scheduler.policy.timing import plantime
 from scheduler.policy.timing import timerecord as tr
 from scheduler.policy.timing.tasktime import where_learned
 from scheduler.store import timings
@@ -31,6 +32,7 @@ class TimeKeeper:
         self.ratios: dict[str, dict[str, float]] = {}  # task -> the learned ratios its prediction used
         self.seen: dict[str, list[dict]] = {}  # task -> its events timerecord.actual reads
         self.ended: dict[str, float] = {}  # task -> its end, seconds from the run's start
+        self.first_launch: float | None = None  # seconds from the run's start
 
     @classmethod
     def start(cls, dry: DryRun, record: RunRecord, started_at: float, *, cuda: bool,
@@ -64,6 +66,21 @@ class TimeKeeper:
                           window_s=round(self.dry.window_s, 3), where=self.dry.timing.describe(),
                           started_at=round(self.started_at, 3))  # the zero of every start_s and end_s
 
+    def launched(self, now: float) -> None:
+        """A task launched: the first launch of the run is its start's end (``plantime.RUN_START_S``), learned on
+        this machine (the packaged figure, not the learned one, against what it took: a ratio to the packaged)."""
+        if self.first_launch is not None:
+            return
+        self.first_launch = now - self.started_at
+        if not self.learn:
+            return
+        kind, model, where, field = plantime.RUN_START_KEY[self.dry.timing.way]
+        try:
+            timings.record(kind, model, where, {field: (plantime.RUN_START_S[self.dry.timing.way], self.first_launch)},
+                           run=self.record.dir.name)
+        except Exception as e:  # noqa: BLE001 -- a cache that cannot be written costs the next prediction, not the run
+            self.record.event("note", note=f"time learned not kept ({e})")
+
     def observe(self, name: str, ev: dict) -> None:
         """An event of a task, as written to ``events.jsonl``."""
         if name in self.seen and tr.relevant(ev):
@@ -83,20 +100,24 @@ class TimeKeeper:
             self.ended.pop(name, None)  # started again (a retry, or a budget's restore): it ends again
 
     def actual(self, name: str, state: JobState, now: float) -> None:
-        pred = self.predicted[name]
+        pred, t = self.predicted[name], self.dry.times[name]
         act = tr.actual(self.seen[name], self.started_at, now)
-        kept, refused = self.remember(name, state, pred, act) if self.learn else ([], [])
+        best = (t.best_round_prior, tr.best_round(self.seen[name]))
+        kept, refused = self.remember(name, state, pred, act, best) if self.learn else ([], [])
+        rounds = {"best_round": {"predicted": t.best_round, "actual": best[1]}} if t.best_round else {}
         self.record.event(tr.ACTUAL, name, state=state.value, predicted=pred, actual=act,
-                          error=tr.errors(pred, act), learned=kept, not_learned=refused)
+                          error=tr.errors(pred, act), learned=kept, not_learned=refused, **rounds)
 
-    def remember(self, name: str, state: JobState, pred: dict, act: dict) -> tuple[list[str], list[str]]:
+    def remember(self, name: str, state: JobState, pred: dict, act: dict,
+                 best: tuple = (None, None)) -> tuple[list[str], list[str]]:
         """The task's figures into ``store/timings`` (a command's wall only when it succeeded: a cut one's is not its
-        wall); the fields kept, and those the store refused (a ratio past its bounds reads as a fault)."""
+        wall; ``best``: a tree task's best round, before the ratio it was predicted with, and its folds'); the fields
+        kept, and those the store refused (a ratio past its bounds reads as a fault)."""
         kind = self.dry.times[name].kind
         by_wall = kinds.get(kind).wall_learned  # a script's wall, learned by its job's name
         if by_wall and state != JobState.SUCCEEDED:
             return [], []
-        figures = tr.to_learn(kind, pred, act, self.ratios[name])
+        figures = tr.to_learn(kind, pred, act, self.ratios[name], best)
         model = self.dry.tasks[name].job if by_wall else self.dry.times[name].learned_as
         try:
             kept = timings.record(kind, model, self.card, figures, run=self.record.dir.name, task=name)

@@ -19,8 +19,12 @@ from scheduler.policy.timing.timeline import Item, Timeline, simulate
 
 
 # from a run's start (``run_start``) to its first task's launch: Ray's start, the run folder, the launch records (8.3 s
-# with Ray on the 2-core development machine, 2026-11-27; under 1 s in process)
+# with Ray on the 2-core development machine, 2026-11-27; under 1 s in process); learned on each machine as a task's
+# figures are (``runtime/timekeeping``: 4.6-5.5 s on the same machine on 2026-11-29, against 8 s predicted, a tenth
+# of a 33 s run's wall)
 RUN_START_S = {"ray": 8.0, "in_process": 1.0}
+# where that figure's ratios are learned (``store/timings``: kind, model, card, field), per way of running
+RUN_START_KEY = {way: ("run", way, "this machine", "start_s") for way in RUN_START_S}
 # the time model's own error where it has been measured: ``benchmarks/timemodel.py``'s worst plan-wall error at the
 # model's current figures (the CPU rehearsal on the 2-core development machine, 2026-11-27: +7 %, -7 %, +1 % on
 # option1 on digits, the 6,000-image derived competition and an --in-process plan), rounded up. On a card it has not
@@ -41,9 +45,15 @@ class Timing:
     learned_wall: Callable[[str, str], float | None] | None = None
 
     @property
+    def way(self) -> str:
+        return "in_process" if self.in_process else "ray"
+
+    @property
     def start_s(self) -> float:
-        """Seconds from the run's start to its first launch."""
-        return RUN_START_S["in_process" if self.in_process else "ray"]
+        """Seconds from the run's start to its first launch: ``RUN_START_S`` × what this machine's runs took against
+        it, where they learned it."""
+        found = self.learned(*RUN_START_KEY[self.way]) if self.learned is not None else None
+        return RUN_START_S[self.way] * (found[0] if found else 1.0)
 
     @property
     def error(self) -> float | None:

@@ -26,7 +26,12 @@ Where each figure comes from (``TaskTime.sources`` names it, the dry run's ``--j
 4. **Learned on this machine**: each run records, per task, what each field took against what was predicted
    (``store/timings``); the next prediction multiplies each field by the median of its recent ratios for the same
    kind, model (``learned_key``: a tree task's plan member and trees a round) and card (``Learned``). A field
-   nothing was learned for keeps its packaged figure.
+   nothing was learned for keeps its packaged figure. A tree task's **best round** (where early stopping ends its
+   folds, and so its rounds) is learned the same way, as a ratio of the folds' best rounds to the prediction: the
+   door's probe is a LightGBM of the defaults' shape, and a plan member of other trees stops elsewhere — on the four
+   peers tables (``benchmarks/peers.py``, 2026-11-29) LightGBM of 63 leaves at 0.03 stopped at 0.41–0.75 × the
+   prediction, XGBoost of depth 4 at 1.5–1.8 ×, extremely randomised LightGBM at 0.95–4 ×; the rounds' error was
+   the larger part of a table's wall error (wages: predicted 47 s, ran 33 s).
 
 Pure: the learned ratios are passed in.
 """
@@ -177,6 +182,11 @@ class TaskTime:
     threads: int = 1  # cores its steady work keeps busy
     sources: dict = field(default_factory=dict)  # field -> where its figure came from
     learned_as: str = "-"  # the key ("model") its ratios are learned and read under on this machine (``learned_key``)
+    # a tree task's best round where early stopping ends its folds (its rounds are this and the patience after it),
+    # as predicted (this machine's ratio in it) and before this machine's ratio (what a ratio is learned against);
+    # None without early stopping
+    best_round: int | None = None
+    best_round_prior: int | None = None
 
     @property
     def epoch_s(self) -> float:
@@ -207,7 +217,7 @@ class TaskTime:
 
 # (kind, model, card, field) -> actual ÷ predicted learned on this machine (None: nothing learned), and its source
 Learned = Callable[[str, str, str, str], "tuple[float, str] | None"]
-LEARNED_FIELDS = ("startup", "step_s", "validation_s", "prediction_s", "fold_change_s")
+LEARNED_FIELDS = ("startup", "step_s", "validation_s", "prediction_s", "fold_change_s", "best_round")
 
 
 @dataclass(frozen=True)
@@ -257,7 +267,7 @@ def predict(w: TaskWork, *, card: str | None, cores: int, learned: Learned | Non
     if model == "images" and w.model:
         t = _timm(w, card, threads)
     elif model == "trees":
-        t = _trees(w, threads)
+        t = _trees(w, threads, _found(learned, w, card, "best_round"))
     else:
         t = _command(w)
     return _learn(replace(t, learned_as=learned_key(w)), w, card, learned)
@@ -447,11 +457,12 @@ PROBE_SCALE = 1.9
 
 
 def expected_rounds(lib: str, rate: float, most: int, patience: int | None,
-                    probe: tuple[float, int] | None = None) -> tuple[int, int]:
+                    probe: tuple[float, int] | None = None, learned: float = 1.0) -> tuple[int, int]:
     """(rounds a fold runs, its best round): without early stopping, ``most``; with it, the best round early stopping
     finds and its ``patience`` rounds after, never more than ``most``. The best round is the table's own where the
     door measured it (``probe``: (rate, best round) of LightGBM on a sample, × PROBE_SCALE, and for another library
-    × its prior's ratio to LightGBM's), else ``TREE_COST``'s prior; either scaled to ``rate``."""
+    × its prior's ratio to LightGBM's), else ``TREE_COST``'s prior; either scaled to ``rate``, then × ``learned``
+    (what this machine's runs of the same plan member found against that figure: ``tree_rounds``)."""
     if not patience:
         return most, most
     cost = tree_cost(lib)
@@ -461,7 +472,7 @@ def expected_rounds(lib: str, rate: float, most: int, patience: int | None,
                 * (at / rate) ** cost["rate_exp"])
     else:
         best = cost["best_rounds"] * (TREE_RATE_AT / rate) ** cost["rate_exp"]
-    best = max(1, min(most, round(best)))
+    best = max(1, min(most, round(best * learned)))
     return min(most, best + patience), best
 
 
@@ -470,10 +481,11 @@ class TreeFold:
     """One model's fold: its rounds, a round's seconds, the data set's, the prediction's, and the fold whole."""
 
     rounds: int
-    best: int
+    best: int  # × what this machine learned (``expected_rounds``' ``learned``)
     round_s: float
     data_s: float
     predict_s: float
+    prior_best: int = 0  # before what this machine learned
 
     @property
     def fold_s(self) -> float:
@@ -484,19 +496,23 @@ def tree_fold(*, rows: int, val_rows: int, test_rows: int, features: int, catego
               classes: int | None = None, task: str | None = None, lib: str, params: dict | None = None,
               defaults: dict | None = None,
               threads: int = 1, rounds: int = 2000, patience: int | None = 100,
-              probe: tuple[float, int] | None = None) -> TreeFold:
-    """One model's fold on ``threads`` cores (see ``TREE_COST``); ``params`` over the library's ``defaults``."""
+              probe: tuple[float, int] | None = None, learned_rounds: float = 1.0) -> TreeFold:
+    """One model's fold on ``threads`` cores (see ``TREE_COST``); ``params`` over the library's ``defaults``;
+    ``learned_rounds``: ``expected_rounds``' ``learned``."""
     params, defaults = params or {}, defaults or {}
     cost = tree_cost(lib)
     trees = round_trees(lib, classes, task)
     speed = thread_speedup(threads)
     cells = tree_cells(rows=rows, features=features, categories=categories, lib=lib, params=params,
                        defaults=defaults) if cost.get("shaped", True) else rows * max(1, features)
-    run, best = expected_rounds(lib, learning_rate(params, defaults), rounds, patience, probe)
+    rate = learning_rate(params, defaults)
+    run, best = expected_rounds(lib, rate, rounds, patience, probe, learned_rounds)
+    prior = expected_rounds(lib, rate, rounds, patience, probe)[1]
     round_s = trees * (cost["s_cell_round"] * cells + cost["s_row_round"] * rows + cost["s_tree"]) / speed
     data_s = (rows + val_rows) * max(1, features) * cost["s_cell_data"]
-    predict_s = (val_rows + test_rows) * best * trees * cost["s_row_tree"] / speed
-    return TreeFold(run, best, round_s, data_s, predict_s)
+    # at the prior's best round: prediction_s learns its own ratio, against a figure no other ratio moves
+    predict_s = (val_rows + test_rows) * prior * trees * cost["s_row_tree"] / speed
+    return TreeFold(run, best, round_s, data_s, predict_s, prior)
 
 
 def library_defaults(kind: str) -> dict:
@@ -516,7 +532,13 @@ def library_defaults(kind: str) -> dict:
         return {}
 
 
-def _trees(w: TaskWork, threads: int) -> TaskTime:
+def _found(learned: Learned | None, w: TaskWork, card: str | None, f: str) -> tuple[float, str] | None:
+    """What this machine learned of one field of the task (``Learned``), or None."""
+    return learned(w.kind, learned_key(w), where_learned(card or "cpu", w.ray_process), f) if learned else None
+
+
+def _trees(w: TaskWork, threads: int, rounds: tuple[float, str] | None = None) -> TaskTime:
+    """A tree kind's task; ``rounds``: this machine's ratio of its best round (its folds' against the prediction)."""
     job_folds = max(1, w.job_folds)
     rows = fold_train_rows(w.rows, job_folds) or w.rows or 1000
     val = max(0, (w.rows or rows) - rows) if w.rows else max(1, rows // 4)
@@ -525,7 +547,8 @@ def _trees(w: TaskWork, threads: int) -> TaskTime:
     most = w.rounds or DEFAULT_ROUNDS
     f = tree_fold(rows=rows, val_rows=val, test_rows=w.test_rows or 0, features=features,
                   categories=w.categories or 0, classes=w.classes, task=w.problem, lib=w.kind, params=w.params or {},
-                  defaults=defaults, threads=threads, rounds=most, patience=w.patience_rounds, probe=w.probe)
+                  defaults=defaults, threads=threads, rounds=most, patience=w.patience_rounds, probe=w.probe,
+                  learned_rounds=rounds[0] if rounds and w.patience_rounds else 1.0)
     cost = tree_cost(w.kind)
     models = models_of(w.classes, w.problem) if cost.get("per_class", True) else 1
     block = kinds.get(w.kind).rounds_per_epoch or f.rounds  # its rounds counted in epochs (what the budget cuts)
@@ -543,15 +566,18 @@ def _trees(w: TaskWork, threads: int) -> TaskTime:
                      + (f"{f.rounds} rounds: the best at rate {rate:g} (≈{f.best}"
                         + (f", from this table's probe: {w.probe[1]} at {w.probe[0]:g}" if w.probe else
                            ", the prior of real tables: the door measured none")
+                        + (f", × {rounds[0]:.2f} {rounds[1]} ({f.prior_best} before)" if rounds else "")
                         + f") + {w.patience_rounds} of early stopping's patience, at most {most}"
                         if w.patience_rounds else f"{f.rounds} rounds asked"),
-           "prediction_s": f"{val:,} validation + {w.test_rows or 0:,} test rows through {f.best} rounds' trees",
+           "prediction_s": f"{val:,} validation + {w.test_rows or 0:,} test rows through {f.prior_best} rounds' "
+                           "trees",
            "startup": f"process {_process(w):.1f} s, imports {_imports(w):.1f} s, the table read"}
     data = (w.rows or 0) * features * 2e-7
     return TaskTime(w.task, w.kind,
                     Startup(_process(w), _imports(w), data, 0.0), f.round_s, block, epochs, w.folds,
                     prediction_s=f.predict_s * models, fold_change_s=f.data_s * models + 0.05, threads=threads,
-                    sources=src)
+                    sources=src, best_round=f.best if w.patience_rounds else None,
+                    best_round_prior=f.prior_best if w.patience_rounds else None)
 
 
 def _command(w: TaskWork) -> TaskTime:
@@ -581,7 +607,7 @@ def _learn(t: TaskTime, w: TaskWork, card: str | None, learned: Learned | None) 
     changes: dict = {}
     sources = dict(t.sources)
     for f in LEARNED_FIELDS:
-        found = learned(w.kind, model, where, f)
+        found = learned(w.kind, model, where, f) if f != "best_round" else None  # in the rounds: ``_trees``
         if not found:
             continue
         ratio, how = found

@@ -152,6 +152,13 @@ def actual(events: list[dict], run_start: float, end: float) -> dict[str, float 
             "wall_s": None if running is None else _r(end - running, 3)}
 
 
+def best_round(events: list[dict]) -> float | None:
+    """A tree task's best round as its folds found it: the median over the folds it ran at its own most rounds (a
+    fold the budget capped, ``rounds_cap`` in its event, stopped where the cut put it, not where early stopping
+    would have); None where no such fold ran."""
+    return _median([e.get("best_round") for e in _fresh_folds(events) if e.get("rounds_cap") is None])
+
+
 def relevant(ev: dict) -> bool:
     """Whether an event of a task is one :func:`actual` reads (a runner keeps only these)."""
     return ev.get("event") in ("epoch", "fold", "state") or (ev.get("event") == "sample" and bool(ev.get("final")))
@@ -177,10 +184,12 @@ def used_ratios(learned, kind: str, model: str | None, card: str) -> dict[str, f
     return out
 
 
-def to_learn(kind: str, pred: dict, act: dict, ratios: dict[str, float]) -> dict[str, tuple[float, float]]:
+def to_learn(kind: str, pred: dict, act: dict, ratios: dict[str, float],
+             best: tuple[float | None, float | None] = (None, None)) -> dict[str, tuple[float, float]]:
     """``store/timings.record``'s figures ({learned field: (predicted, actual)}): each predicted figure before the
     ratio it was learned with (``ratios``), so that the ratio stored is always actual ÷ the packaged figure and the
-    median of several runs converges instead of correcting its own correction. A command job: its wall."""
+    median of several runs converges instead of correcting its own correction; ``best``: a tree task's best round
+    (``TaskTime.best_round_prior``, :func:`best_round`). A command job: its wall."""
     if kinds.get(kind).wall_learned:
         p, a = pred.get("wall_s"), act.get("wall_s")
         return {"wall_s": (p, a)} if p and a else {}
@@ -189,6 +198,8 @@ def to_learn(kind: str, pred: dict, act: dict, ratios: dict[str, float]) -> dict
         p, a = pred.get(figure), act.get(figure)
         if p and a:
             out[f] = (p / ratios.get(f, 1.0), a)
+    if best[0] and best[1]:
+        out["best_round"] = (float(best[0]), float(best[1]))
     return out
 
 
