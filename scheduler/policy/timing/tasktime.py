@@ -462,7 +462,7 @@ def expected_rounds(lib: str, rate: float, most: int, patience: int | None,
     finds and its ``patience`` rounds after, never more than ``most``. The best round is the table's own where the
     door measured it (``probe``: (rate, best round) of LightGBM on a sample, × PROBE_SCALE, and for another library
     × its prior's ratio to LightGBM's), else ``TREE_COST``'s prior; either scaled to ``rate``, then × ``learned``
-    (what this machine's runs of the same plan member found against that figure: ``tree_rounds``)."""
+    (what this machine's runs of the same plan member found against that figure: ``timerecord.best_round``)."""
     if not patience:
         return most, most
     cost = tree_cost(lib)
