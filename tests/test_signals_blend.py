@@ -71,7 +71,7 @@ def _writes(event: str) -> bool:
 
 @pytest.mark.parametrize("signum, in_process", [(signal.SIGTERM, True), (signal.SIGINT, True), (signal.SIGTERM, False)],
                          ids=["SIGTERM", "SIGINT", "SIGTERM-ray"])
-@pytest.mark.slow  # a submit child process per signal, five jobs and a stack (68-81 s loaded each)
+@pytest.mark.slow  # a submit child process per signal, five jobs and a stack (4-12 s each)
 def test_a_stop_sent_when_the_blend_begins_leaves_a_submission_cancelled_exit_130(tmp_path, digits_dir, signum,
                                                                                    in_process):
     """In process and on Ray (the path a user takes by default: the driver's local Ray, stopped after its jobs)."""
