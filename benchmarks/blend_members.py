@@ -13,8 +13,10 @@ out-of-fold predictions go through gpupack's own blender (``scheduler.policy.ens
 Candidates: ``lgbm`` (LightGBM at gpupack's defaults), ``xgb`` (XGBoost at gpupack's defaults), ``lgbm_large`` (63
 leaves of ≥ 10 rows at 0.03, as in the plan), ``lgbm_xt`` (``extra_trees``: a split's threshold drawn at random, as
 AutoGluon's LightGBMXT), ``lgbm_s1``/``lgbm_s2`` (other seeds, 0.8 of the rows and columns: spare time spent on
-seeds). Combinations: the plan as it was (lgbm, xgb, lgbm_large), the extra-trees LightGBM in place of ``lgbm``, added
-to it, and two more seeds added.
+seeds), ``lgbm_rf`` (a random forest grown by LightGBM). Combinations: the plan as it was (lgbm, xgb, lgbm_large), the
+extra-trees LightGBM in place of ``lgbm``, added to it, two more seeds added, and the plan with a forest added.
+
+``--members`` measures some candidates only (the combinations whose members were all measured).
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ MEMBERS = {
     "lgbm_xt31": ("lightgbm", {"extra_trees": True, "num_leaves": 31, "min_data_in_leaf": 20}),
     "lgbm_s1": ("lightgbm", {"seed": 1, "bagging_fraction": 0.8, "feature_fraction": 0.8}),
     "lgbm_s2": ("lightgbm", {"seed": 2, "bagging_fraction": 0.8, "feature_fraction": 0.8}),
+    # a random forest grown by LightGBM (``boosting: rf``: each tree on a bootstrap-sized sample of the rows and 0.7
+    # of the columns, deep trees of few rows a leaf, averaged, not boosted): the forests AutoGluon blends (its
+    # RandomForest and ExtraTrees took 0.1-0.28 of its blend's weight on three peers tables) at a boosting round's
+    # cost, categories native
+    "lgbm_rf": ("lightgbm", {"boosting": "rf", "bagging_fraction": 0.632, "bagging_freq": 1, "feature_fraction": 0.7,
+                             "num_leaves": 1023, "min_data_in_leaf": 3}),
 }
 COMBOS = {
     "plan before (lgbm, xgb, lgbm_large)": ["lgbm", "xgb", "lgbm_large"],
@@ -49,8 +57,10 @@ COMBOS = {
     "plan with AutoGluon's XT (lgbm_xt31, xgb, lgbm_large)": ["lgbm_xt31", "xgb", "lgbm_large"],
     "all four (lgbm, lgbm_xt, xgb, lgbm_large)": ["lgbm", "lgbm_xt", "xgb", "lgbm_large"],
     "plan before + two seeds": ["lgbm", "xgb", "lgbm_large", "lgbm_s1", "lgbm_s2"],
+    "plan now + a forest (lgbm_xt, xgb, lgbm_large, lgbm_rf)": ["lgbm_xt", "xgb", "lgbm_large", "lgbm_rf"],
 }
 METRIC = {"binary": "auc", "multiclass": "log_loss", "regression": "rmse"}
+WANTED = list(MEMBERS)  # the candidates measured (``--members``)
 
 
 def oof(member: str, data: dict, splits: list) -> tuple[np.ndarray, float]:
@@ -98,15 +108,17 @@ def measure(data: dict) -> dict:
     splits = bd.folds(y, task)
     preds, seconds = {}, {}
     for m in MEMBERS:
+        if m not in WANTED:
+            continue
         p, seconds[m] = oof(m, data, splits)
         if task == "multiclass":
             p = p / p.sum(axis=1, keepdims=True)
         preds[m] = Predictions(m, ids, p, ids[:1], p[:1], list(range(p.shape[1])))
         print(f"  {data['info']['item']:20s} {m:12s} {seconds[m]:7.1f}s", flush=True)
     truth = pd.Series(y, index=ids)
-    alone = {m: blend([preds[m]], truth, ids[:1], metric, "mean").oof_score for m in MEMBERS}
+    alone = {m: blend([preds[m]], truth, ids[:1], metric, "mean").oof_score for m in preds}
     combos = {name: {method: blend([preds[m] for m in ms], truth, ids[:1], metric, method).oof_score
-                     for method in ("stack", "hill_climb")} for name, ms in COMBOS.items()}
+                     for method in ("stack", "hill_climb")} for name, ms in COMBOS.items() if set(ms) <= set(preds)}
     return {"metric": metric, "rows": len(y), "alone": alone, "seconds": seconds, "blends": combos,
             "info": data["info"]}
 
@@ -118,9 +130,11 @@ def main() -> int:
     ap.add_argument("--tables", default="credit_data,MplsStops,birds",
                     help="boosting_defaults' tables by item name, comma-separated")
     ap.add_argument("--rows", type=int, default=10_000, help="each table subsampled to this many rows")
+    ap.add_argument("--members", default=",".join(MEMBERS), help="the candidates measured, comma-separated")
     ap.add_argument("--out", default=str(ROOT / "docs" / "peers" / f"blend-members-{dt.date.today()}.json"))
     args = ap.parse_args()
     bd.MAX_ROWS = args.rows
+    WANTED[:] = [m for m in MEMBERS if m in args.members.split(",")]
     wanted = args.tables.split(",")
     results = {}
     doc = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
