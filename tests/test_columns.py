@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from jobs import columns
 
@@ -141,3 +142,10 @@ def test_the_dry_run_names_every_column_and_submit_trains_on_categories_and_date
     truth = pd.read_csv(data / "solution.csv")
     assert sub["id"].tolist() == truth["id"].tolist()
     assert (sub["label"] == truth["label"]).mean() > 0.9
+    # the stack's weights in the summary: what its stacker leaned on (its coefficients' shares), one in all, as the
+    # run's ensemble event says; a plain mean's halves were reported before, whatever the stacker did
+    weights = {j["name"]: j["weight"] for j in json.loads(out)["jobs"]}
+    ensemble = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+                if '"ensemble"' in line][-1]
+    assert weights == ensemble["weights"] and sum(weights.values()) == pytest.approx(1.0)
+    assert ensemble["method"] == "stack" and not any("plain mean" in n for n in json.loads(out)["notes"])

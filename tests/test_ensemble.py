@@ -139,6 +139,29 @@ def test_regression_blends_numbers_and_the_stacker_is_a_linear_blend():
     assert 100 < s.test_pred[0, 0] < 140  # mostly the good job's 120
 
 
+def test_a_stacks_weights_are_what_its_stacker_leaned_on():
+    """The weights a stack reports (the summary's ``weight`` per job) are each job's share of the stacker's
+    coefficients, not a plain mean's 1/2 each: two independent estimates of a number, of noise 10 and 20, are best
+    combined 0.8 / 0.2 (inverse variances), which the linear stacker finds and beats either with; a class stacker
+    on a job that knows and one that guesses leans on the first."""
+    rng = np.random.default_rng(5)
+    y = rng.normal(150, 50, 2000)
+    ids, test_ids = np.arange(2000), np.array([100, 101])
+    a, b = (_numbers(n, y + rng.normal(0, noise, 2000), [150, 160]) for n, noise in (("a", 10), ("b", 20)))
+    s = blend([a, b], pd.Series(y, index=ids), test_ids, "rmse", "stack")
+    assert s.oof_score < min(s.job_scores.values())  # the stack itself, not one job alone
+    assert s.weights["a"] == pytest.approx(0.8, abs=0.05) and s.weights["b"] == pytest.approx(0.2, abs=0.05)
+    assert sum(s.weights.values()) == pytest.approx(1.0)
+
+    labels = rng.integers(0, 2, 600)
+    knows = np.where(labels[:, None] == 1, [.1, .9], [.9, .1]) + rng.normal(0, .05, (600, 2))
+    guesses = rng.uniform(0, 1, (600, 1)) * [1, -1] + [0, 1]
+    preds = [Predictions(n, np.arange(600), p, test_ids, np.array([[.5, .5], [.4, .6]]), CLASSES)
+             for n, p in (("knows", knows), ("guesses", guesses))]
+    c = blend(preds, pd.Series(labels, index=np.arange(600)), test_ids, "log_loss", "stack")
+    assert c.weights["knows"] > 0.8 and sum(c.weights.values()) == pytest.approx(1.0)
+
+
 def test_rank_averaging_is_for_ranking_metrics_only():
     rng = np.random.default_rng(2)
     y = rng.normal(0, 1, 40)

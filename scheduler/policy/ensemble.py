@@ -134,19 +134,29 @@ def _filled(arrays: list[np.ndarray]) -> list[np.ndarray]:
     return [np.where(np.isnan(a), fill, a) for a in arrays]
 
 
+def _shares(coef: np.ndarray, jobs: int) -> np.ndarray | None:
+    """Each job's share of a stacker's coefficients (their absolute values, over the job's columns): what the stack
+    reports as its weights (a stacker has no weight per job; a plain mean's 1/3 each was reported before, whatever
+    it leaned on). None where every coefficient is 0."""
+    mass = np.abs(np.atleast_2d(coef)).reshape(np.atleast_2d(coef).shape[0], jobs, -1).sum(axis=(0, 2))
+    return mass / mass.sum() if mass.sum() > 0 else None
+
+
 def _stack(arrays: list[np.ndarray], y: np.ndarray, tests: list[np.ndarray], regression: bool, seed: int = 0):
     """A second model on the jobs' OOF predictions, its own OOF from a 5-fold CV: a regularised logistic regression
-    on the probabilities, or for numbers a linear regression with non-negative weights."""
+    on the probabilities, or for numbers a linear regression with non-negative weights. Returns its out-of-fold and
+    test predictions and each job's share of its coefficients (``_shares``); Nones where it cannot be fitted."""
     from sklearn.linear_model import LinearRegression, LogisticRegression
     from sklearn.model_selection import KFold, StratifiedKFold, cross_val_predict
 
     if regression:
         x, xt = np.hstack(arrays), np.hstack([np.nan_to_num(t, nan=float(np.nanmean(t))) for t in tests])
         if len(y) < 10:
-            return None, None
+            return None, None, None
         model = LinearRegression(positive=True)
         oof = cross_val_predict(model, x, y, cv=KFold(5, shuffle=True, random_state=seed))
-        return oof.reshape(-1, 1), model.fit(x, y).predict(xt).reshape(-1, 1)
+        test = model.fit(x, y).predict(xt).reshape(-1, 1)
+        return oof.reshape(-1, 1), test, _shares(model.coef_, len(arrays))
     x, xt = np.hstack(arrays), np.hstack([np.nan_to_num(t, nan=1.0 / t.shape[1]) for t in tests])
     model = LogisticRegression(C=1.0, max_iter=2000)
     # the classes the rows hold: a rare class absent from the out-of-fold rows (3 rows in 25,000, two folds run) is no
@@ -154,7 +164,7 @@ def _stack(arrays: list[np.ndarray], y: np.ndarray, tests: list[np.ndarray], reg
     counts = np.bincount(y.astype(int)) if len(y) else np.zeros(0, int)
     folds = min(5, int(counts.max())) if len(y) >= 10 and (counts > 0).sum() >= 2 else 0
     if folds < 2:
-        return None, None
+        return None, None, None
     cv = StratifiedKFold(folds, shuffle=True, random_state=seed)
     with warnings.catch_warnings():  # "the least populated class has only 1 member": the rare class, said above
         warnings.filterwarnings("ignore", message="The least populated class")
@@ -165,7 +175,7 @@ def _stack(arrays: list[np.ndarray], y: np.ndarray, tests: list[np.ndarray], reg
     proba[:, model.classes_.astype(int)] = model.predict_proba(xt)
     full_oof = np.zeros((len(x), arrays[0].shape[1]))
     full_oof[:, model.classes_.astype(int)] = oof
-    return full_oof, proba
+    return full_oof, proba, _shares(model.coef_, len(arrays))
 
 
 def align_columns(preds: list[Predictions], columns: list) -> tuple[list[Predictions], list[str]]:
@@ -238,9 +248,11 @@ def blend(preds: list[Predictions], truth: pd.Series, test_ids: np.ndarray, metr
         if y.ndim == 2:
             notes.append("no stacker for several targets: a plain mean instead")
         else:
-            oof_blend, test_blend = _stack(_filled(arrays), y, _filled(tests), regression)
+            oof_blend, test_blend, shares = _stack(_filled(arrays), y, _filled(tests), regression)
             if oof_blend is None:
                 notes.append("too few rows to cross-validate a stacker: a plain mean instead")
+            elif shares is not None:
+                w = shares  # reported: what the stacker leaned on (its predictions are its own)
     if oof_blend is None:
         oof_blend, test_blend = _combine(arrays, w), _combine(tests, w)
     score = float(metric.fn(y, oof_blend))
