@@ -283,6 +283,9 @@ def test_ratios_learned_against_other_packaged_figures_are_not_read(tmp_path, mo
     with monkeypatch.context() as m:  # any packaged figure changed changes the fingerprint
         m.setattr(tasktime, "CPU_FIRST_STEP_STEPS", tasktime.CPU_FIRST_STEP_STEPS + 0.5)
         assert tasktime._packaged() != packaged
+    with monkeypatch.context() as m:  # a field learned anew is no figure: what the machine learned still reads
+        m.setattr(tasktime, "LEARNED_FIELDS", (*tasktime.LEARNED_FIELDS, "another_field"))
+        assert tasktime._packaged() == packaged
     path = tmp_path / "m.sqlite"
     timings.record("timm", "resnet50", "cpu", {"step_s": (0.8, 1.33)}, path=path)
     assert timings.learned(path=path)("timm", "resnet50", "cpu", "step_s")[0] == pytest.approx(1.33 / 0.8)
