@@ -533,7 +533,8 @@ def library_defaults(kind: str) -> dict:
 
 
 def _found(learned: Learned | None, w: TaskWork, card: str | None, f: str) -> tuple[float, str] | None:
-    """What this machine learned of one field of the task (``Learned``), or None."""
+    """What this machine learned of one field of the task (``Learned``) under its key (``learned_key``, the
+    ``TaskTime.learned_as`` it is predicted with) and card, or None."""
     return learned(w.kind, learned_key(w), where_learned(card or "cpu", w.ray_process), f) if learned else None
 
 
@@ -603,11 +604,10 @@ def _learn(t: TaskTime, w: TaskWork, card: str | None, learned: Learned | None) 
     """Each field times what this machine measured against its prediction before (``Learned``)."""
     if learned is None:
         return t
-    model, where = t.learned_as, where_learned(card or "cpu", w.ray_process)
     changes: dict = {}
     sources = dict(t.sources)
     for f in LEARNED_FIELDS:
-        found = learned(w.kind, model, where, f) if f != "best_round" else None  # in the rounds: ``_trees``
+        found = _found(learned, w, card, f) if f != "best_round" else None  # in the rounds: ``_trees``
         if not found:
             continue
         ratio, how = found
