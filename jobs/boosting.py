@@ -7,7 +7,8 @@ The loop around it is the same for all: the matrices once, one model per fold fo
 targets one per target and fold (a 0/1 target's probability of 1, or a number under rmse/mae) stacked as the targets'
 columns; folds kept from an earlier attempt come back, a stop or the budget's fold cut ends the loop between folds,
 and each boosting round is a step over the fold's rows, reported as the ``sample`` events an image job sends (the
-live table, ``status`` and the gauges show ``train_samples_per_s``: rows × rounds per second).
+live table, ``status`` and the gauges show ``train_samples_per_s``: rows × rounds per second). After the folds, one
+model more on every row (``refit``, on by default): its test predictions are half the job's.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from typing import Callable
 import numpy as np
 
 from jobs import fold_driver
-from jobs.contract import FoldOutput, JobContext, JobOutput
+from jobs.contract import FoldOutput, JobContext, JobOutput, Refit
 from jobs.data import Competition
 from jobs.throughput import ThroughputWindow
 from scheduler.core import kinds
-from scheduler.core.folds import fold_train_rows
+from scheduler.core.folds import fold_train_rows, refit_rounds
 from scheduler.core.scoring import REGRESSION, get as get_metric
 from scheduler.core.walltime import Ledger
 from scheduler.policy.timing import tasktime
@@ -105,10 +106,12 @@ class Rounds:
     projects and cuts a boosting job's rounds as it does a timm job's epochs."""
 
     def __init__(self, ctx: JobContext, window: ThroughputWindow, ledger: Ledger, *, rows: int, fold: int,
-                 epochs: tuple[int, int], first: bool = False):
-        """``epochs``: (rounds an epoch, a fold's epochs); ``first``: the task's first fold it trains."""
+                 epochs: tuple[int, int], first: bool = False, refit: bool = False):
+        """``epochs``: (rounds an epoch, a fold's epochs); ``first``: the task's first fold it trains; ``refit``: the
+        rounds of a refit on every row, which send no ``epoch`` events (they are no fold's epochs) and mark their
+        samples ``refit``."""
         self.ctx, self.window, self.ledger, self.rows, self.fold = ctx, window, ledger, rows, fold
-        (self.per_epoch, self.epochs), self.first = epochs, first
+        (self.per_epoch, self.epochs), self.first, self.refit = epochs, first, refit
         self.done, self.last, self.steady, self.startup = 0, time.perf_counter(), [], None
 
     def __call__(self, iteration: int) -> None:
@@ -122,8 +125,8 @@ class Rounds:
         else:
             self.steady.append(took)
         if self.window.due():
-            self.window.flush(fold=self.fold, iteration=iteration + 1)
-        if self.done % self.per_epoch == 0:
+            self.window.flush(fold=self.fold, iteration=iteration + 1, **({"refit": True} if self.refit else {}))
+        if not self.refit and self.done % self.per_epoch == 0:
             self._epoch()
 
     def _epoch(self) -> None:
@@ -248,6 +251,34 @@ class _Boosting(fold_driver.FoldKind):
             figures={"seconds": round(elapsed, 3), "epochs": hook.epochs_run, "best_round": f.best,
                      **({"rounds_cap": cap} if cap < spec.num_boost_round else {})},
             final={"iteration": f.best, "num_threads": self.base[self.lib.threads]})
+
+    def refit(self, out: JobOutput) -> None:
+        """One model more on every training row after the folds (the plan's ``refit``, on by default), each of the
+        job's models at ``refit_rounds`` of its folds' best round; its test predictions are half the job's
+        (``contract.with_refit``). Its rounds pass the same hook (a stop asked ends it: the folds stand alone), with
+        no ``epoch`` events: the budget counts it as one fold more of the task (``policy.running.budget``), ended by its
+        ``refit`` event."""
+        if not self.spec.refit:
+            return
+        ctx, ledger, y = self.ctx, self.ledger, self.comp.y
+        best = sum(f.epochs for f in out.folds) / len(out.folds)
+        rows = len(self.comp.train)
+        rounds = refit_rounds(best, rows, self.spec.folds)
+        t0 = time.perf_counter()
+        window = ThroughputWindow(ctx.report, every_s=SAMPLE_EVERY_S, ledger=ledger)
+        hook = Rounds(ctx, window, ledger, rows=rows, fold=None, epochs=(self.per_epoch, self.epochs), refit=True)
+        parts = []
+        for column, params, binary in self.models:
+            target = y if column is None else y[:, column]
+            with ledger.phase("train"):
+                trained = self.lib.train(params, (self.X, target), None, rounds, None, hook)  # the folds' own
+            with ledger.phase("prediction"):
+                parts.append(as_matrix(trained.predict(self.X_test), binary))
+        seconds = time.perf_counter() - t0
+        out.refit = Refit(np.hstack(parts), rounds, rows, seconds)
+        log.info("%s refit on %d rows: %d rounds (%.1f s)", self.spec.name, rows, rounds, seconds)
+        ctx.report("refit", {"rounds": rounds, "rows": rows, "best_round": round(best, 1), "seconds": round(seconds, 3),
+                             **ledger.figures()})
 
     def throughput(self) -> dict:
         return {"num_threads": {**self.base, **self.spec.params}[self.lib.threads],

@@ -8,7 +8,8 @@ not begun) or its time bound (``time_over``) ends the loop, with a note saying w
 (:class:`jobs.contract.Stopped`) ends the loop after it: the fold is dropped (the kind may keep a last resort from it,
 :meth:`FoldKind.stopped`). A fold fitted is reported at once with its predictions (``JobContext.fold_finished``: the
 driver keeps it) and its throughput window's last sample; the job's throughput is the mean of its folds' rates, and
-its last word a ``sample`` marked ``job_end``.
+its last word a ``sample`` marked ``job_end``. After the folds, where no stop and no time bound ended them, the kind may
+train one model more on every row (:meth:`FoldKind.refit`: a boosting kind's ``out.refit``).
 
 Who uses it: the timm job (``jobs.timm_job``) and the boosting kinds (``jobs.boosting``: LightGBM, XGBoost). Not the
 ``command`` kind (``scheduler.execute.script``): its folds are a loop in the user's script, another process, which
@@ -31,6 +32,7 @@ from jobs.throughput import ThroughputWindow
 from scheduler.core.walltime import Ledger
 
 TRAIN, WALL = "train_samples_per_s", "wall_samples_per_s"
+CUT = "folds cut by the budget"  # the note of a loop the budget's fold cut ended (a refit still follows it)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,10 @@ class FoldKind:
     def fold_done(self) -> None:
         """After a fitted fold is reported, before the next begins (timm: the device's cache freed)."""
 
+    def refit(self, out: JobOutput) -> None:
+        """After its folds, where no stop and no time bound ended them: one model more on every row (a boosting kind:
+        ``out.refit``, reported as a ``refit`` event). By default nothing."""
+
     def throughput(self) -> dict:
         """The job's own figures in ``JobOutput.throughput``, after the rates."""
         return {}
@@ -86,13 +92,14 @@ def drive(kind: FoldKind, out: JobOutput, ctx: JobContext, *, labels: np.ndarray
     stratifies on; ``folds``: the job's number of folds."""
     mine = ctx.my_folds(split_folds(labels, folds, ctx.seed))
     rates: list[dict] = []
-    first = True
+    first, stopped = True, False
     for i, k, (tr, va) in mine:
         if ctx.kept_fold(out, k):  # finished before a restart: its saved predictions come back, it is not rerun
             continue
         ended = _ended(ctx, i, k, len(out.folds), len(mine))
         if ended:
             out.notes.append(ended)
+            stopped = not ended.startswith(CUT)
             break
         fold = Fold(i, k, tr, va, first)
         first = False
@@ -101,11 +108,18 @@ def drive(kind: FoldKind, out: JobOutput, ctx: JobContext, *, labels: np.ndarray
         except Stopped:
             out.notes.append(f"stopped during fold {k}: {len(out.folds)} of {len(mine)} folds finished")
             kind.stopped(fold, out)
+            stopped = True
             break
         rates.append(fitted.rates)
         ctx.fold_finished(out, fitted.output, **{**fitted.figures, **ledger.figures()})
         fitted.window.final(fold=k, **fitted.final)  # a fold shorter than a sample's period still leaves its rates
         kind.fold_done()
+    # a time bound means the window has no room after the last fold: no refit then, nor after a stop
+    if out.folds and not stopped and not ctx.stop_requested() and ctx.limits().get("until") is None:
+        try:
+            kind.refit(out)
+        except Stopped:
+            out.notes.append("stopped during the refit on every row: the folds' predictions stand alone")
     means = {name: _mean([r.get(name) for r in rates]) for name in kind.rates}
     train, wall = means.pop(TRAIN), means.pop(WALL)
     out.throughput = {TRAIN: train, WALL: wall, "samples_per_s": train,  # the training-step rate, its older name
@@ -121,7 +135,7 @@ def _ended(ctx: JobContext, i: int, k: int, finished: int, planned: int) -> str 
     if ctx.stop_requested():
         return f"stopped before fold {k}: {finished} of {planned} folds finished"
     if i >= ctx.fold_limit(planned):
-        return f"folds cut by the budget: {i} of {planned} run"
+        return f"{CUT}: {i} of {planned} run"
     if ctx.time_over():
         return f"the budget's time bound passed: {i} of {planned} folds run"
     return None

@@ -52,9 +52,12 @@ def _train(params: dict, train: tuple, valid: tuple, rounds: int, early: int, on
     each_round.order = 5  # before early stopping (order 30): a stop asked ends the fold at once
     params = {**params, "verbosity": params.get("verbosity", -1)}
     train_set = lgb.Dataset(train[0], train[1], free_raw_data=True)
-    valid_set = lgb.Dataset(valid[0], valid[1], reference=train_set)
-    booster = lgb.train(params, train_set, num_boost_round=rounds, valid_sets=[valid_set],
-                        callbacks=[each_round, lgb.early_stopping(early, verbose=False)])
+    if valid is None:  # a refit on every row (``jobs.boosting``): every round, no early stopping
+        booster = lgb.train(params, train_set, num_boost_round=rounds, callbacks=[each_round])
+    else:
+        valid_set = lgb.Dataset(valid[0], valid[1], reference=train_set)
+        booster = lgb.train(params, train_set, num_boost_round=rounds, valid_sets=[valid_set],
+                            callbacks=[each_round, lgb.early_stopping(early, verbose=False)])
     best = booster.best_iteration or booster.current_iteration()
 
     def predict(X: np.ndarray) -> np.ndarray:

@@ -23,13 +23,14 @@ class LightGBMJob(JobBase):
     kind: Literal["lightgbm"]
     num_boost_round: int = Field(default=2000, ge=1)
     early_stopping_rounds: int = Field(default=100, ge=1)
+    refit: bool = True  # after its folds, one model on every row beside them (``jobs.boosting``: REFIT)
     # a card in its entry is refused by the kind's descriptor (gpu="none": core.plan.JobBase)
 
 
 def work(job: LightGBMJob) -> Work:
     """Its rounds a fold and early stopping's patience, as the time model and the budget read them."""
     return Work(folds=job.folds, params=dict(job.params), rounds=job.num_boost_round,
-                patience_rounds=job.early_stopping_rounds)
+                patience_rounds=job.early_stopping_rounds, refit=job.refit)
 
 
 def host_mib(job, *, cpus: int, weights_mib=None, batch=None, train_rows=None, test_rows=None, features=None) -> int:

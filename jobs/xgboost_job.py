@@ -39,6 +39,7 @@ class XGBoostJob(JobBase):
     kind: Literal["xgboost"]
     num_boost_round: int = Field(default=2000, ge=1)
     early_stopping_rounds: int = Field(default=100, ge=1)
+    refit: bool = True  # after its folds, one model on every row beside them (``jobs.boosting``: REFIT)
     device: Literal["cpu", "cuda"] = "cpu"  # cuda: trains on its share of a card (hist on the GPU)
 
     @model_validator(mode="after")
@@ -58,7 +59,7 @@ class XGBoostJob(JobBase):
 def work(job: XGBoostJob) -> Work:
     """Its rounds a fold and early stopping's patience, as the time model and the budget read them."""
     return Work(folds=job.folds, params=dict(job.params), rounds=job.num_boost_round,
-                patience_rounds=job.early_stopping_rounds)
+                patience_rounds=job.early_stopping_rounds, refit=job.refit)
 
 
 def gpu_mib(job: XGBoostJob, *, rows: int | None, features: int | None) -> int:
@@ -195,11 +196,15 @@ def _train(params: dict, train: tuple, valid: tuple, rounds: int, early: int, on
     def matrix(X, label=None):  # pandas categories as XGBoost's own (hist trees split on them)
         return xgb.DMatrix(X, label=label, nthread=params.get("nthread"), enable_categorical=True)
 
-    dtrain, dvalid = matrix(*train), matrix(*valid)
-    booster = xgb.train(params, dtrain, num_boost_round=rounds, evals=[(dvalid, "valid")],
-                        early_stopping_rounds=early, verbose_eval=False, callbacks=[EachRound()])
-    best = int(booster.best_iteration) + 1  # 0-based in XGBoost
-    done = booster.num_boosted_rounds()
+    dtrain = matrix(*train)
+    if valid is None:  # a refit on every row (``jobs.boosting``): every round, no early stopping
+        booster = xgb.train(params, dtrain, num_boost_round=rounds, verbose_eval=False, callbacks=[EachRound()])
+        best = done = booster.num_boosted_rounds()
+    else:
+        booster = xgb.train(params, dtrain, num_boost_round=rounds, evals=[(matrix(*valid), "valid")],
+                            early_stopping_rounds=early, verbose_eval=False, callbacks=[EachRound()])
+        best = int(booster.best_iteration) + 1  # 0-based in XGBoost
+        done = booster.num_boosted_rounds()
 
     def predict(X: np.ndarray) -> np.ndarray:
         return booster.predict(matrix(X), iteration_range=(0, best))

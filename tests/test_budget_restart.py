@@ -120,6 +120,7 @@ def test_an_epochs_limit_above_what_a_boosting_task_runs_is_not_given_back_at_ev
     A limit that does not hold the task's epochs is nothing to give back."""
     plan = planmod.from_dict({"name": "t", "hardware": {"profile": "A100-40GB", "gpus_per_node": 1, "cpus": 16},
                               "budget": "200s", "jobs": [{"name": "g", "kind": "lightgbm", "folds": 3,
+                                                          "refit": False,  # its folds alone fill the window
                                                           "resources": {"cpus": 1}}]})
     s = rl.RunState(plan, [Where("g", device=None)], rl.Window(T0, T0 + 55.0))
     s.handle(rl.Start(T0), rl.JobStarted("g", T0))

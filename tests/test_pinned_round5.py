@@ -72,12 +72,14 @@ def test_a_boosting_job_under_a_folds_limit_runs_that_many_folds_and_no_more(tmp
     """4 folds planned, the budget's limit 2: folds 0 and 1 train, the third is not begun. Fault caught:
     ``if i >= ctx.fold_limit(...)`` in ``jobs/fold_driver.py`` (the loop ``boosting.run`` drives) changed to ``>``
     ran 3 folds."""
-    out, calls = _run(tmp_path, _table(), {"folds": 2})
+    out, calls = _run(tmp_path, _table(), {"folds": 2}, refit=False)
     assert [f.fold for f in out.folds] == [0, 1]
     assert len(calls) == 2
     assert "folds cut by the budget: 2 of 4 run" in out.notes
-    out, calls = _run(tmp_path, _table(), {"folds": 1})
+    out, calls = _run(tmp_path, _table(), {"folds": 1}, refit=False)
     assert [f.fold for f in out.folds] == [0] and len(calls) == 1
+    out, calls = _run(tmp_path, _table(), {"folds": 1})  # a fold cut leaves the refit after the folds run
+    assert [f.fold for f in out.folds] == [0] and len(calls) == 2 and out.refit is not None
 
 
 def test_a_rounds_cut_on_a_multi_target_table_is_shared_among_its_models(tmp_path):
@@ -85,11 +87,11 @@ def test_a_rounds_cut_on_a_multi_target_table_is_shared_among_its_models(tmp_pat
     a fold, 50 for each target's model (the epochs the job reports count its models together). Fault caught: the cap
     without ``// len(models)`` gave each model 100 rounds: the cut honoured once per target, the fold twice as long."""
     per_epoch = kinds.get("lightgbm").rounds_per_epoch
-    out, calls = _run(tmp_path, _table(targets=2), {"epochs": 2}, folds=2)
+    out, calls = _run(tmp_path, _table(targets=2), {"epochs": 2}, folds=2, refit=False)
     assert len(out.folds) == 2 and len(calls) == 4  # 2 folds × 2 targets
     assert calls == [per_epoch] * 4
     assert sum(calls[:2]) == 2 * per_epoch  # a fold's rounds: the cut's, all targets together
-    _, one = _run(tmp_path, _table(), {"epochs": 2}, folds=2)
+    _, one = _run(tmp_path, _table(), {"epochs": 2}, folds=2, refit=False)
     assert one == [2 * per_epoch] * 2  # one model: the whole cut
 
 

@@ -79,6 +79,9 @@ def _describe(ev: dict) -> str | None:
     if kind == "fold":
         kept = " (kept from before)" if ev.get("kept") else ""
         return f"{job}: fold {fold_name(ev.get('fold', 0))} done{kept}, score {ev.get('score', float('nan')):.4f}"
+    if kind == "refit":  # a boosting job's model on every row, after its folds
+        return (f"{job}: refit on every row ({ev.get('rows', 0):,}): {ev.get('rounds', 0):,} rounds in "
+                f"{format_duration(ev.get('seconds') or 0)}")
     if kind == "resume":
         kept = ", ".join(f"{j} {len(f)}" for j, f in ev.get("kept_folds", {}).items() if f) or "none"
         return (f"resumed: running {', '.join(ev.get('jobs', [])) or 'nothing'} again (folds kept: {kept}); "

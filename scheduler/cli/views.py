@@ -148,7 +148,9 @@ def show_timeline(dry: DryRun, console: Console) -> None:
         bar = " " * a + "░" * max(0, b - a) + "█" * max(1 if c > b else 0, c - b)
         tm = row["time"]
         t.add_row(row["task"], format_duration(row["start_s"]), format_duration(row["startup_s"]),
-                  format_duration(row["end_s"]), f"{tm['folds']} × {tm['epochs']}", format_duration(tm["fold_s"]), bar)
+                  format_duration(row["end_s"]),
+                  f"{tm['folds']} × {tm['epochs']}" + (" + refit" if tm.get("units", 0) > tm["folds"] else ""),
+                  format_duration(tm["fold_s"]), bar)
     console.print(t)
     cut = (f" (uncut {format_duration(doc['uncut_wall_s'])}: the budget cuts it to end inside the window)"
            if doc["uncut_wall_s"] > doc["predicted_wall_s"] else "")

@@ -25,3 +25,12 @@ def fold_name(fold: int) -> str:
     """A fold as every view names it: ``f0``, ``f1``, … numbered from 0, as ``events.jsonl``, the kept folds and the
     task names (``resnet50/f0+1``) number them; the live view and the report both print this."""
     return f"f{int(fold)}"
+
+
+def refit_rounds(best: float, rows: int | None, folds: int) -> int:
+    """A refit's rounds (a boosting job's model on every row after its folds, ``jobs.boosting``): the folds' mean best
+    round × the rows it has over a fold's (``rows`` ÷ ``fold_train_rows``: 5/4 for 5 folds). More rows fit more rounds
+    before they overfit. On seven real tables (benchmarks/refit.py) 1.15 and 1.3 × the best round were within 0.2 % of
+    each other; the refit blended in beat the folds alone in 14 and 16 of 20 pairs."""
+    fold = fold_train_rows(rows, folds) if rows else None
+    return max(1, math.ceil(best * (rows / fold if fold else 1.0)))

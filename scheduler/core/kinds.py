@@ -62,6 +62,9 @@ class Work:
     # kind's trees are; ``Kind.tree_cost``); None: the time model's ``DEFAULT_ROUNDS``
     rounds: int | None = None
     patience_rounds: int | None = None  # early stopping's rounds without gain (None: every round runs)
+    # after its folds, one model more on every training row, its test predictions beside the folds' (a boosting
+    # kind: ``jobs.boosting``); the time model and the budget count it as one fold more of the task's
+    refit: bool = False
     lr: float | None = None  # the learning rate of a kind the fitter sets a batch for (it scales with the batch)
     head_lr_factor: float | None = None  # a new classifier head's rate ÷ ``lr`` (None: the recipe's)
     lr_named: bool = False  # the plan names the rate itself (the door keeps it)

@@ -1,7 +1,8 @@
 """A finished job's predictions on disk, in the run folder: the same CSV form a ``command`` job writes.
 
 ``jobs/<job>/oof.csv`` and ``jobs/<job>/test.csv``: columns ``id``, ``fold``, then one probability column per class,
-named by the class label (read back by position: a class may be labelled ``id`` or ``fold``); ``jobs/<job>/result.json``: scores, throughput, notes. ``ensemble RUN`` re-reads them, so a
+named by the class label (read back by position: a class may be labelled ``id`` or ``fold``); ``jobs/<job>/result.json``: scores, throughput, notes; ``jobs/<job>/refit_test.csv`` (``id``, the classes): a boosting
+job's model on every row, half its test predictions. ``ensemble RUN`` re-reads them, so a
 run can be re-blended without retraining.
 """
 
@@ -13,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jobs.contract import JobOutput
+from jobs.contract import JobOutput, with_refit
 from jobs.data import read_csv_as_written
 from scheduler.policy.ensemble import Predictions
 from scheduler.store.record import jsonable
+
+REFIT_TEST = "refit_test.csv"  # a boosting job's refit on every row: its test predictions (``contract.Refit``)
 
 
 def _frame(ids, fold: int | None, pred, k: int) -> pd.DataFrame:
@@ -44,6 +47,9 @@ def save(out: JobOutput, folder: Path, extra: dict | None = None) -> None:
     if out.partial is not None:
         _named(_frame(out.test_ids, None, out.partial.test_pred, len(cols)), cols).to_csv(
             folder / "partial_test.csv", index=False)
+    if out.refit is not None and oof:
+        _named(_frame(out.test_ids, None, out.refit.test_pred, len(cols)), cols).to_csv(
+            folder / REFIT_TEST, index=False)
     result = {
         "job": out.job,
         "metric": out.metric,
@@ -54,6 +60,8 @@ def save(out: JobOutput, folder: Path, extra: dict | None = None) -> None:
         "throughput": out.throughput,
         "partial": None if out.partial is None else {"fold": out.partial.fold, "score": out.partial.score,
                                                      "epochs": out.partial.epochs},
+        "refit": None if out.refit is None else {"rounds": out.refit.rounds, "rows": out.refit.rows,
+                                                 "seconds": round(out.refit.seconds, 3)},
         "notes": out.notes,
         **(extra or {}),
     }
@@ -83,6 +91,10 @@ def load(folder: Path) -> Predictions | None:
     k = len(class_cols)
     classes = result.get("classes") or class_cols
     mean_test = test.groupby("id", sort=False)[list(range(k))].mean()
+    if result.get("refit") and (folder / REFIT_TEST).is_file():  # the refit's half (``contract.with_refit``)
+        refit, _ = _read(folder / REFIT_TEST, 1)
+        refit = refit.set_index("id")[list(range(k))].reindex(mean_test.index).to_numpy()
+        mean_test = pd.DataFrame(with_refit(mean_test.to_numpy(), refit), index=mean_test.index)
     return Predictions(
         job=result.get("job", folder.name), oof_ids=oof["id"].to_numpy(), oof_pred=oof[list(range(k))].to_numpy(),
         test_ids=mean_test.index.to_numpy(), test_pred=mean_test.to_numpy(), classes=list(classes),

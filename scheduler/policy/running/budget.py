@@ -122,6 +122,8 @@ class JobProgress:
     since_report_s: float = 0.0  # seconds it has run since its attempt's last report (an epoch's or a fold's end)
     reports_epochs: bool = False  # it reports each epoch: until its next report it runs an epoch, not a whole fold
     rounds: bool = False  # its epochs are boosting rounds (``Kind.rounds_per_epoch``): its folds go before its epochs
+    # a refit on every row still to come after its folds (``TaskTime.refit``): one fold's time more, not cut
+    refit: bool = False
 
     @property
     def per_epoch(self) -> tuple[float | None, bool]:
@@ -198,14 +200,15 @@ def remaining_s(p: JobProgress) -> float | None:
     per_fold = p.epochs
     if p.epochs_per_finished_fold is not None:
         per_fold = min(p.epochs, max(1, round(p.epochs_per_finished_fold)))
+    whole = per_fold * per_epoch + _validations(p, 0, per_fold) * p.validation_s + p.fold_overhead_s
+    refit = whole if p.refit and p.folds > 0 else 0.0  # a refit after the folds: one fold more
     if p.folds_done >= p.folds:
-        return 0.0
+        return max(0.0, refit - p.since_report_s)  # the refit under way, from the last fold's report
     current = (max(0, per_fold - p.epoch_in_fold) * per_epoch
                + _validations(p, p.epoch_in_fold, per_fold) * p.validation_s + p.fold_overhead_s)
-    later = max(0, p.folds - p.folds_done - 1) * (per_fold * per_epoch + _validations(p, 0, per_fold) * p.validation_s
-                                                  + p.fold_overhead_s)
+    later = max(0, p.folds - p.folds_done - 1) * whole
     upto = per_epoch + p.validation_s + (p.fold_overhead_s if p.epoch_in_fold == 0 else 0.0)
-    return in_fold_left_s(p, current, upto) + later
+    return in_fold_left_s(p, current, upto) + later + refit
 
 
 def plan_finish(jobs: list[JobProgress], now: float, deadline: float | None = None) -> float | None:
@@ -263,26 +266,29 @@ def running_left_s(t: TaskTime, p: JobProgress, now: float) -> float:
     r = remaining_s(p) if p.steady else None
     if r is not None:
         return r
-    t = _planned_time(t, p)
+    t = replace(_planned_time(t, p), refit=p.refit)  # a refit done is no longer ahead
     if p.folds_done == 0 and p.epoch_in_fold == 0:
         return max(0.0, t.total_s - (now - p.started_at if p.started_at is not None else 0.0))
+    refit = t.fold_s if t.units > t.folds else 0.0
     if p.folds_done >= t.folds:
-        return 0.0
+        return max(0.0, refit - p.since_report_s)  # the refit under way, from the last fold's report
     upto = (t.epoch_s + t.validation_s + t.precise_bn_s
             + (t.prediction_s + t.fold_change_s if p.epoch_in_fold == 0 else 0.0))
-    return in_fold_left_s(p, t.fold_s - p.epoch_in_fold * t.epoch_s, upto) + (t.folds - p.folds_done - 1) * t.fold_s
+    return (in_fold_left_s(p, t.fold_s - p.epoch_in_fold * t.epoch_s, upto) + (t.folds - p.folds_done - 1) * t.fold_s
+            + refit)
 
 
 def waiting_time(t: TaskTime, p: JobProgress) -> TaskTime:
     """A waiting task's time: the model's with its limits, for the folds it has not finished (one started again
     keeps those it finished), start-up included; one that ran before with steady figures does its work at their
     pace, after the model's start-up."""
-    planned = t.with_plan(folds=max(0, p.folds - p.folds_done), epochs=min(t.epochs, p.epochs))
+    planned = replace(t.with_plan(folds=max(0, p.folds - p.folds_done), epochs=min(t.epochs, p.epochs)),
+                      refit=p.refit)
     r = remaining_s(p) if p.steady else None
     if r is None:
         return planned
     return replace(planned, step_s=r, steps_per_epoch=1, epochs=1, folds=1, validations=0, precise_bn_s=0.0,
-                   prediction_s=0.0, fold_change_s=0.0)
+                   prediction_s=0.0, fold_change_s=0.0, refit=False)  # its refit inside ``r``
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,11 @@ class RunState:
             j = self.jobs[ev.job]  # looks again (option1's LightGBM) still shows its rates and where its time went
             j.progress.update({k: v for k, v in ev.fields.items() if v is not None and k not in SAMPLE_ONLY})
             return [Progress(ev.job, dict(j.progress))]
+        if ev.kind == "refit":  # a boosting task's model on every row has ended: no refit ahead of it
+            j = self.jobs[ev.job]
+            j.timing["refitted"], j.timing["mark"] = True, ev.now
+            self._news += 1
+            return []
         if ev.kind not in ("epoch", "fold"):
             return []
         j = self.jobs[ev.job]
@@ -428,6 +433,7 @@ class RunState:
             started_at=j.started, until=j.limits.get("until"), boundable="until" in kind.cuts,
             since_report_s=self._since_report(t, j, now) if not finished else 0.0, reports_epochs="epoch_s" in t,
             rounds=kind.rounds_per_epoch is not None,
+            refit=not finished and not t.get("refitted") and (modelled.refit if modelled else kinds.work(spec).refit),
             modelled_validation_s=(modelled.validation_s + modelled.precise_bn_s) if modelled else 0.0,
             modelled_prediction_s=modelled.prediction_s if modelled else 0.0)
 
