@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from jobs import fold_driver
-from jobs.contract import FoldOutput, JobContext, JobOutput, Refit
+from jobs.contract import UNTIL_READ_S, FoldOutput, JobContext, JobOutput, Refit, Stopped
 from jobs.data import Competition
 from jobs.throughput import ThroughputWindow
 from scheduler.core import kinds
@@ -34,6 +34,9 @@ from scheduler.policy.timing import tasktime
 
 log = logging.getLogger("gpupack.job")
 SAMPLE_EVERY_S = 3.0  # a throughput sample at most this often, as image jobs send theirs
+# a refit starts only where the window holds this many times its estimate (its folds' pace: ``_Boosting._refit_s``);
+# on four peers tables a refit took 0.8-1.35 × a fold, so its estimate from the folds' pace errs by about that
+REFIT_MARGIN = 1.25
 
 
 @dataclass
@@ -99,13 +102,17 @@ def as_matrix(p: np.ndarray, binary: bool) -> np.ndarray:
     return np.stack([1 - p, p], axis=1) if binary else p.reshape(-1, 1)
 
 
+class RefitCut(Stopped):
+    """The budget cut the refit under way (its ``refit`` limit 0): it ends, the folds stand alone."""
+
+
 class Rounds:
     """Called after every boosting round of a fold (across its models): a stop asked ends the fold (Stopped); the round
     is a step over the fold's rows in the throughput window; every ``per_epoch`` rounds an ``epoch`` event as an image
     job sends it (its steady figures: the task's first round, which holds the start-up, left out), so the budget
     projects and cuts a boosting job's rounds as it does a timm job's epochs."""
 
-    def __init__(self, ctx: JobContext, window: ThroughputWindow, ledger: Ledger, *, rows: int, fold: int,
+    def __init__(self, ctx: JobContext, window: ThroughputWindow, ledger: Ledger, *, rows: int, fold: int | None,
                  epochs: tuple[int, int], first: bool = False, refit: bool = False):
         """``epochs``: (rounds an epoch, a fold's epochs); ``first``: the task's first fold it trains; ``refit``: the
         rounds of a refit on every row, which send no ``epoch`` events (they are no fold's epochs) and mark their
@@ -113,9 +120,14 @@ class Rounds:
         self.ctx, self.window, self.ledger, self.rows, self.fold = ctx, window, ledger, rows, fold
         (self.per_epoch, self.epochs), self.first, self.refit = epochs, first, refit
         self.done, self.last, self.steady, self.startup = 0, time.perf_counter(), [], None
+        self.looked = time.monotonic()  # a refit reads the budget's limits at most every UNTIL_READ_S
 
     def __call__(self, iteration: int) -> None:
         self.ctx.check_stop()
+        if self.refit and time.monotonic() - self.looked >= UNTIL_READ_S:
+            self.looked = time.monotonic()
+            if self.ctx.limits().get("refit") == 0:  # the budget cut it under way: the folds stand alone
+                raise RefitCut(self.ctx.name)
         now = time.perf_counter()
         took, self.last = now - self.last, now
         self.window.add(self.rows, took, 0.0)
@@ -223,6 +235,7 @@ class _Boosting(fold_driver.FoldKind):
         expected, _ = tasktime.expected_rounds(spec.kind, tasktime.learning_rate(self.models[0][1], {}),
                                                spec.num_boost_round, spec.early_stopping_rounds)
         self.epochs = math.ceil(expected / self.per_epoch) * len(self.models)
+        self.timed: list[tuple[float, int, int]] = []  # each fold trained here: (its wall, its rounds, its rows)
 
     def fit_fold(self, fold: fold_driver.Fold) -> fold_driver.Fitted:
         spec, ctx, ledger, per_epoch, tr, va = self.spec, self.ctx, self.ledger, self.per_epoch, fold.train, fold.val
@@ -237,6 +250,7 @@ class _Boosting(fold_driver.FoldKind):
         f = _fold(self.lib, (self.X, y, self.X_test, tr, va), self.models, (cap, spec.early_stopping_rounds), hook,
                   ledger)
         elapsed = time.perf_counter() - t0
+        self.timed.append((elapsed, f.rounds, len(tr)))  # the refit's estimate: ``_refit_s``
         rate = len(tr) * f.rounds / f.train_s if f.train_s > 0 else None  # rows × boosting rounds per second
         score = self.metric.fn(y[va], f.val)
         log.info("%s fold %d: %s %.5f at round %d (%.1f s)", spec.name, k, ctx.metric, score, f.best, elapsed)
@@ -264,14 +278,31 @@ class _Boosting(fold_driver.FoldKind):
         best = sum(f.epochs for f in out.folds) / len(out.folds)
         rows = len(self.comp.train)
         rounds = refit_rounds(best, rows, self.spec.folds)
+        if ctx.limits().get("refit") == 0:  # the budget's cut: the window has no room for it
+            out.notes.append("no refit on every row: the budget cut it to end inside the window")
+            ctx.report("refit", {"skipped": True, "rounds": rounds, "rows": rows, "cut": True})
+            return
+        need = self._refit_s(rows, rounds)
+        left = None if ctx.deadline is None else ctx.deadline - time.time()
+        if need is not None and left is not None and need * REFIT_MARGIN > left:
+            out.notes.append(f"no refit on every row: it would take about {need:.0f} s, and the window has "
+                             f"{max(0.0, left):.0f} s left")
+            ctx.report("refit", {"skipped": True, "rounds": rounds, "rows": rows, "need_s": round(need, 1),
+                                 "left_s": round(max(0.0, left), 1)})
+            return
         t0 = time.perf_counter()
         window = ThroughputWindow(ctx.report, every_s=SAMPLE_EVERY_S, ledger=ledger)
         hook = Rounds(ctx, window, ledger, rows=rows, fold=None, epochs=(self.per_epoch, self.epochs), refit=True)
         parts = []
         for column, params, binary in self.models:
             target = y if column is None else y[:, column]
-            with ledger.phase("train"):
-                trained = self.lib.train(params, (self.X, target), None, rounds, None, hook)  # the folds' own
+            try:
+                with ledger.phase("train"):
+                    trained = self.lib.train(params, (self.X, target), None, rounds, None, hook)  # the folds' own
+            except RefitCut:
+                out.notes.append("no refit on every row: the budget cut it under way to end inside the window")
+                ctx.report("refit", {"skipped": True, "rounds": rounds, "rows": rows, "cut": True})
+                return
             with ledger.phase("prediction"):
                 parts.append(as_matrix(trained.predict(self.X_test), binary))
         seconds = time.perf_counter() - t0
@@ -279,6 +310,16 @@ class _Boosting(fold_driver.FoldKind):
         log.info("%s refit on %d rows: %d rounds (%.1f s)", self.spec.name, rows, rounds, seconds)
         ctx.report("refit", {"rounds": rounds, "rows": rows, "best_round": round(best, 1), "seconds": round(seconds, 3),
                              **ledger.figures()})
+
+    def _refit_s(self, rows: int, rounds: int) -> float | None:
+        """The refit's seconds at the pace of the folds this task trained: their mean wall × its rows and rounds over
+        theirs (None: no fold trained here, all kept from before)."""
+        if not self.timed:
+            return None
+        seconds = sum(s for s, _, _ in self.timed) / len(self.timed)
+        fold_rounds = sum(r for _, r, _ in self.timed) / len(self.timed)
+        fold_rows = sum(n for _, _, n in self.timed) / len(self.timed)
+        return seconds * (rows / fold_rows) * (rounds * len(self.models)) / max(1.0, fold_rounds)
 
     def throughput(self) -> dict:
         return {"num_threads": {**self.base, **self.spec.params}[self.lib.threads],

@@ -132,7 +132,8 @@ def test_the_budget_cuts_its_rounds_as_it_cuts_a_timm_jobs_epochs(comp, tmp_path
 
     plan = planmod.from_dict({"name": "t", "hardware": {"profile": "A100-40GB", "gpus_per_node": 1, "cpus": 8},
                               "budget": "100s", "jobs": [{"name": "xgb", "kind": "xgboost", "folds": 5,
-                                                          "num_boost_round": 1000, "resources": {"cpus": 1}}]})
+                                                          "num_boost_round": 1000, "resources": {"cpus": 1},
+                                                          "refit": False}]})  # with one, it goes before rounds
     s = rl.RunState(plan, [Where("xgb", device=None, gpu_memory_mib=0)], rl.Window(T0, T0 + 85))
     s.handle(rl.Start(T0), rl.JobStarted("xgb", T0 + 1))
     # as the job reports an epoch: 50 rounds at 0.2 s, of 20 epochs a fold (1,000 rounds): 5 × 20 × 10 s, far late

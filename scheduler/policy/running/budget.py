@@ -30,7 +30,8 @@ each made beside neighbours not yet cut, can take more than the plan needs); eve
 finish the look expects with all of them made. The
 order (``CUT_STEPS``): folds of a job not yet started (no work is lost; its folds keep their epochs) or of a running
 job's folds not yet begun while its pace is unknown, then a job's epochs down to half its planned ones (a boosting
-job's, whose epochs are rounds, only once its folds are down to one: ``kept``), then folds of a running job, then
+job's, whose epochs are rounds, only once its folds are down to one: ``kept``), then folds of a running job, then a
+boosting job's refit on every row (``refit``: its share of a fold's time, ``TaskTime.refit``), then
 epochs below half as the last resort; within each, the weakest job (lowest CV so far; before
 every job has a fold score, the one with the most of its own time left) before the strongest. A running job's epochs
 are cut only on steady figures and on an epoch reported since its last cut (``fresh``); a job not yet started, and a
@@ -122,8 +123,8 @@ class JobProgress:
     since_report_s: float = 0.0  # seconds it has run since its attempt's last report (an epoch's or a fold's end)
     reports_epochs: bool = False  # it reports each epoch: until its next report it runs an epoch, not a whole fold
     rounds: bool = False  # its epochs are boosting rounds (``Kind.rounds_per_epoch``): its folds go before its epochs
-    # a refit on every row still to come after its folds (``TaskTime.refit``): one fold's time more, not cut
-    refit: bool = False
+    # a refit on every row still to come after its folds: its time ÷ a fold's (``TaskTime.refit``; 0: none ahead)
+    refit: float = 0.0
 
     @property
     def per_epoch(self) -> tuple[float | None, bool]:
@@ -201,7 +202,7 @@ def remaining_s(p: JobProgress) -> float | None:
     if p.epochs_per_finished_fold is not None:
         per_fold = min(p.epochs, max(1, round(p.epochs_per_finished_fold)))
     whole = per_fold * per_epoch + _validations(p, 0, per_fold) * p.validation_s + p.fold_overhead_s
-    refit = whole if p.refit and p.folds > 0 else 0.0  # a refit after the folds: one fold more
+    refit = p.refit * whole if p.folds > 0 else 0.0  # a refit after the folds: its share of a fold
     if p.folds_done >= p.folds:
         return max(0.0, refit - p.since_report_s)  # the refit under way, from the last fold's report
     current = (max(0, per_fold - p.epoch_in_fold) * per_epoch
@@ -269,7 +270,7 @@ def running_left_s(t: TaskTime, p: JobProgress, now: float) -> float:
     t = replace(_planned_time(t, p), refit=p.refit)  # a refit done is no longer ahead
     if p.folds_done == 0 and p.epoch_in_fold == 0:
         return max(0.0, t.total_s - (now - p.started_at if p.started_at is not None else 0.0))
-    refit = t.fold_s if t.units > t.folds else 0.0
+    refit = (t.units - t.folds) * t.fold_s
     if p.folds_done >= t.folds:
         return max(0.0, refit - p.since_report_s)  # the refit under way, from the last fold's report
     upto = (t.epoch_s + t.validation_s + t.precise_bn_s
@@ -288,7 +289,7 @@ def waiting_time(t: TaskTime, p: JobProgress) -> TaskTime:
     if r is None:
         return planned
     return replace(planned, step_s=r, steps_per_epoch=1, epochs=1, folds=1, validations=0, precise_bn_s=0.0,
-                   prediction_s=0.0, fold_change_s=0.0, refit=False)  # its refit inside ``r``
+                   prediction_s=0.0, fold_change_s=0.0, refit=0.0)  # its refit inside ``r``
 
 
 @dataclass(frozen=True)
@@ -390,11 +391,14 @@ def _fold_rungs(p: JobProgress) -> list[int]:
 
 
 # the cut order: folds of a job not yet started (or a running one's not yet begun, before its pace is known),
-# epochs above the floor (a boosting job's only once its folds are at their floor: ``kept``), folds, then epochs
-# below the floor
+# epochs above the floor (a boosting job's only once its folds are at their floor and its refit is gone: ``kept``),
+# folds, a boosting job's refit on every row (``refit`` 0: its folds stand without it; after its folds, because on
+# seven real tables one fold and the refit beat two folds in 14 of 20 pairs: benchmarks/refit.py; before its rounds,
+# which early stopping chose), then epochs below the floor
 CUT_STEPS = (("folds", lambda p: _fold_rungs(p) if p.waiting or not p.steady else []),
-             ("epochs", lambda p: [] if p.rounds and _fold_rungs(p) else _epoch_rungs(p, True)),
-             ("folds", _fold_rungs), ("epochs", lambda p: _epoch_rungs(p, False)))
+             ("epochs", lambda p: [] if p.rounds and (_fold_rungs(p) or p.refit) else _epoch_rungs(p, True)),
+             ("folds", _fold_rungs), ("refit", lambda p: [0] if p.refit else []),
+             ("epochs", lambda p: _epoch_rungs(p, False)))
 
 
 def weakest_first(jobs: list[JobProgress], projection: Projection = ALONE, now: float = 0.0) -> list[JobProgress]:
@@ -530,10 +534,12 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
     estimated = round(max(ends.values()) - window_start, 1) if ends else None
     cuts, final = [], {p.name: p for p in current}
     for p in (final[name] for name in order):  # in the order the look decided
-        for what in ("epochs", "folds"):
+        for what in ("refit", "epochs", "folds"):
             old, new = getattr(before[p.name], what), getattr(p, what)
             if new >= old:
                 continue
+            if what == "refit":  # dropped: a share of a fold's time said as 1 → 0
+                old, new = 1, 0
             reason = reasons.get((p.name, what)) or reasons[p.name, "folds" if what == "epochs" else "epochs"]
             if p.name in refilled:
                 reason += (f"; then, with every cut of the look made, given back to {p.folds} fold(s) × {p.epochs} "
@@ -600,6 +606,13 @@ def _one_cut(jobs: list[JobProgress], now: float, window_start: float, deadline:
             if sized is None:
                 continue
             new, after = sized
+            if what == "refit":  # its folds stand alone: no bound, no other form
+                estimated = max(after.values())
+                reason = (f"estimated finish {finish - window_start:.0f}s (+{error_margin:.0%}, the estimate's error) "
+                          f"passes the {deadline - window_start:.0f}s window; {p.name} needs "
+                          f"{projection.left(p, now):.0f}s more: no refit on every row after its folds, estimated "
+                          f"finish then {estimated - window_start:.0f}s")
+                return [Cut(p.name, "refit", 1, 0, reason, round(estimated - window_start, 1))]
             bound = _bound(look, p, after)
             if bound is not None:  # its last fold held to a time bound: more of its training kept than the cut's
                 until, bound_after = bound

@@ -433,7 +433,8 @@ class RunState:
             started_at=j.started, until=j.limits.get("until"), boundable="until" in kind.cuts,
             since_report_s=self._since_report(t, j, now) if not finished else 0.0, reports_epochs="epoch_s" in t,
             rounds=kind.rounds_per_epoch is not None,
-            refit=not finished and not t.get("refitted") and (modelled.refit if modelled else kinds.work(spec).refit),
+            refit=0.0 if finished or t.get("refitted") or j.limits.get("refit") == 0 else (
+                modelled.refit if modelled else float(kinds.work(spec).refit)),
             modelled_validation_s=(modelled.validation_s + modelled.precise_bn_s) if modelled else 0.0,
             modelled_prediction_s=modelled.prediction_s if modelled else 0.0)
 
@@ -594,7 +595,7 @@ class RunState:
         j.limits.setdefault(f"planned_{cut.what}", cut.old)
         j.limits[cut.what] = cut.new
         j.timing["cut_at_epoch"] = self._measured(j.timing, kinds.of(self.spec(cut.job)))  # again on a newer one
-        j.progress.update({"folds" if cut.what == "folds" else "epochs_limit": cut.new,
+        j.progress.update({{"folds": "folds", "refit": "refit"}.get(cut.what, "epochs_limit"): cut.new,
                            "cut": self._cut_text(j), "cut_reason": cut.reason})
         live = [] if j.state == JobState.SUCCEEDED else [SetLimits(cut.job, {cut.what: cut.new})]
         return live + [Record("budget_cut", cut.job, self._decision(cut, margin)), Progress(cut.job, dict(j.progress))]
@@ -632,7 +633,8 @@ class RunState:
         return ", ".join([f"{w} {j.limits[f'planned_{w}']} → {j.limits[w]}" for w in ("folds", "epochs")
                           if w in j.limits and f"planned_{w}" in j.limits]
                          + ([f"training until {j.limits['until'] - self.window.started_at:.0f}s"]
-                            if j.limits.get("until") is not None else []))
+                            if j.limits.get("until") is not None else [])
+                         + (["no refit"] if j.limits.get("refit") == 0 else []))
 
     def _restore(self, r: budget.Cut, margin: float) -> list:
         j = self.jobs[r.job]

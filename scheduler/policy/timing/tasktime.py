@@ -187,10 +187,10 @@ class TaskTime:
     # None without early stopping
     best_round: int | None = None
     best_round_prior: int | None = None
-    # after its folds, one model on every row (``core.kinds.Work.refit``): counted as one fold more, its rows ×
-    # (k/(k-1)) and its rounds (the best round × the same) against a fold's rows and its best round and patience
-    # (measured 0.8-1.3 × a fold on seven real tables: benchmarks/refit.py)
-    refit: bool = False
+    # after its folds, one model on every row (``core.kinds.Work.refit``): its time ÷ a fold's (0: none), from its
+    # rows (k/(k-1) × a fold's) and its rounds (``refit_rounds``) against a fold's rounds, best and patience; measured
+    # 0.8-1.35 × a fold on four peers tables
+    refit: float = 0.0
 
     @property
     def epoch_s(self) -> float:
@@ -204,8 +204,8 @@ class TaskTime:
 
     @property
     def units(self) -> int:
-        """Folds' worth of work: its folds, and its refit where it has one (after at least one fold)."""
-        return self.folds + (1 if self.refit and self.folds > 0 else 0)
+        """Folds' worth of work: its folds, and its refit's share of a fold where it has one (after a fold)."""
+        return self.folds + (self.refit if self.folds > 0 else 0.0)
 
     @property
     def total_s(self) -> float:
@@ -221,7 +221,7 @@ class TaskTime:
         d = asdict(self)
         d["startup"] = {**asdict(self.startup), "total_s": round(self.startup.total_s, 3)}
         d.update(epoch_s=round(self.epoch_s, 4), fold_s=round(self.fold_s, 3), total_s=round(self.total_s, 3),
-             units=self.units)
+             units=round(self.units, 3))
         return d
 
 
@@ -584,16 +584,19 @@ def _trees(w: TaskWork, threads: int, rounds: tuple[float, str] | None = None) -
            "prediction_s": f"{val:,} validation + {w.test_rows or 0:,} test rows through {f.prior_best} rounds' "
                            "trees",
            "startup": f"process {_process(w):.1f} s, imports {_imports(w):.1f} s, the table read"}
-    if w.refit:
-        src["refit"] = (f"then one model on all {w.rows or rows:,} rows at ≈"
-                        f"{refit_rounds(f.best, w.rows, job_folds) if w.patience_rounds else f.rounds} rounds: "
-                        "counted as one fold more")
+    share = 0.0
+    if w.refit:  # its rows × its rounds against a fold's, the test rows predicted once (the validation rows not)
+        every = w.rows or rows
+        again = refit_rounds(f.best if w.patience_rounds else f.rounds, every, job_folds)
+        share = ((f.data_s + again * f.round_s * every / rows + f.predict_s * (w.test_rows or 0) / max(1, val + (
+            w.test_rows or 0))) / f.fold_s) if f.fold_s > 0 else 1.0
+        src["refit"] = (f"then one model on all {every:,} rows at ≈{again} rounds: {share:.2f} × a fold's time")
     data = (w.rows or 0) * features * 2e-7
     return TaskTime(w.task, w.kind,
                     Startup(_process(w), _imports(w), data, 0.0), f.round_s, block, epochs, w.folds,
                     prediction_s=f.predict_s * models, fold_change_s=f.data_s * models + 0.05, threads=threads,
                     sources=src, best_round=f.best if w.patience_rounds else None,
-                    best_round_prior=f.prior_best if w.patience_rounds else None, refit=w.refit)
+                    best_round_prior=f.prior_best if w.patience_rounds else None, refit=share)
 
 
 def _command(w: TaskWork) -> TaskTime:
