@@ -269,7 +269,7 @@ def test_the_budget_drops_a_refit_the_window_cannot_hold_before_its_rounds():
     """A LightGBM task of one fold of 13 s (13 epochs of 50 rounds) and a refit of one fold more, in a 20 s window:
     late by its refit. Its folds at their floor, the budget's first decision drops the refit (``CUT_STEPS``), not the
     rounds early stopping chose; the task's limits, its progress and its projection then hold no refit. (With folds
-    to spare, a fold goes first: one fold and the refit beat two folds in 14 of 20 pairs.)"""
+    to spare, a fold goes first: one fold and the refit beat two folds in 15 of 20 pairs.)"""
     from scheduler.policy.running import runloop as rl
     from test_runloop import T0, Where
 

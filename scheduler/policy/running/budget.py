@@ -393,7 +393,7 @@ def _fold_rungs(p: JobProgress) -> list[int]:
 # the cut order: folds of a job not yet started (or a running one's not yet begun, before its pace is known),
 # epochs above the floor (a boosting job's only once its folds are at their floor and its refit is gone: ``kept``),
 # folds, a boosting job's refit on every row (``refit`` 0: its folds stand without it; after its folds, because on
-# seven real tables one fold and the refit beat two folds in 14 of 20 pairs: benchmarks/refit.py; before its rounds,
+# seven real tables one fold and the refit beat two folds in 15 of 20 pairs: benchmarks/refit.py; before its rounds,
 # which early stopping chose), then epochs below the floor
 CUT_STEPS = (("folds", lambda p: _fold_rungs(p) if p.waiting or not p.steady else []),
              ("epochs", lambda p: [] if p.rounds and (_fold_rungs(p) or p.refit) else _epoch_rungs(p, True)),
