@@ -135,3 +135,19 @@ def test_an_epochs_limit_above_what_a_boosting_task_runs_is_not_given_back_at_ev
         s.handle(rl.JobReported("g", "fold", {"fold": fold, "score": 0.9, "epochs": 13, "seconds": 13.0}, now))
     assert restores == []
     assert s.jobs["g"].limits == {"epochs": 15, "planned_epochs": 20}
+
+
+def test_a_restart_takes_a_refit_cut_with_its_other_limits():
+    """A task that ended short after the budget had dropped its refit (``refit`` 0) and is started again for its
+    skipped folds gets that cut with its folds: the run loop projects it with no refit (its limits hold the cut), so
+    a new attempt that refitted regardless would run past what the budget counted."""
+    run = Run(400.0)  # as ``ended_short``, its refit cut with its folds
+    run(rl.Start(T0))
+    run(rl.JobStarted("x", T0))
+    now = run.epochs("x", T0 + 5, 2.0)
+    run.s.jobs["x"].limits.update({"folds": 1, "planned_folds": 3, "refit": 0, "planned_refit": 1})
+    run(rl.JobReported("x", "fold", {"fold": 0, "score": 0.9, "epochs": 5}, now), rl.JobFinished("x", 1, 0.9, now))
+    run(rl.JobStarted("y", now), rl.Tick(now))
+    assert run.decisions("x") and run.decisions("x")[0][1] == "budget_restore"
+    again = [i for _, i in run.log if isinstance(i, rl.SetLimits) and i.job == "x" and "folds" in i.limits]
+    assert again and again[0].limits["refit"] == 0, again  # its folds given back, its refit still cut

@@ -669,8 +669,10 @@ class RunState:
             j.timing["folds_kept"] = kept
             j.progress["folds_done"] = 0
             out += [self._set(r.job, JobState.PENDING, reason=f"restarted: {r.reason}"), self._launch(r.job)]
-            # the new attempt takes every limit still standing (an epochs cut too), not only the one given back
-            out.append(SetLimits(r.job, {**{w: j.limits[w] for w in ("folds", "epochs", "until") if w in j.limits},
+            # the new attempt takes every limit still standing (an epochs cut, a refit cut too), not only the one given
+            # back
+            out.append(SetLimits(r.job, {**{w: j.limits[w] for w in ("folds", "epochs", "until", "refit")
+                                            if w in j.limits},
                                          r.what: given}))
         else:
             out.append(SetLimits(r.job, {r.what: given, **bound}))
