@@ -191,6 +191,10 @@ class _Forest:
     def fold_done(self) -> None:
         pass
 
+    def refit(self, out) -> None:
+        """No refit on every row: a boosting job's scales the rounds its folds' early stopping found, and a forest
+        has none to find (its trees are the plan's ``n_estimators``)."""
+
     def throughput(self) -> dict:
         return {"num_threads": self.threads, "unit": "rows × trees per second"}
 

@@ -128,3 +128,26 @@ def test_the_budget_cuts_its_folds_on_a_slow_fold_and_gives_them_back():
     assert decisions[0][:2] == ("budget_cut", "folds") and decisions[0][3] < 5
     assert [d[:2] for d in decisions[1:]] and all(d[:2] == ("budget_restore", "folds") for d in decisions[1:])
     assert decisions[-1][3] == 5 and s.jobs["et"].limits.get("folds", 5) == 5  # all five back
+
+
+def test_its_folds_run_through_the_one_fold_loop_to_the_end(tmp_path):
+    """The forest's fold kind answers every hook ``jobs.fold_driver.drive`` calls (the refit's, added for boosting,
+    among them): three folds of a small table run to the job's end, and no refit follows (a forest has none). Only the
+    slow run on digits went through the loop before, and a hook the loop gained failed every extratrees job there."""
+    import numpy as np
+    import pandas as pd
+    from pathlib import Path
+
+    from jobs import JobContext, fold_driver
+    from jobs.extratrees_job import ExtraTreesJob, _Forest, run
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"a": rng.normal(size=90), "b": rng.normal(size=90)})
+    comp = SimpleNamespace(feature_cols=["a", "b"], root=Path("."), train_ids=np.arange(90), test_ids=np.arange(10),
+                           features=lambda which: X if which == "train" else X[:10], y=(X["a"] > 0).to_numpy(int),
+                           train=X, task="classification", classes=[0, 1])
+    spec = ExtraTreesJob(name="et", kind="extratrees", folds=3, n_estimators=20)
+    out = run(spec, comp, JobContext("et", tmp_path, metric="accuracy"))
+    assert [f.fold for f in out.folds] == [0, 1, 2] and out.refit is None and out.cv_score() > 0.7
+    hooks = [n for n, v in vars(fold_driver.FoldKind).items() if not n.startswith("_") and callable(v)]
+    assert "refit" in hooks and all(callable(getattr(_Forest, n, None)) for n in hooks), hooks
