@@ -203,7 +203,7 @@ class TaskTime:
                 + self.prediction_s + self.fold_change_s)
 
     @property
-    def units(self) -> int:
+    def units(self) -> float:
         """Folds' worth of work: its folds, and its refit's share of a fold where it has one (after a fold)."""
         return self.folds + (self.refit if self.folds > 0 else 0.0)
 
@@ -221,7 +221,7 @@ class TaskTime:
         d = asdict(self)
         d["startup"] = {**asdict(self.startup), "total_s": round(self.startup.total_s, 3)}
         d.update(epoch_s=round(self.epoch_s, 4), fold_s=round(self.fold_s, 3), total_s=round(self.total_s, 3),
-             units=round(self.units, 3))
+                 units=round(self.units, 3))
         return d
 
 
@@ -262,7 +262,7 @@ class TaskWork:
     ray_process: bool = True  # runs in its own process (an actor); False in process
     # in process: no task before it in the driver's process ran its network (it pays the network's first use)
     first_of_network: bool = True
-    refit: bool = False  # after its folds, one model on every row (``Work.refit``): one fold more of time
+    refit: bool = False  # after its folds, one model on every row (``Work.refit``): its share of a fold's time
 
 
 def cpu_threads(cpus: int, cores: int) -> int:
