@@ -278,18 +278,18 @@ class _Boosting(fold_driver.FoldKind):
         best = sum(f.epochs for f in out.folds) / len(out.folds)
         rows = len(self.comp.train)
         rounds = refit_rounds(best, rows, self.spec.folds)
+
+        def skip(why: str, **fields) -> None:  # the folds stand alone: a note, and the event the run loop waits on
+            out.notes.append(f"no refit on every row: {why}")
+            ctx.report("refit", {"skipped": True, "rounds": rounds, "rows": rows, **fields})
+
         if ctx.limits().get("refit") == 0:  # the budget's cut: the window has no room for it
-            out.notes.append("no refit on every row: the budget cut it to end inside the window")
-            ctx.report("refit", {"skipped": True, "rounds": rounds, "rows": rows, "cut": True})
-            return
+            return skip("the budget cut it to end inside the window", cut=True)
         need = self._refit_s(rows, rounds)
         left = None if ctx.deadline is None else ctx.deadline - time.time()
         if need is not None and left is not None and need * REFIT_MARGIN > left:
-            out.notes.append(f"no refit on every row: it would take about {need:.0f} s, and the window has "
-                             f"{max(0.0, left):.0f} s left")
-            ctx.report("refit", {"skipped": True, "rounds": rounds, "rows": rows, "need_s": round(need, 1),
-                                 "left_s": round(max(0.0, left), 1)})
-            return
+            return skip(f"it would take about {need:.0f} s, and the window has {max(0.0, left):.0f} s left",
+                        need_s=round(need, 1), left_s=round(max(0.0, left), 1))
         t0 = time.perf_counter()
         window = ThroughputWindow(ctx.report, every_s=SAMPLE_EVERY_S, ledger=ledger)
         hook = Rounds(ctx, window, ledger, rows=rows, fold=None, epochs=(self.per_epoch, self.epochs), refit=True)
@@ -300,9 +300,7 @@ class _Boosting(fold_driver.FoldKind):
                 with ledger.phase("train"):
                     trained = self.lib.train(params, (self.X, target), None, rounds, None, hook)  # the folds' own
             except RefitCut:
-                out.notes.append("no refit on every row: the budget cut it under way to end inside the window")
-                ctx.report("refit", {"skipped": True, "rounds": rounds, "rows": rows, "cut": True})
-                return
+                return skip("the budget cut it under way to end inside the window", cut=True)
             with ledger.phase("prediction"):
                 parts.append(as_matrix(trained.predict(self.X_test), binary))
         seconds = time.perf_counter() - t0
