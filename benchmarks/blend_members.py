@@ -13,8 +13,13 @@ out-of-fold predictions go through gpupack's own blender (``scheduler.policy.ens
 Candidates: ``lgbm`` (LightGBM at gpupack's defaults), ``xgb`` (XGBoost at gpupack's defaults), ``lgbm_large`` (63
 leaves of ≥ 10 rows at 0.03, as in the plan), ``lgbm_xt`` (``extra_trees``: a split's threshold drawn at random, as
 AutoGluon's LightGBMXT), ``lgbm_s1``/``lgbm_s2`` (other seeds, 0.8 of the rows and columns: spare time spent on
-seeds), ``lgbm_rf`` (a random forest grown by LightGBM). Combinations: the plan as it was (lgbm, xgb, lgbm_large), the
-extra-trees LightGBM in place of ``lgbm``, added to it, two more seeds added, and the plan with a forest added.
+seeds), ``lgbm_rf`` (a random forest grown by LightGBM), ``et`` (scikit-learn's extremely randomised trees as the
+``extratrees`` kind grows them: 100 trees, categories by their code, missing values kept; as AutoGluon's ExtraTrees).
+Combinations: the plan as it was (lgbm, xgb, lgbm_large), the extra-trees LightGBM in place of ``lgbm``, added to it,
+two more seeds added, the plan with a forest added, and with the scikit-learn extra trees added.
+
+``--folder DIR`` measures a competition folder instead (``train.csv``; its target the column ``--target`` names, its
+``id`` left out; e.g. a peers table's, which says so in the output: a peers table is then tuned on).
 
 ``--members`` measures some candidates only (the combinations whose members were all measured).
 """
@@ -50,6 +55,9 @@ MEMBERS = {
     # cost, categories native
     "lgbm_rf": ("lightgbm", {"boosting": "rf", "bagging_fraction": 0.632, "bagging_freq": 1, "feature_fraction": 0.7,
                              "num_leaves": 1023, "min_data_in_leaf": 3}),
+    # scikit-learn's extremely randomised trees as the ``extratrees`` kind grows them (jobs/extratrees_job.py), 100
+    # trees: AutoGluon's ExtraTrees took 0.1 of its blend's weight on diamonds and wages
+    "et": ("sklearn", {"n_estimators": 100}),
 }
 COMBOS = {
     "plan before (lgbm, xgb, lgbm_large)": ["lgbm", "xgb", "lgbm_large"],
@@ -58,6 +66,7 @@ COMBOS = {
     "all four (lgbm, lgbm_xt, xgb, lgbm_large)": ["lgbm", "lgbm_xt", "xgb", "lgbm_large"],
     "plan before + two seeds": ["lgbm", "xgb", "lgbm_large", "lgbm_s1", "lgbm_s2"],
     "plan now + a forest (lgbm_xt, xgb, lgbm_large, lgbm_rf)": ["lgbm_xt", "xgb", "lgbm_large", "lgbm_rf"],
+    "plan now + extra trees (lgbm_xt, xgb, lgbm_large, et)": ["lgbm_xt", "xgb", "lgbm_large", "et"],
 }
 METRIC = {"binary": "auc", "multiclass": "log_loss", "regression": "rmse"}
 WANTED = list(MEMBERS)  # the candidates measured (``--members``)
@@ -77,6 +86,17 @@ def oof(member: str, data: dict, splits: list) -> tuple[np.ndarray, float]:
     k = len(data["classes"]) if data["classes"] else 1
     cols = k if task == "multiclass" else 2 if task == "binary" else 1
     out, t0 = np.zeros((len(y), cols)), time.perf_counter()
+    if lib == "sklearn":
+        from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor
+
+        from jobs.extratrees_job import _matrix
+
+        make, M = ExtraTreesRegressor if task == "regression" else ExtraTreesClassifier, _matrix(X)
+        for tr, va in splits:
+            forest = make(**extra, n_jobs=2, random_state=0).fit(M[tr], y[tr])
+            p = forest.predict(M[va]) if task == "regression" else forest.predict_proba(M[va])
+            out[va] = p.reshape(len(va), cols)  # every class is in each training fold of these tables
+        return out, time.perf_counter() - t0
     for tr, va in splits:
         if lib == "lightgbm":
             obj = _objective(task == "regression", k if task == "multiclass" else 2)  # as the job sets it
@@ -123,6 +143,21 @@ def measure(data: dict) -> dict:
             "info": data["info"]}
 
 
+def folder(root: Path, target: str, task: str) -> dict:
+    """A competition folder's train.csv as ``boosting_defaults.load`` gives a table: text columns as categories."""
+    df = pd.read_csv(root / "train.csv")
+    y_raw, X = df[target], df.drop(columns=[c for c in (target, "id") if c in df.columns])
+    for c in X.columns:
+        if not pd.api.types.is_numeric_dtype(X[c]):
+            X[c] = X[c].astype("string").astype("category")
+    classes = None if task == "regression" else sorted(y_raw.astype(str).unique())
+    y = y_raw.to_numpy(np.float64) if classes is None else \
+        y_raw.astype(str).map({c: i for i, c in enumerate(classes)}).to_numpy(np.int64)
+    return {"X": X, "y": y, "classes": classes,
+            "info": {"item": root.name, "task": task, "target": target, "rows": len(X), "features": X.shape[1],
+                     "folder": str(root), "note": "a competition folder: if a peers table, tuned on"}}
+
+
 def main() -> int:
     import boosting_defaults as bd
 
@@ -131,6 +166,10 @@ def main() -> int:
                     help="boosting_defaults' tables by item name, comma-separated")
     ap.add_argument("--rows", type=int, default=10_000, help="each table subsampled to this many rows")
     ap.add_argument("--members", default=",".join(MEMBERS), help="the candidates measured, comma-separated")
+    ap.add_argument("--folder", help="a competition folder (train.csv) measured whole instead of --tables")
+    ap.add_argument("--target", help="--folder's target column")
+    ap.add_argument("--task", choices=("binary", "multiclass", "regression"), default="regression",
+                    help="--folder's task")
     ap.add_argument("--out", default=str(ROOT / "docs" / "peers" / f"blend-members-{dt.date.today()}.json"))
     args = ap.parse_args()
     bd.MAX_ROWS = args.rows
@@ -141,7 +180,10 @@ def main() -> int:
            "command": " ".join(["benchmarks/blend_members.py", *sys.argv[1:]]),
            "members": {m: {"library": lib, "params": p} for m, (lib, p) in MEMBERS.items()},
            "combos": COMBOS, "tables": results}
-    for t in bd.TABLES:
+    if args.folder:
+        results[Path(args.folder).name] = measure(folder(Path(args.folder), args.target, args.task))
+        Path(args.out).write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    for t in [] if args.folder else bd.TABLES:
         if t.item in wanted:  # written after each table: a sitting cut short keeps what it measured
             results[f"{t.package}/{t.item}"] = measure(bd.load(t))
             Path(args.out).write_text(json.dumps(doc, indent=1, default=str) + "\n")

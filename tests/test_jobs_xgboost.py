@@ -66,7 +66,7 @@ def test_its_plan_entry_is_checked_as_every_kind_is():
         from_dict({"name": "p", "jobs": [{"name": "x", "kind": "xgboost", "num_leaves": 3}]})
 
 
-@pytest.mark.slow  # the shipped plans/tabular.yaml whole: 15 boosting folds and a stack (122 s loaded)
+@pytest.mark.slow  # the shipped plans/tabular.yaml whole: 15 boosting folds, 5 forest folds and a stack (122 s loaded)
 def test_lightgbm_and_xgboost_run_side_by_side_and_are_blended(run_cli, tmp_path):
     run = tmp_path / "run"
     code, out, err = run_cli("submit", "plans/tabular.yaml", "--in-process", "--run-dir", run, "--json",
@@ -75,7 +75,7 @@ def test_lightgbm_and_xgboost_run_side_by_side_and_are_blended(run_cli, tmp_path
     summary = json.loads(out.strip().splitlines()[-1])
     jobs = {j["name"]: j for j in summary["jobs"]}
     assert {n: j["state"] for n, j in jobs.items()} == {"lgbm_xt": "SUCCEEDED", "xgb": "SUCCEEDED",
-                                                          "lgbm_large": "SUCCEEDED"}
+                                                          "lgbm_large": "SUCCEEDED", "et": "SUCCEEDED"}
     assert jobs["xgb"]["cv_score"] > 0.9 and jobs["xgb"]["folds"] == 5
     assert (run / "submission.csv").is_file()
     # the plan stacks them: the stack is kept with more than one job in it, or, where it is worse than the best job
