@@ -5,7 +5,7 @@ in-process plan's time model (``test_budget_projection``): no clock, no Ray."""
 
 from scheduler.core import plan as planmod
 from scheduler.core.states import JobState
-from scheduler.policy.running import runloop as rl
+from scheduler.policy.running import budget, runloop as rl
 from test_budget_projection import model, timm_time
 from test_runloop import T0, Where
 
@@ -151,3 +151,26 @@ def test_a_restart_takes_a_refit_cut_with_its_other_limits():
     assert run.decisions("x") and run.decisions("x")[0][1] == "budget_restore"
     again = [i for _, i in run.log if isinstance(i, rl.SetLimits) and i.job == "x" and "folds" in i.limits]
     assert again and again[0].limits["refit"] == 0, again  # its folds given back, its refit still cut
+
+
+def test_an_undo_is_judged_on_no_smaller_margin_than_the_cut_it_reverses():
+    """Seen on the peers' diamonds table (a 4-member tabular plan, 2 cores): the budget cut a running LightGBM's
+    epochs 40 → 22 at a measured margin of 86 % (its own epochs' errors), gave them back at the next report at 30 %,
+    and cut them again at 86 %, three times in a second. Its undo took the errors of the tasks that had ended short
+    into its margin (for their restarts), and their accurate epochs diluted the running task's. Every flip sent the
+    task a new limit, and a task that reads the low one at the wrong epoch ends its fold there. An undo now needs at
+    least the margin a cut is judged on.
+
+    Here x ended short of its folds with twenty accurate epochs; y, running, was cut to 3 of its 5 epochs when one
+    of its epochs took 2.5 times its estimate: its own errors hold the margin at the most (100 %), x's and its
+    together at the least. y reports an accurate epoch: its epochs are not given back on x's figures."""
+    run, now = ended_short(60.0, every_s=2.0)
+    y = run.s.jobs["y"]
+    y.limits.update({"epochs": 3, "planned_epochs": 5})
+    run.s.compared[:] = [("x", 0.0)] * 20 + [("y", 1.5), ("y", 0.0), ("y", 0.0)]
+    assert budget.margin(run.s.errors) == budget.MAX_MARGIN
+    assert budget.margin([e for _, e in run.s.compared]) == budget.MIN_MARGIN
+    out = run(rl.JobReported("y", "epoch", {"fold": 0, "epoch": 2, "epochs": 3, "steady_epoch_s": 2.0,
+                                            "steady_steps": 10, "validated": False}, now + 4.0), rl.Tick(now + 4.0))
+    undone = [i.fields for i in out if isinstance(i, rl.Record) and i.job == "y" and i.kind == "budget_restore"]
+    assert undone == [] and y.limits["epochs"] == 3, undone

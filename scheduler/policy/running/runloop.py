@@ -556,9 +556,11 @@ class RunState:
         cut = {p.name: self._planned(p, self.jobs[p.name]) for p in progress + waiting + short
                if self.jobs[p.name].limits and not self._reverses(p.name, "restore")}
         # a task that ended is judged with its own epochs' errors in the margin, as it will be once started again
-        # (they left the margin when it ended): a restart judged without them was cut back the next look
-        again = budget.margin(self.errors + [e for n, e in self.compared if n in {p.name for p in short}],
-                              self._model_error)
+        # (they left the margin when it ended): a restart judged without them was cut back the next look. Never less
+        # than the cuts' margin: its accurate epochs diluted a running task's errors, and that task's epochs were
+        # given back at 30 % and cut again at 86 %, at every report
+        again = max(margin, budget.margin(self.errors + [e for n, e in self.compared if n in {p.name for p in short}],
+                                          self._model_error))
         for r in budget.decide_restores(progress + waiting + short, cut, now, self.window.started_at,
                                         self.window.deadline, again, projection=projection):
             self._decided[r.job] = ("restore", self._news)
