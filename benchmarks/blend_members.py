@@ -172,6 +172,8 @@ def main() -> int:
                     help="--folder's task")
     ap.add_argument("--out", default=str(ROOT / "docs" / "peers" / f"blend-members-{dt.date.today()}.json"))
     args = ap.parse_args()
+    if args.folder and not args.target:
+        ap.error("--folder needs --target (the column to predict)")
     bd.MAX_ROWS = args.rows
     WANTED[:] = [m for m in MEMBERS if m in args.members.split(",")]
     wanted = args.tables.split(",")
