@@ -281,7 +281,7 @@ class _Boosting(fold_driver.FoldKind):
 
         def skip(why: str, **fields) -> None:  # the folds stand alone: a note, and the event the run loop waits on
             out.notes.append(f"no refit on every row: {why}")
-            ctx.report("refit", {"skipped": True, "rounds": rounds, "rows": rows, **fields})
+            ctx.report("refit", {"skipped": True, "why": why, "rounds": rounds, "rows": rows, **fields})
 
         if ctx.limits().get("refit") == 0:  # the budget's cut: the window has no room for it
             return skip("the budget cut it to end inside the window", cut=True)

@@ -16,6 +16,7 @@ import pytest
 
 import jobs  # noqa: F401 -- registers the kinds
 from jobs import JobContext, boosting
+from scheduler.cli.live import _describe
 from jobs.contract import FoldOutput, JobOutput, Refit, Stopped, with_refit
 from jobs.lightgbm_kind import LightGBMJob
 from scheduler.core import plan as planmod
@@ -102,6 +103,8 @@ def test_a_refit_the_window_cannot_hold_is_not_begun(tmp_path, monkeypatch):
     assert any(n.startswith("no refit on every row: it would take about") for n in out.notes)
     said = [d for k, d in events if k == "refit"]
     assert len(said) == 1 and said[0]["skipped"] and said[0]["need_s"] * boosting.REFIT_MARGIN > said[0]["left_s"]
+    line = _describe({"event": "refit", "job": "g", **said[0]})
+    assert line.startswith("g: no refit on every row: it would take about ") and "s left" in line, line
     monkeypatch.setattr(boosting._Boosting, "_refit_s", lambda self, rows, rounds: 3600.0 / boosting.REFIT_MARGIN - 60)
     out, calls, _ = _run(tmp_path, deadline=hour)
     assert len(calls) == 5 and out.refit is not None
@@ -241,6 +244,10 @@ def test_a_refit_the_budget_cut_is_not_begun_or_ends_under_way(tmp_path, monkeyp
     assert len(calls) == 4 and out.refit is None and np.allclose(out.test_mean(), 0.0)
     assert any("the budget cut it to end inside the window" in n for n in out.notes)
     assert [d.get("cut") for k, d in events if k == "refit"] == [True]
+    # the live line says the budget's cut, not a need and a room it never measured ("about 0s needed, 0s left")
+    [said] = [d for kk, d in events if kk == "refit"]
+    assert _describe({"event": "refit", "job": "g", **said}) == \
+        "g: no refit on every row: the budget cut it to end inside the window"
 
     monkeypatch.setattr(boosting, "UNTIL_READ_S", 0.0)
     limits: dict = {}

@@ -79,9 +79,8 @@ def _describe(ev: dict) -> str | None:
     if kind == "fold":
         kept = " (kept from before)" if ev.get("kept") else ""
         return f"{job}: fold {fold_name(ev.get('fold', 0))} done{kept}, score {ev.get('score', float('nan')):.4f}"
-    if kind == "refit" and ev.get("skipped"):
-        return (f"{job}: no refit on every row: about {format_duration(ev.get('need_s') or 0)} needed, "
-                f"{format_duration(ev.get('left_s') or 0)} left in the window")
+    if kind == "refit" and ev.get("skipped"):  # why: the job's own note (the budget's cut, or too long for the window)
+        return f"{job}: no refit on every row: {ev.get('why') or 'skipped'}"
     if kind == "refit":  # a boosting job's model on every row, after its folds
         return (f"{job}: refit on every row ({ev.get('rows', 0):,}): {ev.get('rounds', 0):,} rounds in "
                 f"{format_duration(ev.get('seconds') or 0)}")
