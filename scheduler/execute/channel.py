@@ -5,6 +5,12 @@ In a job's own process the events go to a :class:`Buffer` (a Ray actor's, or thi
 (the local backend, a ``command`` job's script) writes them to its standard output as lines of the form
 ``GPUPACK {"event": "epoch", …}`` and the reader turns each such line back into an event (:func:`parse`); any other
 line is a ``log`` event. So a command job shows its epochs while it runs, not only its exit.
+
+The other way, from the driver to a running job, go the budget's limits (``Handle.set_limits``). Where they travel as
+calls a backend may deliver in any order (a Ray actor serving several calls at once: Ray keeps no order between them,
+and ten calls sent to a waiting actor were seen to run as 3, 1, 8, 9, 2, 4, 5, 6, 7, 0), each carries the task's whole
+standing set and a number (:class:`Sent`, the driver's side), and the job keeps only the newest it has seen
+(:class:`Newest`, the job's side): a cut and its undo land in the order the run loop decided them, however they arrive.
 """
 
 from __future__ import annotations
@@ -56,6 +62,43 @@ class Buffer:
 
     def __len__(self) -> int:
         return len(self._events)
+
+
+class Sent:
+    """The driver's side of a task's limits: every limit sent so far, merged in the order the run loop gave them (a
+    later value for a key replaces the earlier; None is a cut given back in full), and how many times it was sent."""
+
+    def __init__(self, limits: dict | None = None):
+        self.limits: dict = dict(limits or {})
+        self.seq = 0
+
+    def add(self, limits: dict) -> tuple[dict, int]:
+        """Merge ``limits`` into the standing set; (the whole set, its number) to deliver."""
+        self.limits = {**self.limits, **limits}
+        self.seq += 1
+        return dict(self.limits), self.seq
+
+
+class Newest:
+    """The job's side of its limits: of every set delivered, only the one with the highest number stands (one that
+    arrives after a newer one is dropped); called, the standing set (what ``JobContext.limits`` reads)."""
+
+    def __init__(self):
+        self._limits: dict = {}
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def take(self, limits: dict, seq: int) -> bool:
+        """Keep ``limits`` if ``seq`` is newer than what stands; True when it was kept."""
+        with self._lock:
+            if seq <= self._seq:
+                return False
+            self._limits, self._seq = dict(limits), seq
+            return True
+
+    def __call__(self) -> dict:
+        with self._lock:
+            return dict(self._limits)
 
 
 class ToChannel(logging.Handler):

@@ -8,7 +8,8 @@ planner chose and lets Ray refuse to over-commit the device, whoever else asks. 
 of its own that imports Ray and the event buffer alone, so the worker's first poll answers before the record, its
 schema and its job's libraries are imported.
 
-Threaded (``max_concurrency`` > 1) so that ``poll`` and ``cancel`` answer while ``run`` trains. ``poll`` is a long
+Threaded (``max_concurrency`` > 1) so that ``poll`` and ``cancel`` answer while ``run`` trains; Ray then keeps no
+order between calls, so the budget's limits travel numbered and the newest stands (``channel.Sent``, ``Newest``). ``poll`` is a long
 poll: it answers at once when there are events past ``since`` (and the first one at once, to say the process is up),
 else after ``wait_s``; the executor waits on polls and results together, so a driver hears of a start or an event as
 soon as it happens, not at its next tick.
@@ -28,6 +29,7 @@ from typing import Sequence
 import ray
 
 from scheduler.execute.api import Executor, FailedJob, Handle, short
+from scheduler.execute.channel import Sent
 from scheduler.execute.launch import LaunchRecord
 from scheduler.execute.ray_job import JobActor
 from scheduler.execute.resources import memory_resource, node_resource
@@ -101,6 +103,7 @@ class RayHandle(Handle):
         self._events: list[dict] = []
         self._answered = False
         self._killed = False
+        self._sent = Sent()  # the limits sent to it, each set numbered: the actor keeps the newest (``channel``)
 
     @property
     def started(self) -> bool:
@@ -129,7 +132,8 @@ class RayHandle(Handle):
         self.actor.cancel.remote()
 
     def set_limits(self, limits: dict) -> None:
-        self.actor.set_limits.remote(limits)
+        """The whole standing set with its number: Ray may run this call before an earlier one (``channel.Newest``)."""
+        self.actor.set_limits.remote(*self._sent.add(limits))
 
     def drain(self) -> None:
         """The events the actor still holds, before it goes."""

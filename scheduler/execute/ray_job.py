@@ -20,7 +20,7 @@ import traceback
 import ray
 
 from scheduler.core.actorline import ActorLine
-from scheduler.execute.channel import Buffer
+from scheduler.execute.channel import Buffer, Newest
 
 FIRST_POLL_S = 2.0  # how long ``run`` waits for the first poll before it starts the job regardless
 
@@ -49,7 +49,10 @@ class ShownLine:
 class JobActor:
     """A plan's task: runs one record in its own process (:func:`scheduler.execute.apply.run`) and buffers what it
     reports, for the handle to poll; takes the budget's cuts (``set_limits``) and a cancel while it runs. Its ``repr``
-    is its :class:`ShownLine`."""
+    is its :class:`ShownLine`. Ray runs its calls side by side and in no set order, so each ``set_limits`` carries
+    the task's whole set of limits and its number, and the newest stands (``channel.Newest``): a give-back sent after
+    a cut is never undone by the cut arriving late (three tasks waiting for their wave, given time back, ran with
+    their cut limits)."""
 
     def __init__(self, task: str, visible_devices: str | None, env: dict[str, str], label: str = "",
                  folds: int | None = None):
@@ -62,7 +65,7 @@ class JobActor:
         self._buffer = Buffer()
         self._answered = threading.Event()  # the first poll has answered: the process is known to be up
         self._stop = threading.Event()
-        self._limits: dict = {}
+        self._limits = Newest()  # the budget's limits, the newest set delivered
         self._line = ShownLine(label, task, folds)
 
     def __repr__(self) -> str:
@@ -88,9 +91,11 @@ class JobActor:
         self._stop.set()
         self._line.show(state="STOPPING")
 
-    def set_limits(self, limits: dict) -> None:
-        self._limits = {**self._limits, **limits}
-        self._line.show(cut=limits.get("folds"))
+    def set_limits(self, limits: dict, seq: int) -> None:
+        """``limits``: the task's whole standing set, ``seq`` its number (``channel.Sent``); an older set than the
+        one that stands is dropped."""
+        if self._limits.take(limits, seq):
+            self._line.show(cut=limits.get("folds"))
 
     def _should_stop(self) -> bool:
         return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)
@@ -107,7 +112,7 @@ class JobActor:
         self._line.show(state="RUNNING",
                         folds=len(record.folds) if record.folds else getattr(record.spec, "folds", None))
         try:
-            out = run(record, self._report, self._should_stop, lambda: dict(self._limits), started_at=self._up)
+            out = run(record, self._report, self._should_stop, self._limits, started_at=self._up)
         except BaseException:
             self._buffer.report("log", {"line": traceback.format_exc()})
             self._line.show(state="FAILED")

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from scheduler.core import boundedlog
 from scheduler.execute import local
 from scheduler.execute.api import Executor, FailedJob, Handle
+from scheduler.execute.channel import Newest, Sent
 from scheduler.execute.launch import LaunchRecord
 from scheduler.execute.local import LogEvents, failure_reason
 
@@ -46,6 +47,8 @@ class SlotJobActor:
         self._line = ShownLine(label, task)
         self._process: local.LocalHandle | None = None  # the local backend's handle, once started
         self._follower = None  # its log as read so far (``core.boundedlog.Follower``: across the log's rotation)
+        self._limits = Newest()  # the newest limits delivered (Ray runs this actor's calls in no set order)
+        self._writing = threading.Lock()  # a set of limits taken and written as one: the file holds the newest
 
     def __repr__(self) -> str:
         return str(self._line)
@@ -65,7 +68,10 @@ class SlotJobActor:
             os.chmod(d, 0o700)
         record = record.moved(str(folder)).with_(
             env={**record.env, "GPUPACK_NODE_ID": node_id, "GPUPACK_END_WITH_PARENT": str(grace_s)})
-        self._process = local.LocalExecutor().submit(record)
+        with self._writing:  # limits that came before the process: into its file now
+            self._process = local.LocalExecutor().submit(record)
+            if self._limits():
+                self._process.set_limits(self._limits())
         self._line.show(state="RUNNING")
         return {"pid": self._process.pid, "pid_start": self._process.started_at, "node_id": node_id}
 
@@ -90,10 +96,14 @@ class SlotJobActor:
         if self._process is not None:
             self._process.send_signal(sig)
 
-    def set_limits(self, limits: dict) -> None:
-        """The budget's cuts, into the job's ``limits.json`` (read at its next fold or epoch)."""
-        if self._process is not None:
-            self._process.set_limits(limits)
+    def set_limits(self, limits: dict, seq: int) -> None:
+        """The budget's cuts, into the job's ``limits.json`` (read at its next fold or epoch): ``limits`` the job's
+        whole standing set, ``seq`` its number (``channel.Sent``); a set older than the one that stands is dropped."""
+        with self._writing:
+            if not self._limits.take(limits, seq):
+                return
+            if self._process is not None:
+                self._process.set_limits(limits)
         self._line.show(cut=limits.get("folds"))
 
     def outputs(self, limit: int = 256 << 20) -> dict[str, bytes]:
@@ -127,6 +137,7 @@ class RaySlotHandle(Handle):
         self._ended: tuple[int | None, str | None] | None = None  # (exit status, lost reason)
         self._figures: dict = {}
         self._log = LogEvents(self.home / local.LOG)
+        self._sent = Sent()  # the limits sent to it, numbered (``channel``): its actor keeps the newest
 
     @property
     def started(self) -> bool:
@@ -142,7 +153,7 @@ class RaySlotHandle(Handle):
         self._ex.ask("signal", self, signal.SIGKILL)
 
     def set_limits(self, limits: dict) -> None:
-        self._ex.ask("limits", self, dict(limits))
+        self._ex.ask("limits", self, self._sent.add(limits))
 
     def set_end(self, code: int | None, lost: str | None) -> None:
         """It ended: its exit status, or why it ended without one (the executor's thread)."""
@@ -264,8 +275,8 @@ class RaySlotExecutor(Executor):
                 h.set_end(None, None)
             elif h in st.actors:
                 st.actors[h].signal.remote(arg)
-        elif op == "limits" and h in st.actors:
-            st.actors[h].set_limits.remote(arg)
+        elif op == "limits" and h in st.actors:  # before its actor: sent with its start (``_launch``)
+            st.actors[h].set_limits.remote(*arg)
 
     def _launch(self, st: "_Flight") -> None:
         """Actors for the jobs whose slot's placement group exists; each starts its job once Ray has placed it."""
@@ -284,6 +295,8 @@ class RaySlotExecutor(Executor):
             ).remote(h.record.task)
             st.actors[h], st.offsets[h] = actor, 0
             st.starting[h] = actor.start.remote(h.record, local.TERM_GRACE_S)
+            if h._sent.seq:  # limits set while it waited for its slot
+                actor.set_limits.remote(dict(h._sent.limits), h._sent.seq)
 
     def _collect(self, st: "_Flight") -> None:
         """Start answers, then reads: the log appended to the job's file here, the figures kept, the end applied."""

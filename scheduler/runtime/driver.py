@@ -116,6 +116,9 @@ class Driver(Runner):
         self.executor = executor or self.place.executor(self.plan.name)
         self.live: dict[str, Handle] = {}  # each task's current attempt
         self.seen: dict[str, int] = {}  # events taken from it
+        # each task's limits as the run loop gave them, merged: they are the task's, not one attempt's, so a new
+        # attempt (a retry, a relaunch where it waited, the budget's restart) starts with every one still standing
+        self.sent: dict[str, dict] = {}
         self._last_beat = 0.0
 
     @property
@@ -133,14 +136,19 @@ class Driver(Runner):
     # --- instructions into executor calls -------------------------------------------------------------------
 
     def launch(self, ins: rl.Launch) -> None:
-        self.live[ins.job] = self.executor.submit(self.launch_record(ins.job, ins.attempt))
+        handle = self.live[ins.job] = self.executor.submit(self.launch_record(ins.job, ins.attempt))
         self.seen[ins.job] = 0
+        if self.sent.get(ins.job):
+            handle.set_limits(dict(self.sent[ins.job]))
 
     def ask_stop(self, name: str) -> None:
         self.live[name].cancel()
 
     def set_limits(self, name: str, limits: dict) -> None:
-        self.live[name].set_limits(limits)
+        self.sent[name] = {**self.sent.get(name, {}), **limits}
+        handle = self.live.get(name)
+        if handle is not None:
+            handle.set_limits(limits)
 
     def kill(self, name: str, drain: bool) -> None:
         handle = self.live.pop(name, None)
