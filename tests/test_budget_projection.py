@@ -117,8 +117,9 @@ def test_a_four_percent_overshoot_cuts_one_fold_not_two():
     assert [(c.what, c.old, c.new) for c in cuts] == [("folds", 3, 2)]
     assert cuts[0].estimated_finish_s == pytest.approx(9 * spe, abs=0.1)
     # in process: a has 14 s left; b waits behind it, 5 s start-up + 3 folds × 10 s: ends at 49 s, 4 % past the
-    # window once stretched by 5 %; a fold of b (not started: no work lost) is the cut, and one fold is enough
-    a, b = running("a", folds=2, epoch=3), waiting("b")
+    # window once stretched by 5 %; a fold of b (not started: no work lost; measured, as a task started again is) is
+    # the cut, and one fold is enough
+    a, b = running("a", folds=2, epoch=3), waiting("b", measured=True)
     assert budget.remaining_s(a) == 14.0
     window = 49.0 * 1.05 / 1.04
     cuts = decide_cuts([a, b], 0.0, 0.0, window, 0.05,
@@ -127,26 +128,24 @@ def test_a_four_percent_overshoot_cuts_one_fold_not_two():
     assert "(not started)" in cuts[0].reason and cuts[0].estimated_finish_s == pytest.approx(39.0)
 
 
-def test_a_job_not_started_is_cut_before_anything_has_steady_figures():
-    """Nothing has steady figures yet (a is in its start-up): without a time model nothing can be judged; with it,
-    the waiting tasks that would end past the window are seen, and a fold of one of them is the look's first cut.
-    Changed (the budget's time model issue): the look goes on until the plan fits, and a running task's folds not
-    yet begun are cut on the model's figures like a waiting task's (never its epochs: its pace is not known yet)."""
+def test_no_job_is_cut_before_its_own_measurement():
+    """Nothing has steady figures yet (a is in its start-up, b and c wait): the model says the plan ends past the
+    window, yet nothing is cut — a prior may order work, only a measurement may cut it (on a table no one had read
+    the prior missed by up to 9×; before, the first look cut b's or c's folds, and a's folds not yet begun, on it).
+    Once a has measured its pace, the look holds b's and c's first folds for them (their priors order the work) and
+    cuts a, measured, so that they start; b and c themselves are not cut."""
     times = {"a": timm_time("a"), "b": timm_time("b"), "c": timm_time("c")}
     a = JobProgress("a", 3, 5, started_at=0.0)  # started, nothing reported
     jobs = [a, waiting("b"), waiting("c")]
-    assert decide_cuts(jobs, 1.0, 0.0, 100.0) == []
     m = model(times)
-    cuts = decide_cuts(jobs, 1.0, 0.0, 100.0, projection=m)
-    assert cuts[0].job in ("b", "c") and cuts[0].what == "folds"
-    assert not [c for c in cuts if c.job == "a" and c.what == "epochs"]
-    after = [replace(p, **{c.what: c.new for c in cuts if c.job == p.name}) for p in jobs]
-    ends = m.ends(after, 1.0)
-    assert 1.0 + (max(ends.values()) - 1.0) * 1.25 <= 100.0  # the plan fits once the look's cuts are made
-    assert all(c.estimated_finish_s == pytest.approx(max(ends.values()), abs=0.1) for c in cuts)  # all made
-    only_a = {"a": timm_time("a", folds=9)}  # 5 s + 9 × 10 s: its folds not yet begun go, 9 → 3
-    cut_a = decide_cuts([JobProgress("a", 9, 5, started_at=0.0)], 1.0, 0.0, 50.0, projection=model(only_a))
-    assert [(c.what, c.old, c.new) for c in cut_a] == [("folds", 9, 3)]
+    assert max(m.ends(jobs, 1.0).values()) * 1.25 > 100.0  # late on the prior
+    assert decide_cuts(jobs, 1.0, 0.0, 100.0) == []
+    assert decide_cuts(jobs, 1.0, 0.0, 100.0, projection=m) == []
+    only_a = {"a": timm_time("a", folds=9)}  # 5 s + 9 × 10 s on its prior alone: not cut
+    assert decide_cuts([JobProgress("a", 9, 5, started_at=0.0)], 1.0, 0.0, 50.0, projection=model(only_a)) == []
+    measured = running("a", folds=3, epochs=5, epoch=1, spe=6.0)  # its own pace: 86 s left, then b's and c's folds
+    cuts = decide_cuts([measured, waiting("b"), waiting("c")], 7.0, 0.0, 100.0, projection=m)
+    assert cuts and {c.job for c in cuts} == {"a"}
 
 
 # --- undos --------------------------------------------------------------------------------------------------------
@@ -239,21 +238,20 @@ def _run(s, step, name, now) -> tuple[float, int]:
     return now, folds
 
 
-def test_an_in_process_plan_cuts_a_waiting_jobs_folds_instead_of_cancelling_what_never_started():
+def test_an_in_process_plan_cuts_each_job_on_its_own_measurement_and_the_last_keeps_its_turn():
     """a, b (timm, 3 folds) and c (a command job: never cut) run one after another: 100 s for a 95 s window. Each
     task alone fits, so without the time model nothing is cut while a and b run, and c, last in line, is stopped at
-    the deadline (the option1 run's four tasks that never started). With it, b is cut before b starts (no work
-    lost), and every task ends inside the window. Changed (a look converges): the first look makes every cut the
-    plan needs with its margin, b cut again as often as that takes, so the finish it records is one that fits (with
-    one cut a job, it recorded 82 s, still late by its own 25 % margin); time that comes back later is given back."""
+    the deadline (the option1 run's four tasks that never started). With it, every task ends inside the window. A
+    prior may order work, only a measurement may cut it: before, b was cut before it started, on the model's
+    figures alone; now no job is cut before its own first epoch is measured (the look holds b's first fold for it),
+    and a cut job is one whose own figures stand behind its time."""
     s, log, end = run_in_process(model(TIMES))
     cuts = [i for i in log if isinstance(i, rl.Record) and i.kind == "budget_cut"]
-    b_starts = log.index(rl.Transition("b", JobState.RUNNING, {"attempt": 1}))
-    assert cuts and cuts[0].job == "b" and log.index(cuts[0]) < b_starts
-    first = [c for c in cuts if log.index(c) < b_starts]  # one look: at the start
-    assert {c.job for c in first} == {"b"} and {c.fields["what"] for c in first} <= {"folds", "epochs"}
-    estimated, m = first[0].fields["estimated_finish_s"], first[0].fields["margin"]
-    assert estimated * (1 + m) <= WINDOW_S  # the look's finish fits with its margin (the window starts at T0)
+    assert cuts
+    for c in cuts:  # each cut comes after its job's first measured epoch
+        first_epoch = next(k for k, i in enumerate(log) if isinstance(i, rl.Progress) and i.job == c.job
+                           and i.progress.get("epoch"))
+        assert log.index(c) > first_epoch, c
     ran = sum(s.jobs["a"].timing["fold_epochs"]) + sum(s.jobs["b"].timing["fold_epochs"])
     assert ran < 30  # a and b gave up work (folds, or epochs of them) so that c, never cut, kept its turn
     assert not [i for i in log if isinstance(i, rl.Record) and i.kind == "cancel"]
@@ -295,7 +293,7 @@ def test_a_job_not_started_keeps_the_form_with_the_most_work_that_fits():
     margin): folds alone would go 3 → 1 (155 s, half the window idle); 2 folds of 2 epochs fit (205 s × 1.25 = 256 s)
     and keep 4 epochs' work, not 3: the cut is both, in one decision, before b starts."""
     times = {"b": timm_time("b", folds=3, epochs=3, epoch_s=50.0)}
-    b = waiting("b", folds=3, epochs=3, planned_epochs=3)
+    b = waiting("b", folds=3, epochs=3, planned_epochs=3, measured=True)  # its figures its own (a restart's)
     cuts = decide_cuts([b], 0.0, 0.0, 330.0, projection=model(times, SIDE_BY_SIDE))
     assert [(c.what, c.old, c.new) for c in cuts] == [("epochs", 3, 2), ("folds", 3, 2)]
     assert cuts[0].estimated_finish_s == pytest.approx(5.0 + 2 * 2 * 50.0)
@@ -314,7 +312,7 @@ def test_a_cut_that_brings_a_neighbour_nearer_is_not_refused_for_it():
     went 3 → 1 at 16 s beside effnet_b4's start-up)."""
     cpu = plantime.Timing(rehearsal=True, cores=1)
     times = {"a": command_time("a", 1000.0), "b": timm_time("b", folds=3, epochs=5)}
-    a, b = waiting("a", folds=1, epochs=1, cuttable=False), waiting("b", folds=3, epochs=5)
+    a, b = waiting("a", folds=1, epochs=1, cuttable=False), waiting("b", folds=3, epochs=5, measured=True)
 
     def timeline(ts, **kw):
         return plantime.project(ts, None, HARDWARE, 0.9, cpu, **kw)
@@ -362,7 +360,8 @@ def test_the_first_look_converges_on_a_plan_that_fits_and_gives_back_what_it_nee
         return plantime.project(ts, None, HARDWARE, 0.9, cpu, **kw)
 
     m = TimeModel(times, timeline, tuple(Where(n, wave=0) for n in times), error=0.1)
-    jobs = [waiting(n, folds=t.folds, epochs=t.epochs, planned_epochs=t.epochs) for n, t in times.items()]
+    jobs = [waiting(n, folds=t.folds, epochs=t.epochs, planned_epochs=t.epochs, measured=True)  # (as if measured)
+            for n, t in times.items()]
     window, margin = 230.0, 0.1
     assert max(m.ends(jobs, 0.0).values()) > 2 * window  # far late: one cut a job is not enough
     cuts = decide_cuts(jobs, 0.0, 0.0, window, margin, projection=m)

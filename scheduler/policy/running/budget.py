@@ -35,7 +35,12 @@ boosting job's refit on every row (``refit``: its share of a fold's time, ``Task
 epochs below half as the last resort; within each, the weakest job (lowest CV so far; before
 every job has a fold score, the one with the most of its own time left) before the strongest. A running job's epochs
 are cut only on steady figures and on an epoch reported since its last cut (``fresh``); a job not yet started, and a
-running job's folds not yet begun, are cut on the time model's figures. A cut is **sized to the overshoot**: the fold ladder has a rung per fold and the epoch ladder one per
+running job's folds not yet begun, are cut on the time model's figures only once a measurement of the job's own
+stands behind them (``JobProgress.measured_here``: steady figures, a finished fold, a tree task's rounds measured):
+**a prior may order work, only a measurement may cut it** (``least_before_measured``: a job not yet measured is
+held at its first fold, the fold under way, and is not cut; its neighbours, measured, may be cut so that it starts).
+On tables no one had read the prior missed by up to 9×, and the budget cut every member of a many-class table to
+one fold at its first look, then gave folds back and cut them again as its neighbours' figures came in. A cut is **sized to the overshoot**: the fold ladder has a rung per fold and the epoch ladder one per
 ``EPOCH_CUT``, and the cut goes down to the first rung after which every task it moves ends inside the window with the
 margin, else to the lowest rung its step allows (3 folds → 2 for a 4 % overshoot, not → 1); a job not yet started,
 and a job whose step alone cannot bring it inside the window, takes in one decision the form of fewer folds and
@@ -125,6 +130,9 @@ class JobProgress:
     rounds: bool = False  # its epochs are boosting rounds (``Kind.rounds_per_epoch``): its folds go before its epochs
     # a refit on every row still to come after its folds: its time ÷ a fold's (``TaskTime.refit``; 0: none ahead)
     refit: float = 0.0
+    # whether a measurement of its own on this table stands behind its time (``measured_here``); None: its steady
+    # figures or a finished fold say so. The run loop says it of a tree task (its first fold, or rounds past the prior)
+    measured: bool | None = None
 
     @property
     def per_epoch(self) -> tuple[float | None, bool]:
@@ -147,6 +155,13 @@ class JobProgress:
     def steady(self) -> bool:
         """Whether its estimate stands on steady steps (only then may it be cut)."""
         return self.seconds_per_epoch is not None and not self.provisional
+
+    @property
+    def measured_here(self) -> bool:
+        """Whether its time stands on a measurement of its own (steady figures, a finished fold; a tree task's first
+        fold, or its rounds past the prior: ``measured``), not on the time model's prior alone: only then may the
+        budget cut it (``least_before_measured``)."""
+        return self.measured if self.measured is not None else (self.steady or self.folds_done > 0)
 
 
 def epoch_seconds(measured: list[float]) -> tuple[float | None, bool]:
@@ -513,6 +528,7 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
     all of them made: what the look expects to happen (the budget benchmark's first estimate, taken after one cut a
     job while the plan was still 27 % late, was 36 % off what happened). ``held``: jobs this look may not cut (the
     run loop's hysteresis: a job given time back is not cut again before a task has reported since)."""
+    jobs = least_before_measured(jobs)
     current, once, reasons, order, decisions = list(jobs), frozenset(held), {}, [], 0
     while decisions < MAX_DECISIONS:
         decision = _one_cut(current, now, window_start, deadline, error_margin=error_margin, projection=projection,
@@ -552,6 +568,19 @@ def decide_cuts(jobs: list[JobProgress], now: float, window_start: float, deadli
                                                  if decisions > 1 else "")
             cuts.append(Cut(p.name, "until", p.epochs, p.epochs, reason, estimated, until=p.until))
     return cuts
+
+
+def least_before_measured(jobs: list[JobProgress]) -> list[JobProgress]:
+    """The jobs as a look for cuts sees them: a job with no measurement of its own on this table
+    (``JobProgress.measured_here``) at its least — the fold under way, or its first fold, no refit after it — and not
+    cut: a prior may order work, only a measurement may cut it. Its first fold is held for it (a measured neighbour
+    may be cut so that it starts and trains a fold, the projection's order), the rest of its work waits for its own
+    figures: on a table no one had read the time model missed by up to 9×, and the budget cut every member of a
+    many-class table to one fold at its first look, before any fold had run. Undos (``decide_restores``) still see
+    its whole work: nothing is given back that its prior says the window cannot hold, so a cut and its undo do not
+    alternate on the same figures."""
+    return [replace(p, folds=min(p.folds, p.folds_done + 1), refit=0.0, cuttable=False)
+            if p.cuttable and not p.finished and not p.measured_here else p for p in jobs]
 
 
 def _refill(jobs: list[JobProgress], before: dict[str, JobProgress], now: float, deadline: float, m: float,

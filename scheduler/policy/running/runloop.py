@@ -408,6 +408,7 @@ class RunState:
         per_epoch, val, provisional = self._steady(t)
         gap = statistics.mean(t["fold_gap_s"]) if t.get("fold_gap_s") else 0.0
         fresh = self._measured(t, kind) > t.get("cut_at_epoch", -1)
+        judged = None  # a tree task's own measurement behind its time (``budget.JobProgress.measured``)
         if kind.time_model == "trees":
             planned_epochs, per_epoch, provisional, gap, judged = self._tree_figures(
                 spec, kind, t, modelled, planned_epochs, per_epoch=per_epoch, provisional=provisional, gap=gap)
@@ -436,7 +437,7 @@ class RunState:
             refit=0.0 if finished or t.get("refitted") or j.limits.get("refit") == 0 else (
                 modelled.refit if modelled else float(kinds.work(spec).refit)),
             modelled_validation_s=(modelled.validation_s + modelled.precise_bn_s) if modelled else 0.0,
-            modelled_prediction_s=modelled.prediction_s if modelled else 0.0)
+            modelled_prediction_s=modelled.prediction_s if modelled else 0.0, measured=judged)
 
     @staticmethod
     def _since_report(t: dict, j: JobRun, now: float | None) -> float:

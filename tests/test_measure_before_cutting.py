@@ -1,0 +1,91 @@
+"""Measure, then decide: no job's folds are cut on the time model's prior alone (``budget.least_before_measured``).
+Through ``submit --in-process`` on a real table, with a tree job whose prior is pinned 10× too long and 10× too
+short (``tasktime.predict`` scaled for that job: its seconds a round, its data set and its prediction), read back
+from the run's events.jsonl: no ``budget_cut`` of the job comes before its first measured fold (``fold`` event),
+and once measured, a cut comes where its measurement says the window cannot hold its folds."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from scheduler.policy.timing import tasktime
+from test_columns import _table
+
+PLAN = """name: m
+hardware: {{profile: A10-24GB, gpus_per_node: 1, cpus: 2}}
+budget: {budget}
+metric: accuracy
+jobs:
+  - {{name: lgbm, kind: lightgbm, folds: 3, num_boost_round: 400, resources: {{cpus: 1}}}}
+  - {{name: xgb, kind: xgboost, folds: {folds}, num_boost_round: {rounds}, early_stopping_rounds: {patience},
+      resources: {{cpus: 1}}}}
+"""
+
+
+def _prior(monkeypatch, job: str, factor: float) -> None:
+    """The time model's prior of ``job`` × ``factor``: every figure of its folds (a round, the data set, the
+    prediction); its start-up as it was."""
+    predict = tasktime.predict
+
+    def pinned(w, **kw):
+        t = predict(w, **kw)
+        if w.task != job:
+            return t
+        return replace(t, step_s=t.step_s * factor, fold_change_s=t.fold_change_s * factor,
+                       prediction_s=t.prediction_s * factor)
+
+    monkeypatch.setattr(tasktime, "predict", pinned)
+
+
+def _submit(tmp_path, run_cli, monkeypatch, *, budget: str, rows: int, folds: int = 5, rounds: int = 400,
+            patience: int = 100):
+    monkeypatch.setenv("GPUPACK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GPUPACK_MEASUREMENTS", str(tmp_path / "learned.sqlite"))
+    data = _table(tmp_path / "data", rows=rows, test_rows=500)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.format(budget=budget, folds=folds, rounds=rounds, patience=patience))
+    code, out, err = run_cli("submit", plan, "--data", data, "--in-process", "--run-dir", tmp_path / "run", "--json")
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    return code, err, events
+
+
+def _order(events: list[dict], job: str) -> tuple[list[int], list[int]]:
+    """Where the job's budget cuts and its finished folds come in the run's events."""
+    cuts = [k for k, e in enumerate(events) if e.get("event") == "budget_cut" and e.get("job") == job]
+    folds = [k for k, e in enumerate(events) if e.get("event") == "fold" and e.get("job") == job]
+    return cuts, folds
+
+
+@pytest.mark.slow  # two tree jobs through submit (20-25 s loaded)
+def test_a_prior_ten_times_too_long_cuts_nothing_before_the_first_fold_and_every_fold_runs(tmp_path, run_cli,
+                                                                                            monkeypatch):
+    """xgb's prior says its five folds take about 10× what they take (far past the 30 s window, in line behind
+    lgbm): before, the first look cut its folds before it started, on that prior. Now it is not cut before its
+    first fold is measured, and that measurement says its folds fit: all five run."""
+    _prior(monkeypatch, "xgb", 10.0)
+    code, err, events = _submit(tmp_path, run_cli, monkeypatch, budget="40s", rows=3000)
+    assert code == 0, err
+    cuts, folds = _order(events, "xgb")
+    assert not [k for k in cuts if not folds or k < folds[0]], [events[k] for k in cuts]
+    assert len(folds) == 5, [events[k] for k in cuts]
+
+
+@pytest.mark.slow  # ten folds of 3,000 rounds until the 34 s window's end (60-70 s loaded)
+def test_a_prior_ten_times_too_short_is_cut_on_its_own_measurement_only(tmp_path, run_cli, monkeypatch):
+    """xgb's prior says a tenth of what its folds take (ten folds of 3,000 rounds, no early stop before them), in line
+    behind lgbm: on the prior the two pass the window, and before, the first look cut xgb's folds while it waited,
+    sized on that prior (a tenth of its folds' time: it kept far more than fits). Now nothing is cut of xgb before
+    its own rounds are measured (its pace, and the rounds early stopping cannot go below), and then it is: its
+    folds cannot fit what is left."""
+    _prior(monkeypatch, "xgb", 0.1)
+    code, err, events = _submit(tmp_path, run_cli, monkeypatch, budget="40s", rows=20_000, folds=10, rounds=3000,
+                                patience=3000)
+    assert code in (0, 4, 5), err  # 5: xgb trained no fold by the deadline (its one fold may not fit)
+    cuts, _ = _order(events, "xgb")
+    measured = [k for k, e in enumerate(events) if e.get("job") == "xgb" and e.get("event") in ("epoch", "fold")]
+    assert measured, "xgb reported nothing"
+    assert not [k for k in cuts if k < measured[0]], [events[k] for k in cuts]
+    assert cuts, "its measured folds pass the window: it is cut"
