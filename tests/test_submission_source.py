@@ -74,11 +74,12 @@ def test_finished_folds_are_the_source_when_one_job_succeeds(ray_cluster, tmp_pa
     plan = _plan(tmp_path, [_command("good", SKILL=0.6), _command("bad", FAIL=1)])
     run_dir = tmp_path / "run"
     code, out, err = run_cli("submit", plan, "--data", digits_dir, "--run-dir", run_dir, "--no-dashboard")
-    assert code == 0, err
+    assert code == 5, err  # a job trained no fold (README's exit table): said, not "finished: every job ran ..."
     assert "submission source: folds" in out
+    assert "1 job(s) trained no fold: bad (failed: " in out and "every job ran to the end" not in out
     _check_submission(run_dir, digits_dir)
     assert _source_events(run_dir) == ["folds", "folds"]
-    assert RunRecord.open_existing(run_dir).run_info()["status"] == "finished"
+    assert RunRecord.open_existing(run_dir).run_info()["status"] == "finished"  # a failure is no deadline
     assert out.count("report:") == 1
 
 

@@ -182,6 +182,8 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     if info.get("trained_nothing"):  # its end word is finished or deadline, and it trained nothing (exit 4)
         console.print(f"[bold red]nothing trained[/]: no job finished a fold; the submission is "
                       f"{(view.get('outcome') or {}).get('submission_source_text') or 'a fallback'}")
+    for u in (view.get("outcome") or {}).get("untrained") or []:  # a job that trained no fold (exit 5)
+        console.print(f"[bold red]{u['job']} trained no fold[/]: {u['why']}")
     if info.get("driver_lost"):
         console.print(f"[bold red]{info['reason']}[/]")
     return 0

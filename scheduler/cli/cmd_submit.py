@@ -143,7 +143,8 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
         runtime.connect(args.address)
         hardware = runtime.cluster_hardware()
     else:
-        hardware = dryrun.resolve_hardware(plan, args.hardware, local=True)  # this machine's RAM, not the profile's
+        # a run packs this machine's RAM and cores; a dry run for a card named with --hardware packs that card's machine
+        hardware = dryrun.resolve_hardware(plan, args.hardware, local=True, named_dry_run=args.dry_run)
     info = datasource.inspect(data, plan)  # the folder checked, and the submission's form, before any run
     from scheduler.policy.timing import plantime
     from scheduler.store import timings

@@ -196,13 +196,14 @@ def _said_end(summary: dict, args, shown: Console, console: Console) -> int:
     lost = (summary.get("outcome") or {}).get("host_memory_lost")
     nothing = bool(summary.get("trained_nothing"))  # finished/deadline and no job finished a fold
     # 0 finished/deadline, 3 folds lost to RAM, 4 nothing trained, ...
-    status = exit_status(end, host_memory_lost=lost is not None, trained_nothing=nothing)
+    idle = [] if nothing else (summary.get("outcome") or {}).get("untrained") or []  # jobs that trained no fold
+    status = exit_status(end, host_memory_lost=lost is not None, trained_nothing=nothing, untrained=bool(idle))
     summary = {"run_id": Path(summary["run_dir"]).resolve().name, **summary}
     RunView.model_validate(summary)  # the run as every verb describes it (store/runview.py)
     if getattr(args, "advised_plan", None):
         summary["advised_plan"] = args.advised_plan
     said = end_line(end, summary["run_dir"], lost["text"] if lost else None,
-                    trained_nothing=summary.get("submission_source_text") if nothing else None)
+                    trained_nothing=summary.get("submission_source_text") if nothing else None, untrained=idle)
     if args.json:
         shown.print(said)
         print(json.dumps(summary))
@@ -228,12 +229,17 @@ def _on_ready(args, plan_name: str):
 
 
 def end_line(end: RunStatus, run_dir: str, host_memory_lost: str | None = None,
-             trained_nothing: str | None = None) -> str:
+             trained_nothing: str | None = None, untrained: list[dict] | None = None) -> str:
     """The live view's last line: the run's end, in the word ``status``, ``runs`` and the report use. A run that lost
     folds to host memory (``host_memory_lost``: ``outcome.host_memory_lost.text``) ends on that line instead, under
     its word, so "finished: every job ran to the end it was given" is never said of a run whose tasks were killed for
     RAM. A run that trained nothing (``trained_nothing``: what its submission is, ``submission_source_text``) says
-    so under its word, and exits 4."""
+    so under its word, and exits 4. A run where some job trained no fold (``untrained``: the outcome's jobs and why)
+    names them under its word, and exits 5."""
+    if untrained and not host_memory_lost and not trained_nothing:
+        names = "; ".join(f"{u['job']} ({u['why']})" for u in untrained)
+        return (f"[yellow]{end.value}[/]: [bold red]{len(untrained)} job(s) trained no fold[/]: {names}; the "
+                f"submission above is the other jobs' (exit 5)")
     if trained_nothing and not host_memory_lost:
         return (f"[yellow]{end.value}[/]: [bold red]nothing trained"
                 f"{' in the training window' if end is RunStatus.DEADLINE else ''}[/]: the submission above is "

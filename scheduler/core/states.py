@@ -51,7 +51,7 @@ class RunStatus(str, enum.Enum):
 
     RUNNING = "running"
     FINISHED = "finished"  # every task ran to the end it was given (the budget's cuts included)
-    DEADLINE = "deadline"  # the training deadline stopped a task that had work left; the submission is what finished
+    DEADLINE = "deadline"  # the training window stopped a task that had work left (or a job before its first fold)
     CANCELLED = "cancelled"  # `cancel RUN` (or one of its jobs), Ctrl-C, SIGTERM
     FAILED = "failed"  # no job produced anything: a task failed and no fold finished (the submission is a fallback)
     CRASHED = "crashed"  # gpupack itself failed, or its driver was lost (killed, the machine gone)
@@ -95,32 +95,42 @@ _EXIT = {RunStatus.RUNNING: 0, RunStatus.FINISHED: 0, RunStatus.DEADLINE: 0, Run
 # finished a fold: its submission is the class prior, or one partial model)
 HOST_MEMORY_EXIT = 3
 NOTHING_TRAINED_EXIT = 4
+# and one where some job trained no fold (cancelled before it started, stopped before its first fold ended, or failed)
+# while others did: the submission is theirs; a script told it apart from a run where every job trained
+UNTRAINED_JOB_EXIT = 5
 
 
-def exit_status(end: RunStatus, *, host_memory_lost: bool = False, trained_nothing: bool = False) -> int:
+def exit_status(end: RunStatus, *, host_memory_lost: bool = False, trained_nothing: bool = False,
+                untrained: bool = False) -> int:
     """``submit``'s exit status for a run's end, the table written once: ``end.exit_code``, but where that is 0, 3
     when folds were lost to host memory (a run that lost 2 of 8 folds to a 5 GiB cgroup once exited 0 and a script
     took its lower score for a good one), else 4 when no job finished a fold (``--budget 3s`` once ended
-    ``deadline`` with only the class prior, exit 0, like a run that trained); an end that is already not 0 keeps
-    its own status."""
+    ``deadline`` with only the class prior, exit 0, like a run that trained), else 5 when some job trained no fold
+    (``untrained``: option1's LightGBM, planned after the image jobs, was cancelled before it started and the run
+    exited 0); an end that is already not 0 keeps its own status."""
     code = end.exit_code
     if code != 0:
         return code
     if host_memory_lost:
         return HOST_MEMORY_EXIT
-    return NOTHING_TRAINED_EXIT if trained_nothing else code
+    if trained_nothing:
+        return NOTHING_TRAINED_EXIT
+    return UNTRAINED_JOB_EXIT if untrained else code
 
 
-def run_end(*, crashed: bool, cancelled: bool, deadline: bool, failed: bool, produced: bool) -> RunStatus:
+def run_end(*, crashed: bool, cancelled: bool, deadline: bool, failed: bool, produced: bool,
+            untrained: bool = False) -> RunStatus:
     """How a run that ran ended, the rule written once, first match wins: gpupack's own failure (``crashed``); the
     person stopped it, or one of its tasks (``cancelled``); a task failed and no fold finished anywhere
-    (``failed``); the training deadline stopped a task that had work left (``deadline``); else ``finished``."""
+    (``failed``); the training deadline stopped a task that had work left, or the budget stopped a job before it
+    trained a fold (``deadline``; ``untrained``: finished means every job trained at least one fold); else
+    ``finished``."""
     if crashed:
         return RunStatus.CRASHED
     if cancelled:
         return RunStatus.CANCELLED
     if failed and not produced:
         return RunStatus.FAILED
-    if deadline:
+    if deadline or untrained:
         return RunStatus.DEADLINE
     return RunStatus.FINISHED

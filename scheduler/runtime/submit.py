@@ -142,8 +142,11 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
         record.set_run(status=status.value, finished=time.time())
         raise
     interrupted = interrupted or stopped or bool(stops.arrived)
+    found = runview.outcome(record)  # the run's outcome as `status` gives it, read back from what was written
+    idle = [] if found is None else found.untrained
     end = end_status(record, crashed=crash is not None, interrupted=interrupted, stopped_by=stopped_by,
-                     source=summary["submission_source"])
+                     source=summary["submission_source"],
+                     untrained=any(not u.why.startswith("failed") for u in idle))
     status = end.value
     nothing = trained_nothing(end, summary["submission_source"])
     signals = [name for name, _ in stops.arrived]
@@ -151,10 +154,11 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
     record.event("run_end", status=status, ensemble_cv=summary["ensemble_cv"],
                  submission_source=summary["submission_source"], stopped_by=stopped_by,
                  **({"reason": str(crash)} if isinstance(crash, StartFailure) else {}),
-                 **({"signals": signals} if signals else {}), **({"trained_nothing": True} if nothing else {}))
+                 **({"signals": signals} if signals else {}), **({"trained_nothing": True} if nothing else {}),
+                 **({"untrained": [u.model_dump() for u in idle]} if idle and not nothing else {}))
     summary["status"] = status
     summary["trained_nothing"] = nothing
-    found = runview.outcome(record)  # the run's outcome as `status` gives it, read back from what was just written
+    found = runview.outcome(record)  # again: the run's end is in it now
     summary["outcome"] = None if found is None else found.model_dump(mode="json")
     from scheduler.store.report import build, memory_rows
 
@@ -172,14 +176,15 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
 
 
 def end_status(record: RunRecord, *, crashed: bool, interrupted: bool, stopped_by: dict[str, str],
-               source: str) -> RunStatus:
+               source: str, untrained: bool = False) -> RunStatus:
     """The run's end from what happened to it (``core.states.run_end`` holds the rule): Ctrl-C/SIGTERM
-    (``interrupted``) or a task stopped by a cancel is "cancelled"; a task stopped by the training window is
-    "deadline"; a failed task with no finished fold anywhere (``source`` is not "folds") is "failed"."""
+    (``interrupted``) or a task stopped by a cancel is "cancelled"; a task stopped by the training window, or a job
+    the budget stopped before it trained a fold (``untrained``), is "deadline"; a failed task with no finished fold
+    anywhere (``source`` is not "folds") is "failed"."""
     states = [j["state"] for j in record.jobs()]
     return run_end(crashed=crashed, cancelled=interrupted or "cancel" in stopped_by.values(),
                    deadline="deadline" in stopped_by.values(), failed=JobState.FAILED.value in states,
-                   produced=source == "folds")
+                   produced=source == "folds", untrained=untrained)
 
 
 def trained_nothing(end: RunStatus, source: str) -> bool:

@@ -124,6 +124,14 @@ class HostMemoryLoss(BaseModel):
     text: str = Field(description="the line submit ends with")
 
 
+class Untrained(BaseModel):
+    """A plan job that trained no fold in a run that ended: it was cancelled before it started, stopped before its
+    first fold ended, or failed. Such a run is never said to be ``finished``: every job ran to the end it was given."""
+
+    job: str
+    why: str = Field(description="what ended it, in words: 'cancelled before it started', the deadline, an error")
+
+
 class Outcome(BaseModel):
     """What an ended run produced: the blend's score, the submission (absolute path) and where it came from."""
 
@@ -137,6 +145,8 @@ class Outcome(BaseModel):
     submission_source_text: str | None = None
     jobs: list[JobOutcome] = Field(default_factory=list)
     host_memory_lost: HostMemoryLoss | None = Field(None, description="null: no task was killed for host RAM")
+    untrained: list[Untrained] = Field(default_factory=list,
+                                       description="the jobs that trained no fold, and why; empty: every job trained")
 
 
 class RunView(BaseModel):
@@ -229,13 +239,32 @@ def outcome(record) -> Outcome | None:
         return None
     source = blend.get("submission_source")
     path = record.dir / "submission.csv"
+    jobs = job_outcomes(record, blend.get("weights") or {}, blend.get("job_rows") or {})
     return Outcome(ensemble_cv=blend.get("ensemble_cv"), ensemble_rows=blend.get("ensemble_rows"),
                    ensemble_method=blend.get("method"), metric=blend.get("metric"),
                    held_out_score=blend.get("held_out_score"),
                    submission=absolute(path) if path.is_file() else None, submission_source=source,
                    submission_source_text=SOURCES.get(source),
-                   jobs=job_outcomes(record, blend.get("weights") or {}, blend.get("job_rows") or {}),
-                   host_memory_lost=host_memory_loss(record))
+                   jobs=jobs, host_memory_lost=host_memory_loss(record), untrained=untrained(record, jobs))
+
+
+def untrained(record, jobs: list[JobOutcome]) -> list[Untrained]:
+    """The jobs that kept no fold and were stopped or failed, each with what ended its last task: the reason of its
+    last CANCELLED or FAILED state event ('cancelled before it started', the deadline, the error). A job still
+    running is not one, nor one that ran to its end writing no fold (a ``command`` job may)."""
+    idle = {j.name for j in jobs if j.folds == 0 and j.state in (JobState.CANCELLED, JobState.FAILED)}
+    if not idle:
+        return []
+    from scheduler.policy.running.tasks import job_of
+
+    why: dict[str, str] = {}
+    for e in record.events():
+        if e.get("event") == "state" and e.get("new") in (JobState.CANCELLED.value, JobState.FAILED.value):
+            job = job_of(str(e.get("job")))
+            if job in idle and not lost_to_host_ram(e.get("error")):  # host RAM's losses: host_memory_lost
+                text = str(e.get("reason") or e.get("error") or "").strip() or "no reason recorded"
+                why[job] = f"failed: {text}" if e["new"] == JobState.FAILED.value else text
+    return [Untrained(job=j.name, why=why[j.name]) for j in jobs if j.name in why]
 
 
 def failure_reasons(record) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from scheduler.core import kinds
@@ -309,15 +310,36 @@ def _fitted_job(job, fitted):
     return job.model_copy(update=change) if change else job
 
 
-def resolve_hardware(plan: Plan, override: str | None = None, *, local: bool = False) -> hw.Hardware:
+def resolve_hardware(plan: Plan, override: str | None = None, *, local: bool = False,
+                     named_dry_run: bool = False) -> hw.Hardware:
     """The plan's hardware, or ``override`` (``--hardware``) in its place; counts in the plan still apply. ``local``:
     the plan runs on this machine, so its nodes' host RAM is what this machine gives (``hw.with_host_ram``), not the
     profile's typical figure; and its cores, the fewer of the profile's and this machine's, never fewer than one job
-    asks (``hw.with_local_cores``), unless the plan names them."""
+    asks (``hw.with_local_cores``), unless the plan names them. ``named_dry_run``: a dry run for a card the person
+    named (``submit --dry-run --hardware A100-40GB``) that this machine does not hold plans that card's machine, its
+    profile's cores and RAM, not the cores of the machine the dry run happens to run on (a 2-core laptop once split
+    option2's three B3 jobs into three waves at 13 % of the card each); each node says so. Where NVML sees that card
+    here, the dry run is of a run here, as without the flag."""
     spec = plan.hardware
+    if named_dry_run and override and override.strip().lower() != "auto" and not _card_here(override):
+        found = hw.resolve(override, gpus_per_node=spec.gpus_per_node, nodes=spec.nodes, cpus=spec.cpus,
+                           memory_mib=spec.memory, local=False)
+        said = (f"{override}'s machine: a dry run for a named card packs its cores, not this machine's "
+                f"{hw.usable_cores()[0]}")
+        if spec.cpus is not None:  # the plan's own cores stand wherever it runs
+            return found
+        return dataclasses.replace(found, nodes=tuple(n.with_(cpus_source=said) for n in found.nodes))
     return hw.resolve(override or spec.profile, gpus_per_node=spec.gpus_per_node, nodes=spec.nodes, cpus=spec.cpus,
                       memory_mib=spec.memory, local=local,
                       least_cpus=max((j.resources.cpus for j in plan.jobs), default=1) if local else None)
+
+
+def _card_here(name: str) -> bool:
+    """Whether this machine's cards (NVML) are of profile ``name``'s model (False where NVML sees none)."""
+    try:
+        return hw.detect().profile == hw.from_profile(name).profile
+    except Exception:  # noqa: BLE001 -- no NVML, no GPU, or a name that is no profile (resolve says which)
+        return False
 
 
 def _fit_jobs(plan: Plan, estimated: bool, rows: int | None = None, features: int | None = None) -> list[FitJob]:
@@ -548,9 +570,8 @@ def prepare(plan: Plan, hardware: hw.Hardware, estimated: bool = True, train_row
         if fig.measured_mib is not None:
             warnings.append(f"{name}: {fig.mib:,} MiB {fig.source} (computed {fig.computed_mib:,} MiB, "
                             f"{(fig.computed_mib - fig.mib) / fig.mib:+.1%})")
-    warnings += _placement_warnings(dry)
-    if timing is not None:
-        warnings += _timeline(dry, timing, data)
+    timed = _timeline(dry, timing, data) if timing is not None else []  # may run the waves in another order
+    warnings += _placement_warnings(dry) + timed
     dry.warnings = warnings
     return dry
 
@@ -582,6 +603,7 @@ def _timeline(dry: DryRun, timing: plantime.Timing, data: plantime.Data) -> list
     slow = device_slowdown(dry.plan, dry.tasks, dry.hardware.profile, dry.speed)
     dry.timeline = plantime.project(dry.times, dry.placement, dry.hardware, dry.plan.band[1], timing,
                                     device_slowdown=slow, now=timing.start_s)
+    ordered = _shortest_waves_first(dry, timing, slow)
     cuttable = {t: kinds.of(dry.spec(t)).cuttable for t in dry.times}
     dry.smallest_wall_s = plantime.project(plantime.smallest(dry.times, cuttable.get), dry.placement, dry.hardware,
                                            dry.plan.band[1], timing, device_slowdown=slow,
@@ -597,7 +619,55 @@ def _timeline(dry: DryRun, timing: plantime.Timing, data: plantime.Data) -> list
                    f"budget will cut epochs or folds (its smallest form takes {dry.smallest_wall_s:.0f} s)")
     for name, why in dry.timeline.never.items():
         out.append(f"time: {name} never starts: {why}")
+    if ordered:
+        out.append(ordered)
     return out
+
+
+def _shortest_waves_first(dry: DryRun, timing: plantime.Timing, slow) -> str | None:
+    """Every job gets its start: where the window cannot hold the plan as packed (its predicted wall passes the
+    training window) and it runs in waves, the waves run shortest first, so that a quick job does not wait behind
+    jobs of minutes for a start the window never reaches (option1 on a 2-core machine planned its LightGBM, a few
+    seconds a fold, after the image jobs, to start at 9m43s of a 3m24s window: it never ran). The budget then cuts
+    the long jobs that come after, on what they measure. Changes ``dry.placement`` and ``dry.timeline`` (the run loop
+    launches in wave order, so the run keeps this order) and says what it did, or returns None where nothing moved."""
+    placement, timeline, window = dry.placement, dry.timeline, dry.window_s
+    if placement.waves < 2 or timeline.wall_s <= window:
+        return None
+    spans = timeline.spans
+
+    def length(w: int) -> float:
+        mine = [spans[a.job] for a in placement.assignments if a.wave == w and a.job in spans]
+        return max(s.end for s in mine) - min(s.start for s in mine) if mine else math.inf
+
+    order = sorted(range(placement.waves), key=lambda w: (length(w), w))
+    if order == list(range(placement.waves)):
+        return None
+    new_wave = {w: i for i, w in enumerate(order)}
+    moved = tuple(dataclasses.replace(a, wave=new_wave[a.wave],
+                                      reason=f"{a.reason}; runs in wave {new_wave[a.wave]}: shortest waves first, "
+                                             "so every job trains in the window")
+                  if new_wave[a.wave] != a.wave else a for a in placement.assignments)
+    reordered = dataclasses.replace(placement, assignments=moved)
+    again = plantime.project(dry.times, reordered, dry.hardware, dry.plan.band[1], timing, device_slowdown=slow,
+                             now=timing.start_s)
+
+    def last_start(t) -> float:  # the latest any job starts (a task that never starts: never)
+        firsts = {}
+        for name, span in t.spans.items():
+            job = dry.tasks[name].job if name in dry.tasks else tk.job_of(name)
+            firsts[job] = min(firsts.get(job, math.inf), span.start)
+        return math.inf if t.never else max(firsts.values(), default=0.0)
+
+    before, after = last_start(timeline), last_start(again)
+    if after >= before:
+        return None
+    dry.placement, dry.timeline = reordered, again
+    first = sorted({(dry.tasks[a.job].job if a.job in dry.tasks else a.job) for a in moved if a.wave == 0})
+    return (f"order: the {window:.0f} s training window cannot hold the plan as packed ({timeline.wall_s:.0f} s), so "
+            f"its waves run shortest first and every job starts in it: {', '.join(first)} first; the last job now "
+            f"starts at {after:.0f} s (it would have at {before:.0f} s); the budget cuts the longer jobs on what "
+            "they measure")
 
 
 def device_slowdown(plan: Plan, tasks: dict, card: str, speed=None):
