@@ -1,6 +1,6 @@
 """gpupack against what a competitor would otherwise reach for, on real tables: plain LightGBM and AutoGluon.
 
-    python benchmarks/peers.py [--tables diamonds,crashes,flights,wages] [--budget 2m] [--workdir DIR]
+    python benchmarks/peers.py [--tables peers|unseen|NAME,...] [--budget 2m] [--workdir DIR]
                                [--autogluon-python PATH] [--tuned-on NAME,...] [--out FILE] [--json]
 
 Why it exists (issue 54): every benchmark of gpupack's tabular path read the built-in digits, 64 numeric pixel
@@ -17,6 +17,14 @@ into Kaggle folders with held-out answers kept apart), same budget, same machine
 - **AutoGluon**: ``TabularPredictor(label, eval_metric).fit(train, time_limit=budget)`` with its default presets (an
   optional extra; it needs pandas < 2.4, so it may live in its own venv: ``--autogluon-python``). When it cannot be
   imported the benchmark says so in one line and its cells are null with the reason.
+
+``--tables`` takes table names or a group of ``peers_tables.GROUPS`` (``peers``: the four above, the default;
+``unseen``: seven tables no benchmark or test had read when they were added, issue 64). Beside the scores, each
+table's row says how gpupack kept to its budget: the whole ``submit`` command's wall and how far past the budget it
+went, the run's wall against the dry run's prediction (the cut form's, ``predicted``, and the plan's uncut one), the
+budget's cuts and undos, and per member (from the run's ``events.jsonl``, read with ``benchmarks/budget.py``'s
+readers) each cut it settled on (``folds 5 → 1``), whether the first came before the member had finished a fold (a
+cut on a prior), the folds it trained and whether it was cancelled before it started.
 
 Each contender runs as its own subprocess, one at a time, its wall measured around it, and writes a submission.csv
 in the sample's shape; every submission is scored here by the same code (scikit-learn's metrics) on the held-out
@@ -162,11 +170,13 @@ def parse_budget(text: str) -> float:
     return h * 3600 + m * 60 + s
 
 
-def names(text: str, flag: str, known) -> list[str]:
-    chosen = [t.strip() for t in text.split(",") if t.strip()]
+def names(text: str, flag: str, known, groups: dict | None = None) -> list[str]:
+    """The tables ``text`` names, comma-separated; a group's name (``peers_tables.GROUPS``) stands for its tables."""
+    chosen = [n for t in text.split(",") if t.strip() for n in (groups or {}).get(t.strip(), [t.strip()])]
     unknown = [t for t in chosen if t not in known]
     if unknown:
-        raise SystemExit(f"error: {flag}: unknown table(s) {', '.join(unknown)}; the tables are {', '.join(known)}")
+        raise SystemExit(f"error: {flag}: unknown table(s) {', '.join(unknown)}; the tables are {', '.join(known)}"
+                         + (f"; the groups {', '.join(groups)}" if groups else ""))
     return chosen
 
 
@@ -232,6 +242,66 @@ def run_wall(run_dir: Path) -> float | None:
     return None
 
 
+def members(run_dir: Path) -> dict:
+    """Per member (a task ``lgbm`` or ``resnet50/f1`` is member ``lgbm`` / ``resnet50``), what the budget did to it,
+    from the run's ``events.jsonl``: its cuts and undos in order (``at_s`` from the run's start, what, old → new), the
+    form it settled on per limit (the first cut's old → the last decision's new: ``{"folds": [5, 1]}``; a limit given
+    back in full is left out), whether its first cut came before it had finished a fold (a cut on a prior, not on a
+    measurement), the folds it trained, and whether it was cancelled before it started."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import budget as bench  # benchmarks/budget.py: the event readers every budget benchmark uses
+
+    events = bench.read_events(run_dir)
+    start = next((e["time"] for e in events if e.get("event") == "run_start"), None)
+    out: dict[str, dict] = {}
+
+    def member(task) -> dict:
+        return out.setdefault(str(task).split("/")[0], {"cuts": 0, "undos": 0, "decisions": [], "settled": {},
+                                                         "folds_trained": 0, "started": False,
+                                                         "cut_before_first_fold": False,
+                                                         "cancelled_before_start": False})
+
+    for e in events:
+        task, kind = e.get("job"), e.get("event")
+        if task is None:
+            continue
+        m = member(task)
+        if kind == "fold" and not e.get("kept"):
+            m["folds_trained"] += 1
+        elif kind == "state" and e.get("new") == "RUNNING":
+            m["started"] = True
+    for d in bench.decisions(events, start):
+        m = member(d["task"])
+        m["cuts" if d["kind"] == "cut" else "undos"] += 1
+        if d["kind"] == "cut" and m["cuts"] == 1:
+            first_fold = next((e["time"] for e in events if e.get("event") == "fold" and not e.get("kept")
+                               and str(e.get("job")).split("/")[0] == str(d["task"]).split("/")[0]), None)
+            m["cut_before_first_fold"] = first_fold is None or (start is not None and d["at_s"] < first_fold - start)
+        m["decisions"].append({k: d.get(k) for k in ("at_s", "kind", "what", "old", "new", "until_s")
+                               if d.get(k) is not None})
+        what = d.get("what")
+        if what and what != "until":
+            planned = m["settled"].get(what, [d.get("old"), None])[0]
+            m["settled"][what] = [planned, d.get("new")]
+    for m in out.values():
+        m["settled"] = {w: v for w, v in m["settled"].items() if v[0] != v[1] and v[1] is not None}
+    for task in bench.unstarted_cancelled(events):
+        member(task)["cancelled_before_start"] = True
+    return out
+
+
+def member_text(name: str, m: dict) -> str:
+    """One member in a line: ``xgb: folds 5 → 1 (3 cuts, 2 undos; first before a fold), 1 fold``."""
+    if m["cancelled_before_start"]:
+        return f"{name}: cancelled before it started"
+    settled = ", ".join(f"{w} {a} → {b}" for w, (a, b) in m["settled"].items())
+    moves = ", ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in (("cut", m["cuts"]), ("undo", m["undos"])) if n)
+    return (f"{name}: {settled or ('uncut' if not m['cuts'] else 'cuts all undone')}"
+            + (f" ({moves}{'; first before a fold' if m['cut_before_first_fold'] else ''})" if moves else "")
+            + f", {m['folds_trained']} fold{'s' if m['folds_trained'] != 1 else ''}")
+
+
 def run_gpupack(name: str, folder: Path, metric: str, budget: str, workdir: Path, extra: list[str],
                 timeout_s: float) -> dict:
     plan = plan_for(metric, workdir)
@@ -247,6 +317,8 @@ def run_gpupack(name: str, folder: Path, metric: str, budget: str, workdir: Path
     submission = Path(doc.get("submission") or run_dir / "submission.csv")
     score, why = held_out(folder, submission, metric)
     own = run_wall(run_dir)
+    budget_s = parse_budget(budget)
+    per_member = members(run_dir)
     cell = {"score": score, "wall_s": run["wall_s"], "load_1m_at_start": run["load_1m_at_start"], "exit": run["rc"],
             # the time model predicts the run's wall: its start to its last task's end (``time_predicted``), without
             # the process's imports, the door and the blend around it; held against the run's own measure of it
@@ -254,6 +326,11 @@ def run_gpupack(name: str, folder: Path, metric: str, budget: str, workdir: Path
             "uncut_wall_s": timeline.get("uncut_wall_s"),
             "wall_error": None if predicted is None or not own else round((own - predicted) / own, 3),
             "process_wall_error": None if predicted is None else round((run["wall_s"] - predicted) / run["wall_s"], 3),
+            # the whole command (imports, door, run, blend, submission) against the budget the user gave it
+            "budget_s": budget_s, "past_budget": round((run["wall_s"] - budget_s) / budget_s, 3),
+            "cuts": sum(m["cuts"] for m in per_member.values()),
+            "undos": sum(m["undos"] for m in per_member.values()),
+            "members": per_member,
             "status": doc.get("status"), "submission_source": doc.get("submission_source"),
             "gpupack_held_out": doc.get("held_out_score"), "ensemble_cv": doc.get("ensemble_cv"),
             "notes": doc.get("notes"), "dry_run_warnings": dry_doc.get("warnings"),
@@ -336,8 +413,8 @@ def fmt(value, metric: str | None = None) -> str:
 
 
 def table_text(doc: dict) -> str:
-    head = ["table", "metric", "train/test", "gpupack", "LightGBM", "AutoGluon", "gpupack wall", "run wall",
-            "predicted", "error", "LightGBM wall", "AutoGluon wall"]
+    head = ["table", "metric", "train/test", "gpupack", "LightGBM", "AutoGluon", "gpupack wall", "past budget",
+            "run wall", "predicted", "error", "uncut", "cuts/undos", "LightGBM wall", "AutoGluon wall"]
     rows = []
     for name, t in doc["tables"].items():
         g, lg, ag = (t["contenders"].get(c) or {} for c in CONTENDERS)
@@ -345,14 +422,21 @@ def table_text(doc: dict) -> str:
                      f"{t['train_rows']:,}/{t['test_rows']:,}", fmt(g.get("score"), t["metric"]),
                      fmt(lg.get("score"), t["metric"]), fmt(ag.get("score"), t["metric"]),
                      f"{g['wall_s']:.0f} s" if g.get("wall_s") else "—",
+                     f"{g['past_budget']:+.0%}" if g.get("past_budget") is not None else "—",
                      f"{g['run_wall_s']:.0f} s" if g.get("run_wall_s") else "—",
                      f"{g['predicted_wall_s']:.0f} s" if g.get("predicted_wall_s") else "—",
                      f"{g['wall_error']:+.0%}" if g.get("wall_error") is not None else "—",
+                     f"{g['uncut_wall_s']:.0f} s" if g.get("uncut_wall_s") else "—",
+                     f"{g['cuts']}/{g['undos']}" if g.get("cuts") is not None else "—",
                      f"{lg['wall_s']:.0f} s" if lg.get("wall_s") else "—",
                      f"{ag['wall_s']:.0f} s" if ag.get("wall_s") else "—"])
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     lines = [" | ".join(str(v).ljust(w) for v, w in zip(r, widths)) for r in [head, *rows]]
     lines.insert(1, "-+-".join("-" * w for w in widths))
+    for name, t in doc["tables"].items():
+        ms = (t["contenders"].get("gpupack") or {}).get("members") or {}
+        if ms:
+            lines.append(f"{name} members: " + "; ".join(member_text(n, m) for n, m in ms.items()))
     for name, t in doc["tables"].items():
         for c in CONTENDERS:
             err = (t["contenders"].get(c) or {}).get("error")
@@ -365,7 +449,7 @@ def sitting(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(HERE))
     import peers_tables
 
-    tables = names(args.tables, "--tables", list(peers_tables.TABLES)) if args.tables else list(peers_tables.TABLES)
+    tables = names(args.tables or "peers", "--tables", list(peers_tables.TABLES), peers_tables.GROUPS)
     tuned_on = names(args.tuned_on, "--tuned-on", list(peers_tables.TABLES)) if args.tuned_on else []
     budget_s = parse_budget(args.budget)
     workdir = Path(args.workdir).resolve()
@@ -428,7 +512,7 @@ def sitting(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tables", help="a comma-separated subset (default: every table)")
+    p.add_argument("--tables", help="tables or groups, comma-separated: peers (the default), unseen, or names")
     p.add_argument("--budget", default="2m", help="every contender's budget: 2m, 90s, 1h (default 2m)")
     p.add_argument("--workdir", default=str(ROOT / "runs" / "peers"),
                    help="where the tables, runs and logs go (default runs/peers)")

