@@ -52,3 +52,52 @@ def test_a_cut_and_its_undo_happen_at_most_once_per_task_per_fold(monkeypatch):
     assert len(sent) == len(decided)
     last = decided[-1]
     assert sent[-1].get("epochs") == (last[2] if last[0] == "budget_cut" else None)
+
+
+def _shown(events_then_looks) -> list[str]:
+    """The live view's plain lines (``cli.live._Lines``) for events written to an events.jsonl between its looks:
+    ``events_then_looks`` is a list of (events, the run's clock at the look)."""
+    import io
+    import json
+    import tempfile
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from scheduler.cli.live import _Lines
+
+    out = io.StringIO()
+    lines = _Lines(Console(file=out, width=300, no_color=True, highlight=False))
+    with tempfile.TemporaryDirectory() as d:
+        record = SimpleNamespace(events_path=Path(d) / "events.jsonl")
+        for events, now in events_then_looks:
+            with record.events_path.open("a") as f:
+                f.writelines(json.dumps(e) + "\n" for e in events)
+            lines.show(record, now=now)
+    return [line for line in out.getvalue().splitlines() if line.strip()]
+
+
+def _decision(kind: str, what: str, old: int, new: int, at: float, job: str = "b") -> dict:
+    return {"time": at, "event": kind, "job": job, "what": what, "old": old, "new": new, "reason": "r",
+            "margin": 0.1, "margin_source": "measured", "estimated_finish_s": 90.0}
+
+
+def test_the_live_view_shows_what_a_task_runs_with_not_the_swings_before():
+    """A waiting task cut to 1 fold and 1 epoch and given both back before it started: one dim line when it starts
+    (on main: four lines, two ✂ and two ↺). A cut that stands is shown once its task reports, or SETTLE_S after it."""
+    swings = [_decision("budget_cut", "folds", 5, 1, 100.0), _decision("budget_cut", "epochs", 12, 1, 100.0),
+              _decision("budget_restore", "epochs", 1, 12, 101.0), _decision("budget_restore", "folds", 1, 5, 101.0)]
+    started = {"time": 102.0, "event": "state", "job": "b", "old": "PENDING", "new": "RUNNING"}
+    said = _shown([(swings[:2], 100.5), (swings[2:], 101.5), ([started], 102.0)])
+    budget_lines = [line for line in said if "budget" in line]
+    assert len(budget_lines) == 1 and "cut and given back before it ran with it" in budget_lines[0], said
+    assert said[-1].endswith("b: PENDING → RUNNING")  # said after what it runs with
+
+    from scheduler.cli.live import SETTLE_S
+
+    cut = [_decision("budget_cut", "folds", 5, 2, 200.0, job="c"), _decision("budget_cut", "epochs", 12, 6, 200.0,
+                                                                             job="c")]
+    assert not _shown([(cut, 201.0)])  # held: a swing back may follow
+    said = _shown([(cut, 201.0), ([], 200.0 + SETTLE_S)])
+    assert len(said) == 1 and "budget ✂ c: folds 5 → 2, epochs 12 → 6" in said[0] and "2 decisions" in said[0]

@@ -27,26 +27,71 @@ from scheduler.core.units import format_duration
 from scheduler.cli.views import run_table, show_dry_run, show_summary
 
 
+DECISIONS = ("budget_cut", "budget_restore")
+SETTLE_S = 5.0  # a budget decision no report of its task has followed is shown this long after it (run's clock)
+REPORTS = ("epoch", "fold", "refit", "state", "launch")  # a task's own news: its budget decisions so far are shown
+
+
 class _Lines:
-    """Progress as plain lines: state changes, finished folds, one line per epoch (``only``: of these events)."""
+    """Progress as plain lines: state changes, finished folds, one line per epoch (``only``: of these events).
+
+    The budget's decisions are shown as the task runs with them, not as they swing: a task's decisions are held
+    until it next reports (an epoch, a fold, a change of state) or for SETTLE_S, then said as one line of what
+    changed all told (``settled``): a cut given back before the task ran with it is one dim line, not two."""
 
     def __init__(self, console: Console, only: tuple[str, ...] | None = None):
         self.console, self.only = console, only
         self.offset = 0
+        self.held: dict[str, list[dict]] = {}  # each task's budget decisions not yet shown
 
     def __call__(self, driver: Driver) -> None:
         self.show(driver.record, time.time() - driver.started_at)
 
-    def show(self, record, elapsed_s: float = 0.0) -> None:
-        """Print what ``record``'s events.jsonl gained since the last look."""
+    def show(self, record, elapsed_s: float = 0.0, now: float | None = None) -> None:
+        """Print what ``record``'s events.jsonl gained since the last look (``now``: the run's clock, for the budget's
+        decisions held; this machine's by default)."""
         from scheduler.store.record import events_from
 
         events, self.offset = events_from(record.events_path, self.offset)
         elapsed = format_duration(elapsed_s)
+        now = time.time() if now is None else now
         for ev in events:
-            text = _describe(ev) if self.only is None or ev["event"] in self.only else None
-            if text:
-                self.console.print(f"[dim]{elapsed:>7}[/] {text}")
+            if self.only is None and ev["event"] in DECISIONS and ev.get("job"):
+                self.held.setdefault(ev["job"], []).append(ev)
+                continue
+            if ev["event"] == "run_end" or (ev["event"] in REPORTS and ev.get("job") in self.held):
+                for job in list(self.held) if ev["event"] == "run_end" else [ev["job"]]:
+                    self._say(elapsed, settled(self.held.pop(job)))
+            self._say(elapsed, _describe(ev) if self.only is None or ev["event"] in self.only else None)
+        for job in [j for j, held in self.held.items() if now - float(held[-1].get("time", now)) >= SETTLE_S]:
+            self._say(elapsed, settled(self.held.pop(job)))
+
+    def _say(self, elapsed: str, text: str | None) -> None:
+        if text:
+            self.console.print(f"[dim]{elapsed:>7}[/] {text}")
+
+
+def settled(decisions: list[dict]) -> str | None:
+    """A task's budget decisions (``budget_cut`` / ``budget_restore``) made before it ran with them, as one line: one
+    decision as it is (``_describe``); several as what changed all told, each limit from its first value to its last
+    ("folds 5 → 2, epochs 12 → 6"), on the last one's footing, with how many decisions it took; nothing changed all
+    told (a cut given back), one dim line saying so."""
+    if len(decisions) == 1 or any(d.get("what") == "until" or d.get("until_s") is not None for d in decisions):
+        return "\n".join(filter(None, map(_describe, decisions))) or None
+    first: dict = {}
+    last: dict = {}
+    for d in decisions:
+        first.setdefault(d.get("what"), d.get("old"))
+        last[d.get("what")] = d.get("new")
+    job, ev = decisions[-1].get("job", ""), decisions[-1]
+    changed = [(w, first[w], last[w]) for w in first if first[w] != last[w]]
+    told = f"{len(decisions)} decisions"
+    if not changed:
+        return f"[dim]budget: {job}: cut and given back before it ran with it ({told}: {', '.join(first)} as planned)[/]"
+    mark = ("[yellow]budget ✂[/]" if all(new < old for _, old, new in changed) else
+            "[green]budget ↺[/]" if all(new > old for _, old, new in changed) else "[yellow]budget ✂↺[/]")
+    said = ", ".join(f"{w} {old} → {new}" for w, old, new in changed)
+    return f"{mark} {job}: {said}{_basis(ev)} ({ev.get('reason', '')}; {told})"
 
 
 def _basis(ev: dict) -> str:
