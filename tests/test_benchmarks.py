@@ -446,7 +446,7 @@ def test_peers_tables_groups_name_known_tables_and_a_binary_target_becomes_0_1(t
         p.names("nosuch", "--tables", list(pt.TABLES), pt.GROUPS)
     table = pt.TABLES["churn"]
     raw = pd.DataFrame({"rownames": range(40), "churn": ["Yes", "No", "No", "No"] * 10,
-                        "contract": ["Month-to-month", "One year"] * 20, "total_charges": [None, 1.5, 2.0, 3.0] * 10})
+                        "contract": ["Month-to-month", "One\ryear"] * 20, "total_charges": [None, 1.5, 2.0, 3.0] * 10})
     monkeypatch.setattr(pt, "_raw", lambda t: raw.drop(columns=list(t.dropped)))
     root, info = pt.build(table, tmp_path)
     train, test = pd.read_csv(root / "train.csv"), pd.read_csv(root / "test.csv")
@@ -455,6 +455,7 @@ def test_peers_tables_groups_name_known_tables_and_a_binary_target_becomes_0_1(t
     assert set(train["churn"]) | set(solution["churn"]) == {0, 1} and (sample["churn"] == 0.5).all()
     assert (train["churn"].sum() + solution["churn"].sum()) == 10  # the ten "Yes" rows, whatever the split
     assert list(solution["id"]) == list(test["id"]) and info["classes"] == 2
+    assert set(train["contract"]) == {"Month-to-month", "One\nyear"}  # a lone \r tore its row in two
     assert info["columns"]["total_charges"]["missing"] == train["total_charges"].isna().sum() > 0  # train's cells
     assert train["total_charges"].isna().sum() + test["total_charges"].isna().sum() == 10  # kept missing
 
@@ -513,3 +514,21 @@ def test_the_mnist_folder_is_a_competition_gpupack_reads(tmp_path):
     assert (other / "train.csv").read_bytes() != (root / "train.csv").read_bytes()
     with pytest.raises(SystemExit):
         mf.build(tmp_path / "bad", tmp_path / "comp")  # no src/digits/*.json there
+
+
+def test_the_mnist_run_is_judged_on_every_job_the_window_and_the_budget():
+    """``mnist_folder.py --run``'s verdict from a run's figures: a job that trained no fold, a window not spent or
+    overspent, a command more than 5 % past its budget, a submission not from folds, held-out under the goal."""
+    mf = _bench("mnist_folder")
+    ran = {"cuts": 0, "undos": 0, "decisions": [], "settled": {}, "folds_trained": 1, "started": True,
+           "cut_before_first_fold": False, "cancelled_before_start": False}
+    fig = {"wall_s": 243.0, "exit": 0, "status": "finished", "held_out": 0.96, "submission_source": "folds",
+           "window_s": 204.0, "last_activity_s": 190.0, "share_used": 0.93}
+    good = mf.judged(fig, {"lgbm": ran, "resnet50": ran}, 240.0, 0.95)
+    assert good["past_budget"] == 0.013 and all(good["goals"].values()), good["goals"]
+    never = {**ran, "folds_trained": 0, "started": False, "cancelled_before_start": True}
+    bad = mf.judged({**fig, "wall_s": 253.0, "share_used": 1.07, "held_out": 0.862, "submission_source": "prior"},
+                    {"lgbm": never, "resnet50": ran}, 240.0, 0.95)
+    assert bad["untrained"] == ["lgbm"] and not any(bad["goals"].values()), bad["goals"]
+    assert "lgbm: cancelled before it started" in mf.run_text({**bad, "plan": "p", "data": "d", "budget": "4m"})
+    assert "held_out_at_least" not in " ".join(mf.judged(fig, {"a": ran}, 60.0, None)["goals"])
