@@ -50,9 +50,12 @@ def start(args, run_dir: Path, data_dir: Path | None, builtin: str | None) -> di
     read_end, write_end = os.pipe()
     try:
         with open(log_path, "ab") as log:
+            from scheduler.cli import common
+
+            env = {**os.environ, **({common.STARTED_ENV: str(common.started)} if common.started else {})}
             proc = subprocess.Popen(child_argv(args, run_dir, data_dir, builtin, write_end), stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                    pass_fds=(write_end,))
+                                    pass_fds=(write_end,), env=env)
     finally:
         os.close(write_end)
     with os.fdopen(read_end, "rb") as ready:

@@ -159,6 +159,12 @@ def _describe(ev: dict) -> str | None:
     return None
 
 
+def _started() -> float | None:
+    from scheduler.cli import common
+
+    return common.started
+
+
 def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console, builtin: str | None = None) -> int:
     err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 120)
     shown = err if args.json else console
@@ -168,7 +174,7 @@ def run_with_progress(dry: DryRun, args, data_dir: Path | None, console: Console
         return _detached(args, run_dir, data_dir, builtin, console)
     opts = RunOptions(run_dir=run_dir, data_dir=data_dir, address=args.address, dashboard=not args.no_dashboard,
                       plan_file=None if resuming else Path(args.plan), resume=resuming,
-                      training_s=getattr(args, "training_s", None),
+                      training_s=getattr(args, "training_s", None), started=_started(),
                       asked={"hardware_arg": args.hardware, "trust_plan_memory": args.trust_plan_memory,
                              "address_arg": args.address}, builtin=builtin)
     if not args.json:

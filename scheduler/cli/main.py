@@ -78,6 +78,9 @@ def _fail(as_json: bool, message: str, code: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from scheduler.cli import common
+
+    common.started = common.command_started(whole_process=argv is None)  # --budget bounds the whole command
     openmp.wait_passively()  # before any library or a local Ray starts (core.openmp says why)
     argv, debug = _debug_flag(list(sys.argv[1:] if argv is None else argv))
     as_json = _json_flag(argv)

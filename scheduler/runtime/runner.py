@@ -35,6 +35,9 @@ class RunOptions:
     plan_file: Path | None = None
     resume: bool = False  # go on with a stopped run in run_dir: only the jobs that had not SUCCEEDED run
     training_s: float | None = None  # the training window; None: the dry run's (``Plan.window_s``)
+    # when the command began (``cli.common.command_started``): a new run's window is what the budget has left after
+    # the door (the data read, the estimates, the round probe), so the whole command keeps to --budget; None: from now
+    started: float | None = None
     asked: dict = field(default_factory=dict)  # how the run was asked for (hardware_arg, …), kept for --resume
     builtin: str | None = None  # the shelf's competition to write when there is no data_dir (default digits)
 
@@ -49,7 +52,7 @@ def ensure_data(data_dir: Path | None, run_dir: Path, builtin: str | None = None
 
     name = builtin or DIGITS
     path = run_dir / "data"
-    shelf.write(name, path)
+    shelf.copy(name, path)  # linked from the cache folder's copy (written once)
     return path.resolve(), name
 
 
@@ -83,7 +86,10 @@ class Runner:
     def __init__(self, dry: DryRun, opts: RunOptions, record: RunRecord, best_fit=None):
         self.dry, self.plan, self.opts, self.record = dry, dry.plan, opts, record
         self.started_at = time.time()
-        self.deadline = self.started_at + (dry.window_s if opts.training_s is None else opts.training_s)
+        window = dry.window_s if opts.training_s is None else opts.training_s
+        # the door's seconds come out of a new run's window (a resumed run's window is what was left when it stopped)
+        self.door_s = 0.0 if opts.started is None or opts.resume else max(0.0, self.started_at - opts.started)
+        self.deadline = self.started_at + max(0.0, window - self.door_s)
         done = frozenset(r["name"] for r in record.jobs() if r["state"] == JobState.SUCCEEDED.value)
         self.run_state = rl.RunState(self.plan, dry.placement.assignments, rl.Window(self.started_at, self.deadline),
                                      whole=frozenset(dry.whole), done=done, best_fit=best_fit, tasks=dry.tasks,
@@ -126,7 +132,8 @@ class Runner:
         self.record.set_run(rehearsal=not self.cuda, data_dir=str(self.data_dir), deadline=self.deadline,
                             builtin=self.builtin)
         self.record.event("run_start", plan=self.plan.name, rehearsal=not self.cuda, budget_s=self.plan.budget,
-                          training_deadline_s=round(self.deadline - self.started_at, 1), resumed=self.opts.resume)
+                          training_deadline_s=round(self.deadline - self.started_at, 1), resumed=self.opts.resume,
+                          door_s=round(self.door_s, 1))
         self.timekeeper = TimeKeeper.start(self.dry, self.record, self.started_at, cuda=self.cuda,
                                            resumed=self.opts.resume)
         if self.cuda:  # a rehearsal's CPU epochs have nothing to do with the card's: no model for them

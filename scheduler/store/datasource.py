@@ -8,10 +8,7 @@ that does not say its ``metric`` takes the built-in competition's own.
 
 from __future__ import annotations
 
-import atexit
 import functools
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,12 +83,11 @@ def with_views(plan: Plan, choice: DataChoice) -> Plan:
 
 @functools.lru_cache(maxsize=None)
 def materialised(name: str) -> Path:
-    """A built-in competition written once per process into a temporary folder, for reading before a run."""
+    """A built-in competition for reading before a run: the cache folder's copy (``jobs.shelf.cached``), written
+    by the first command that needed it and read by every later one."""
     from jobs import shelf
 
-    folder = Path(tempfile.mkdtemp(prefix=f"gpupack-{name}-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return shelf.write(name, folder)
+    return shelf.cached(name)
 
 
 def inspect(choice: DataChoice, plan: Plan) -> dict:
