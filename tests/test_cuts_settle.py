@@ -101,3 +101,26 @@ def test_the_live_view_shows_what_a_task_runs_with_not_the_swings_before():
     assert not _shown([(cut, 201.0)])  # held: a swing back may follow
     said = _shown([(cut, 201.0), ([], 200.0 + SETTLE_S)])
     assert len(said) == 1 and "budget ✂ c: folds 5 → 2, epochs 12 → 6" in said[0] and "2 decisions" in said[0]
+
+
+def test_a_task_that_has_had_its_turn_in_a_fold_may_still_take_a_time_bound(monkeypatch):
+    """Given back in its fold (its one turn there) and late again: no cut of its folds or epochs until its fold ends,
+    but a time bound, the window's edge, still comes (its fold then ends with predictions where the deadline would
+    drop it); before, nothing at all."""
+    run = Run(window_s=200.0)
+    run(rl.Start(T0))
+    run(rl.JobStarted("x", T0))
+    now = run.epochs("x", T0 + 5, every_s=2.0, count=2)
+    s = run.s
+    s._decided["x"] = ("restore", s._news - 1, 0, True)  # given back in fold 0, a report since
+
+    def cuts(jobs, *args, held=frozenset(), **kw):
+        return [c for p in jobs if p.name not in held and not p.waiting
+                for c in (budget.Cut(p.name, "epochs", p.epochs, 3, "late"),
+                          budget.Cut(p.name, "until", p.epochs, p.epochs, "late", until=T0 + 190))]
+
+    monkeypatch.setattr(budget, "decide_takebacks", lambda *a, **kw: [])
+    monkeypatch.setattr(budget, "decide_cuts", cuts)
+    monkeypatch.setattr(budget, "decide_restores", lambda *a, **kw: [])
+    sent = [i.limits for i in run(rl.Tick(now + 0.5)) if isinstance(i, rl.SetLimits) and i.job == "x"]
+    assert sent == [{"until": T0 + 190}]

@@ -547,8 +547,15 @@ class RunState:
         if out:
             return out
         held = frozenset(n for n in self.jobs if self._reverses(n, "cut"))
-        for cut in budget.decide_cuts(progress + waiting, now, self.window.started_at, self.window.deadline, margin,
-                                      projection=projection, held=held):
+        cuts = budget.decide_cuts(progress + waiting, now, self.window.started_at, self.window.deadline, margin,
+                                  projection=projection, held=held)
+        turned = held - frozenset(n for n in self.jobs if self._reverses(n, "cut", in_fold=False))
+        if not cuts and turned:  # held for its fold's one turn alone: a time bound is the window's edge, not a change
+            # of mind on its folds or epochs, and keeps the fold under way where the deadline would drop it
+            cuts = [c for c in budget.decide_cuts(progress + waiting, now, self.window.started_at,
+                                                  self.window.deadline, margin, projection=projection,
+                                                  held=held - turned) if c.what == "until" and c.job in turned][:1]
+        for cut in cuts:
             self._decide(cut.job, "cut")
             out += self._cut(cut, margin)
         if out:
@@ -569,19 +576,19 @@ class RunState:
             out += self._cut(r, again) if r.new < r.old else self._restore(r, again)  # a fold back at fewer epochs
         return out
 
-    def _reverses(self, name: str, what: str) -> bool:
+    def _reverses(self, name: str, what: str, in_fold: bool = True) -> bool:
         """Whether deciding ``what`` ("cut" or "restore") of a task now would reverse the budget's last decision on
         it where that is barred: with no task having reported since (a mis-estimated kind, given back and cut again on
         the same figures, was cut and restored six times in 27 s, a task that had succeeded restarted among them), or
         a second time in the fold the task is at: a cut and its undo happen at most once per task per fold (on a
         table no one had tuned on, 7 cuts and 5 undos in a 90 s run, xgb cut to one fold, given back, cut again as
         each report moved the margin). A new report is new figures, a new fold a new turn: a decision may be
-        reversed on them."""
+        reversed on them. ``in_fold=False``: the first rule alone."""
         last = self._decided.get(name)
         if last is None or last[0] == what:
             return False
         _, news, fold, turned = last
-        return news == self._news or (turned and fold == self._fold_at(name))
+        return news == self._news or (in_fold and turned and fold == self._fold_at(name))
 
     def _decide(self, name: str, what: str) -> None:
         """The budget decided ``what`` of a task: the hysteresis's record (``_reverses``)."""
