@@ -89,3 +89,37 @@ def test_a_prior_ten_times_too_short_is_cut_on_its_own_measurement_only(tmp_path
     assert measured, "xgb reported nothing"
     assert not [k for k in cuts if k < measured[0]], [events[k] for k in cuts]
     assert cuts, "its measured folds pass the window: it is cut"
+
+
+@pytest.mark.slow  # one run of two tree jobs through submit, between two dry runs (20-30 s loaded)
+def test_the_dry_run_says_how_far_off_the_model_was_on_tables_like_this_one(tmp_path, run_cli, monkeypatch):
+    """The dry run says what the time model's first figure missed by on this machine's earlier runs on tables of
+    the same shape (problem, rows to a power of ten, classes): none before the first run; after it, that run's
+    predicted wall against its actual, as its events say (``time_actual``)."""
+    from scheduler.policy.timing import timerecord as tr
+    from test_columns import PLAN as COLUMNS_PLAN
+
+    monkeypatch.setenv("GPUPACK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GPUPACK_MEASUREMENTS", str(tmp_path / "learned.sqlite"))
+    data = _table(tmp_path / "data")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(COLUMNS_PLAN)
+
+    def like() -> tuple[dict, str]:
+        code, out, err = run_cli("submit", plan, "--data", data, "--in-process", "--dry-run", "--json")
+        assert code == 0, err
+        code, text, err = run_cli("submit", plan, "--data", data, "--in-process", "--dry-run")
+        assert code == 0, err
+        return json.loads(out)["timeline"]["like"], text
+
+    before, text = like()
+    assert before["shape"] == "classification, 100-1k rows, 2 classes" and before["runs"] == 0
+    assert "on tables like this one (classification, 100-1k rows, 2 classes): no earlier run" in " ".join(text.split())
+    code, out, err = run_cli("submit", plan, "--data", data, "--in-process", "--run-dir", tmp_path / "run", "--json")
+    assert code == 0, err
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    [wall] = [e for e in events if e.get("event") == tr.ACTUAL and e.get("job") is None]
+    p, a = wall["predicted"][tr.RUN_WALL], wall["actual"][tr.RUN_WALL]
+    after, text = like()
+    assert after["runs"] == 1 and after["errors"][0] == pytest.approx((a - p) / p, abs=1e-3)
+    assert f"{after['low']:+.0%} … {after['high']:+.0%} off on this machine's 1 earlier run" in " ".join(text.split())

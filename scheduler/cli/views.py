@@ -157,6 +157,12 @@ def show_timeline(dry: DryRun, console: Console) -> None:
     console.print(f"[bold]predicted wall[/] {format_duration(doc['predicted_wall_s'])} ({doc['where']}) of the "
                   f"{format_duration(doc['window_s'])} training window ({doc['window_use']:.0%}){cut}; smallest form "
                   f"(one fold, one epoch) {format_duration(doc['smallest_wall_s'])}")
+    like = doc.get("like")
+    if like:  # how far off the model has been on tables like this one (``plantime.Timing.like``)
+        console.print(f"[bold]on tables like this one[/] ({like['shape']}): "
+                      + (f"the predicted wall was {like['low']:+.0%} … {like['high']:+.0%} off on this machine's "
+                         f"{like['runs']} earlier run(s)" if like["runs"] else
+                         "no earlier run on this machine: the figure above is the model's first on such a table"))
 
 
 def _dev(dry: DryRun, row: dict):

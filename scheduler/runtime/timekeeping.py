@@ -130,3 +130,9 @@ class TimeKeeper:
         pred, wall = round(self.dry.predicted_wall_s, 3), round(max(self.ended.values()), 3)
         self.record.event(tr.ACTUAL, predicted={tr.RUN_WALL: pred}, actual={tr.RUN_WALL: wall},
                           error={tr.RUN_WALL: tr.error(pred, wall)})
+        shape = plantime.shape_of(plantime.Data.of(self.dry.data)) if self.dry.data else None
+        if self.learn and shape:  # what the dry run of a table like this one says of the model's error (``like``)
+            try:
+                timings.record_wall(shape, self.dry.timing.where, pred, wall, run=self.record.dir.name)
+            except Exception as e:  # noqa: BLE001 -- a cache that cannot be written costs the next dry run's line
+                self.record.event("note", note=f"run wall not kept ({e})")

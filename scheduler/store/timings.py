@@ -39,6 +39,11 @@ CREATE TABLE IF NOT EXISTS task_times (
     predicted REAL NOT NULL, actual REAL NOT NULL, run TEXT, task TEXT, time REAL NOT NULL, packaged TEXT
 );
 CREATE INDEX IF NOT EXISTS task_times_key ON task_times (kind, model, card, field);
+CREATE TABLE IF NOT EXISTS run_walls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    shape TEXT NOT NULL, place TEXT NOT NULL, predicted REAL NOT NULL, actual REAL NOT NULL, run TEXT,
+    time REAL NOT NULL
+);
 """
 
 
@@ -117,6 +122,36 @@ def learned_wall(*, path=None):
     return wall
 
 
+LIKE = 10  # earlier runs on tables of a shape the dry run reports
+
+
+def record_wall(shape: str, place: str, predicted: float, actual: float, *, run: str = "", path=None) -> bool:
+    """A whole run's predicted and actual wall, under its table's shape (``plantime.shape_of``) and where it ran
+    (``Timing.where``); False where either is not a positive figure (nothing kept)."""
+    if not shape or not predicted or not actual or predicted <= 0 or actual <= 0:
+        return False
+    with _connect(path) as conn:
+        conn.execute("INSERT INTO run_walls (shape, place, predicted, actual, run, time) VALUES (?, ?, ?, ?, ?, ?)",
+                     (shape, place, float(predicted), float(actual), run, time.time()))
+    return True
+
+
+def walls_like(*, path=None):
+    """(shape, where) -> the run-wall errors ((actual − predicted) ÷ predicted) of the newest ``LIKE`` runs on tables
+    of that shape, newest first ([] where none, or the store cannot be read): ``Timing.walls_like``. Kept whatever the
+    packaged figures: what the model's first figure missed by on a table it had not seen is the point."""
+    def like(shape: str, place: str) -> list[float]:
+        try:
+            with _connect(path) as conn:
+                rows = conn.execute("SELECT predicted, actual FROM run_walls WHERE shape=? AND place=? ORDER BY id DESC "
+                                    "LIMIT ?", (shape, place, LIKE)).fetchall()
+        except sqlite3.Error:
+            return []
+        return [(a - p) / p for p, a in rows]
+
+    return like
+
+
 def sees_cuda() -> bool:
     """Whether this machine's tasks will train on a card (NVML sees one); else they run as CPU rehearsals."""
     try:
@@ -131,4 +166,4 @@ def timing(*, in_process: bool = False, rehearsal: bool | None = None, path=None
     and ``status`` predict with."""
     return plantime.Timing(rehearsal=(not sees_cuda()) if rehearsal is None else rehearsal,
                            cores=os.cpu_count() or 1, in_process=in_process, learned=learned(path=path),
-                           learned_wall=learned_wall(path=path))
+                           learned_wall=learned_wall(path=path), walls_like=walls_like(path=path))

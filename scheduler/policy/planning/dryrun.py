@@ -217,7 +217,8 @@ class DryRun:
         return {"where": self.timing.describe(), "predicted_wall_s": round(wall, 1), "uncut_wall_s": round(uncut, 1),
                 "window_s": round(self.window_s, 1), "window_use": round(wall / self.window_s, 4) if self.window_s else None,
                 "smallest_wall_s": None if self.smallest_wall_s is None else round(self.smallest_wall_s, 1),
-                "fits": uncut <= self.window_s, "never": dict(self.timeline.never), "tasks": self.timeline_rows()}
+                "fits": uncut <= self.window_s, "never": dict(self.timeline.never), "tasks": self.timeline_rows(),
+                "like": self.timing.like(plantime.shape_of(plantime.Data.of(self.data)) if self.data else None)}
 
 
 def expected_gain(specs: list, card: str, speed=None) -> dict | None:

@@ -8,6 +8,7 @@ the runner's record of predicted against actual and the budget's projection of t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -43,6 +44,9 @@ class Timing:
     # (kind, job name) -> the last measured wall of a job of that name, for a kind whose time is learned as one wall
     # (``Kind.wall_learned``: a script's)
     learned_wall: Callable[[str, str], float | None] | None = None
+    # (shape, where) -> the run-wall errors ((actual − predicted) ÷ predicted) of this machine's earlier runs on
+    # tables of that shape (``shape_of``), newest first: how far off the time model has been on tables like this one
+    walls_like: Callable[[str, str], list[float]] | None = None
 
     @property
     def way(self) -> str:
@@ -59,6 +63,20 @@ class Timing:
     def error(self) -> float | None:
         """The time model's measured error where it runs (``MEASURED_ERROR``); None where it was never measured."""
         return MEASURED_ERROR.get("rehearsal") if self.rehearsal else None
+
+    @property
+    def where(self) -> str:
+        """Where a run's wall is kept for tables like it (``walls_like``): the rehearsal or the card, and the way."""
+        return ("cpu" if self.rehearsal else "card") + " " + self.way
+
+    def like(self, shape: str | None) -> dict | None:
+        """How far off the predicted run wall has been on this machine's earlier runs on tables of ``shape``: {shape,
+        runs, errors (newest first), low, high}; None without a shape or a record to read."""
+        if not shape or self.walls_like is None:
+            return None
+        errors = self.walls_like(shape, self.where)
+        return {"shape": shape, "runs": len(errors), "errors": [round(e, 4) for e in errors],
+                "low": round(min(errors), 4) if errors else None, "high": round(max(errors), 4) if errors else None}
 
     def describe(self) -> str:
         where = (f"CPU rehearsal on this machine's {self.cores} core(s)" if self.rehearsal
@@ -85,6 +103,26 @@ class Data:
         return cls(info.get("train_rows"), info.get("test_rows"), info.get("features"), info.get("categories"),
                    info.get("classes"), (info.get("form") or {}).get("task"),
                    (float(probe["rate"]), int(probe["best"])) if probe else None)
+
+
+def shape_of(data: "Data | None") -> str | None:
+    """A table's shape as the time model's record of whole runs keys it (``Timing.like``): its problem, its rows to a
+    power of ten, its classes (two, a few, many); None without rows. On five tables no one here had read the first
+    run's wall missed by −35 … +72 % (and 9× on one of many classes) where the second, learned, came within −33 … +1 %:
+    what the model got wrong on tables like this one is the error to expect of its first figure here."""
+    if data is None or not data.rows:
+        return None
+    low = 10 ** int(math.log10(max(1, data.rows)))
+    rows = f"{_count(low)}-{_count(low * 10)} rows"
+    if data.problem == "classification":
+        k = data.classes or 2
+        kind = "2 classes" if k <= 2 else ("3-9 classes" if k < 10 else "10+ classes")
+        return f"classification, {rows}, {kind}"
+    return f"{data.problem or 'table'}, {rows}"
+
+
+def _count(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 else (f"{n // 1000}k" if n >= 1000 else str(n))
 
 
 def _wave_cpus(assignments) -> dict[int, int]:
