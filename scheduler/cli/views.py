@@ -157,6 +157,13 @@ def show_timeline(dry: DryRun, console: Console) -> None:
     console.print(f"[bold]predicted wall[/] {format_duration(doc['predicted_wall_s'])} ({doc['where']}) of the "
                   f"{format_duration(doc['window_s'])} training window ({doc['window_use']:.0%}){cut}; smallest form "
                   f"(one fold, one epoch) {format_duration(doc['smallest_wall_s'])}")
+    if doc.get("blend_s") is not None:
+        kept, plans = dry.plan.budget - doc["window_s"], dry.plan.budget * dry.plan.reserve_for_inference
+        grown = (f", more than the plan's {dry.plan.reserve_for_inference:.0%} ({plans:.0f} s): the window gives it"
+                 if kept > plans + 0.05 else f", inside the plan's {dry.plan.reserve_for_inference:.0%}")
+        console.print(f"[bold]after the window[/] the {dry.plan.ensemble.method} blend {doc['blend_s']:.1f} s "
+                      f"predicted; with the jobs' grace and the writing {doc['end_s']:.0f} s; reserve "
+                      f"{kept:.0f} s{grown}")
     like = doc.get("like")
     if like:  # how far off the model has been on tables like this one (``plantime.Timing.like``)
         console.print(f"[bold]on tables like this one[/] ({like['shape']}): "

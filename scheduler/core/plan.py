@@ -122,11 +122,13 @@ class HardwareSpec(_Strict):
         return v
 
 
-def training_window_s(budget_s: float, reserve: float) -> float:
+def training_window_s(budget_s: float, reserve: float, end_s: float = 0.0) -> float:
     """The training window, written once: the budget less what is kept for ensembling and writing (``reserve``, the
-    plan's ``reserve_for_inference``, a fraction of it). The dry run's, a submit's and a resume's window, and
-    ``advise``'s, are this (``Plan.window_s``)."""
-    return budget_s * (1 - reserve)
+    plan's ``reserve_for_inference``, a fraction of it), or less ``end_s`` where the end of the run is predicted to
+    need more (``DryRun.end_s``: the jobs' grace, the blend, the writing; then never below a tenth of the budget). The dry
+    run's, a submit's and a resume's window, and ``advise``'s, are this (``Plan.window_s``)."""
+    kept = budget_s * reserve
+    return budget_s * (1 - reserve) if end_s <= kept else max(budget_s * 0.1, budget_s - end_s)
 
 
 class EnsembleSpec(_Strict):

@@ -142,40 +142,120 @@ def _shares(coef: np.ndarray, jobs: int) -> np.ndarray | None:
     return mass / mass.sum() if mass.sum() > 0 else None
 
 
+# One fit of the class stacker costs about rows × members × classes² (its inputs are every job's probability of every
+# class, its outputs a logit per class). On 30,000 rows × 40 classes × 4 jobs (benchmarks/blend_time.py) a fit took
+# 13 s on this 2-core machine and the stack (5 folds and the final fit) 85 s, where the reserve of a two-minute budget
+# is 18 s; a fit is therefore given at most STACK_CELLS of that product, its rows drawn class by class (each class in
+# its share, every class the rows hold at least once where the cap allows): all of them up to ~12,500 rows of 10
+# classes and 4 jobs, 3,125 of 40 classes (there the stack took 7 s, 12 s predicted; it scored 0.588 where every row
+# scored 0.636 in 43 s, and 7,812 rows 0.616 in 12 s: the time the reserve of a short budget can hold decides).
+STACK_CELLS = 2.0e7
+STACK_MIN_ROWS = 1000  # never fewer rows than this per fit (or all of them)
+
+
+def stack_rows(rows: int, members: int, classes: int) -> int:
+    """The rows one fit of the class stacker is given (``STACK_CELLS``): all ``rows``, or fewer for many classes."""
+    per_row = max(1, members * classes * classes)
+    return min(rows, max(STACK_MIN_ROWS, int(STACK_CELLS // per_row)))
+
+
+def _drawn(y: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` positions of ``y``, sorted, each class in its share: rows are taken in order of their place within their
+    class (shuffled) over the class's size, so every class comes once before any comes twice. All of them where
+    ``n`` reaches ``len(y)``."""
+    if n >= len(y):
+        return np.arange(len(y))
+    order = rng.permutation(len(y))
+    labels = y[order]
+    by_class = np.argsort(labels, kind="stable")
+    _, starts, counts = np.unique(labels[by_class], return_index=True, return_counts=True)
+    place = np.empty(len(y), dtype=np.float64)
+    for start, count in zip(starts, counts):
+        members = by_class[start:start + count]
+        place[members] = np.arange(count) / count
+    return np.sort(order[np.argsort(place, kind="stable")[:n]])
+
+
 def _stack(arrays: list[np.ndarray], y: np.ndarray, tests: list[np.ndarray], regression: bool, seed: int = 0):
     """A second model on the jobs' OOF predictions, its own OOF from a 5-fold CV: a regularised logistic regression
     on the probabilities, or for numbers a linear regression with non-negative weights. Returns its out-of-fold and
-    test predictions and each job's share of its coefficients (``_shares``); Nones where it cannot be fitted."""
+    test predictions, each job's share of its coefficients (``_shares``) and a note (or None); Nones where it cannot
+    be fitted. Each fit of the class stacker sees at most ``stack_rows`` rows (the note says so where it bites); every
+    row still gets its out-of-fold prediction."""
     from sklearn.linear_model import LinearRegression, LogisticRegression
     from sklearn.model_selection import KFold, StratifiedKFold, cross_val_predict
+    from threadpoolctl import threadpool_limits
 
     if regression:
         x, xt = np.hstack(arrays), np.hstack([np.nan_to_num(t, nan=float(np.nanmean(t))) for t in tests])
         if len(y) < 10:
-            return None, None, None
+            return None, None, None, None
         model = LinearRegression(positive=True)
-        oof = cross_val_predict(model, x, y, cv=KFold(5, shuffle=True, random_state=seed))
-        test = model.fit(x, y).predict(xt).reshape(-1, 1)
-        return oof.reshape(-1, 1), test, _shares(model.coef_, len(arrays))
+        with threadpool_limits(1):
+            oof = cross_val_predict(model, x, y, cv=KFold(5, shuffle=True, random_state=seed))
+            test = model.fit(x, y).predict(xt).reshape(-1, 1)
+        return oof.reshape(-1, 1), test, _shares(model.coef_, len(arrays)), None
     x, xt = np.hstack(arrays), np.hstack([np.nan_to_num(t, nan=1.0 / t.shape[1]) for t in tests])
-    model = LogisticRegression(C=1.0, max_iter=2000)
+    labels = y.astype(int)
     # the classes the rows hold: a rare class absent from the out-of-fold rows (3 rows in 25,000, two folds run) is no
     # reason to give up the stacker, nor one of 1 row (a fold trained without it predicts it 0, as sklearn fills it)
-    counts = np.bincount(y.astype(int)) if len(y) else np.zeros(0, int)
+    counts = np.bincount(labels) if len(y) else np.zeros(0, int)
     folds = min(5, int(counts.max())) if len(y) >= 10 and (counts > 0).sum() >= 2 else 0
     if folds < 2:
-        return None, None, None
-    cv = StratifiedKFold(folds, shuffle=True, random_state=seed)
-    with warnings.catch_warnings():  # "the least populated class has only 1 member": the rare class, said above
-        warnings.filterwarnings("ignore", message="The least populated class")
-        warnings.filterwarnings("ignore", message="Number of classes in training fold")
-        oof = cross_val_predict(model, x, y, cv=cv, method="predict_proba")
-    model.fit(x, y)
-    proba = np.zeros((len(xt), arrays[0].shape[1]))
+        return None, None, None, None
+    k = arrays[0].shape[1]
+    n = stack_rows(len(y), len(arrays), k)
+    rng = np.random.default_rng(seed)
+
+    def fitted(rows: np.ndarray):
+        """The stacker fitted on ``rows`` (positions), at most ``n`` of them drawn class by class."""
+        rows = rows[_drawn(labels[rows], n, rng)]
+        return LogisticRegression(C=1.0, max_iter=2000).fit(x[rows], labels[rows])
+
+    full_oof = np.zeros((len(x), k))
+    # one thread: the solver's threads, on a box whose cores are busy (jobs winding down, another run), spun 15x slower
+    # than one (16,000 rows x 40 inputs x 10 classes: 12 s a fit on 2 busy cores, 0.8 s on one; blend_time.py)
+    with warnings.catch_warnings(), threadpool_limits(1):
+        warnings.filterwarnings("ignore", message="The least populated class")  # the rare class, said above
+        for train, val in StratifiedKFold(folds, shuffle=True, random_state=seed).split(x, labels):
+            m = fitted(train)
+            full_oof[np.ix_(val, m.classes_.astype(int))] = m.predict_proba(x[val])
+        model = fitted(np.arange(len(x)))
+    proba = np.zeros((len(xt), k))
     proba[:, model.classes_.astype(int)] = model.predict_proba(xt)
-    full_oof = np.zeros((len(x), arrays[0].shape[1]))
-    full_oof[:, model.classes_.astype(int)] = oof
-    return full_oof, proba, _shares(model.coef_, len(arrays))
+    note = None if n >= len(y) else (
+        f"the stacker was fitted on {n:,} of the {len(y):,} out-of-fold rows at a time, each class in its share "
+        f"({k} classes x {len(arrays)} jobs: its time grows with rows x jobs x classes squared); every row has its "
+        "out-of-fold prediction")
+    return full_oof, proba, _shares(model.coef_, len(arrays)), note
+
+
+# The blend's time (``blend_seconds``), per method, fitted to benchmarks/blend_time.py on this 2-core machine with its
+# cores busy (30,000 x 40 x 4: hill climb 2.1 s, stack 7-10 s; 20,000 x 10 x 4: 0.2 s, 2.1 s; 50,000 x 2 x 4: 1.0 s,
+# 0.6 s), rounded up: the reserve must hold it, so it errs long.
+BLEND_BASE_S = 0.5  # reading and aligning the jobs' predictions, the scores of each job alone
+BLEND_CELL_S = 2e-7  # per row x class x job: the weighted means, each job alone on the same rows
+HILL_CELL_S = 5e-7  # the hill climb's trials (up to 50 rounds, most stop in a few)
+HILL_ROW_S = 3e-6  # per row x job: a metric that sorts (auc)
+STACK_CELL_S = 1e-7  # per fit row x job x class²: one logistic fit (``stack_rows``); six fits (5 folds, the final one)
+STACK_FITS = 6
+
+
+def blend_seconds(method: str, rows: int, classes: int, members: int) -> float:
+    """The blend's predicted seconds on ``rows`` out-of-fold rows of ``classes`` prediction columns from ``members``
+    jobs: what the budget's reserve must hold after the training window (``DryRun.end_s``). The time model's
+    figure for the end of a run, as the tasks' are for its training."""
+    rows, classes, members = max(0, int(rows)), max(1, int(classes)), max(1, int(members))
+    cells = rows * classes * members
+    s = BLEND_BASE_S + BLEND_CELL_S * cells
+    if members < 2:
+        return s
+    if method == "hill_climb":
+        s += HILL_CELL_S * cells + HILL_ROW_S * rows * members
+    elif method == "stack":
+        fit_rows = stack_rows(rows, members, classes) if classes > 1 else rows
+        s += STACK_FITS * STACK_CELL_S * fit_rows * members * classes * classes
+    return s
 
 
 def align_columns(preds: list[Predictions], columns: list) -> tuple[list[Predictions], list[str]]:
@@ -248,7 +328,9 @@ def blend(preds: list[Predictions], truth: pd.Series, test_ids: np.ndarray, metr
         if y.ndim == 2:
             notes.append("no stacker for several targets: a plain mean instead")
         else:
-            oof_blend, test_blend, shares = _stack(_filled(arrays), y, _filled(tests), regression)
+            oof_blend, test_blend, shares, note = _stack(_filled(arrays), y, _filled(tests), regression)
+            if note:
+                notes.append(note)
             if oof_blend is None:
                 notes.append("too few rows to cross-validate a stacker: a plain mean instead")
             elif shares is not None:

@@ -133,14 +133,16 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
     if crash is not None and "data_dir" not in record.run_info():
         record.set_run(status=RunStatus.CRASHED.value, finished=time.time())
         raise crash  # it failed before there was anything to blend
-    record.event("blend_start", method=dry.plan.ensemble.method, metric=dry.plan.metric,
-                 signals=[name for name, _ in stops.arrived])
+    predicted = None if dry.blend_s is None else round(dry.blend_s, 2)  # the time model's (``ensemble.blend_seconds``)
+    began = record.event("blend_start", method=dry.plan.ensemble.method, metric=dry.plan.metric,
+                         signals=[name for name, _ in stops.arrived], predicted_s=predicted)["time"]
     try:
         summary, stopped = write_anyway(record, dry.plan.ensemble.method, dry.plan.metric, stops=stops)
     except BaseException as e:
         status = RunStatus.ERROR if isinstance(e, UserError) else RunStatus.CRASHED
         record.set_run(status=status.value, finished=time.time())
         raise
+    record.event("blend_end", seconds=round(time.time() - began, 3), predicted_s=predicted)
     interrupted = interrupted or stopped or bool(stops.arrived)
     found = runview.outcome(record)  # the run's outcome as `status` gives it, read back from what was written
     idle = [] if found is None else found.untrained

@@ -18,7 +18,9 @@ from scheduler.policy.memory.autotune import optimizer_steps
 from scheduler.policy.timing.timeline import Timeline
 from scheduler.policy.memory.fit import SEARCH_STEPS, FitJob, fit
 from scheduler.policy.placement.packing import Assignment, Demand, Placement, pack, within_host_memory
-from scheduler.core.plan import Plan
+from scheduler.core.plan import Plan, training_window_s
+
+WRITE_S = 2.0  # after the blend: the record's end, report.html (10,000 rows x 40 classes: 0.1 s to run_end)
 
 
 @dataclass
@@ -184,8 +186,31 @@ class DryRun:
 
     @property
     def window_s(self) -> float:
-        """The training window: the budget less what is kept for ensembling and writing (``Plan.window_s``)."""
-        return self.plan.window_s
+        """The training window: the budget less what is kept for ensembling and writing: the plan's reserve, or more
+        where the end of the run needs more (``end_s``: ``core.plan.training_window_s``)."""
+        return training_window_s(self.plan.budget, self.plan.reserve_for_inference, self.end_s)
+
+    @property
+    def blend_s(self) -> float | None:
+        """The blend's predicted seconds on this table (``ensemble.blend_seconds``: its rows, its prediction columns,
+        the plan's jobs); None where the table is not known."""
+        if not self.data:
+            return None
+        from scheduler.policy import ensemble
+
+        return ensemble.blend_seconds(self.plan.ensemble.method, self.data.get("train_rows") or 0,
+                                      self.data.get("classes") or 1, len(self.plan.jobs))
+
+    @property
+    def end_s(self) -> float:
+        """What the end of the run takes after the training window, predicted: the jobs' grace to hand back their
+        folds (``budget.grace_s``), the blend (``blend_s``) and writing the submission and the report (``WRITE_S``).
+        The reserve holds it; where it needs more than the plan's reserve, the window gives it (0 without a table)."""
+        if self.blend_s is None:
+            return 0.0
+        from scheduler.policy.running.budget import grace_s
+
+        return grace_s(self.plan.budget, self.plan.reserve_for_inference) + self.blend_s + WRITE_S
 
     def timeline_rows(self) -> list[dict]:
         """One row per task, in the order it starts: its predicted start, end of start-up and end (seconds from the
@@ -215,7 +240,8 @@ class DryRun:
     def timeline_json(self) -> dict:
         wall, uncut = self.predicted_wall_s, self.timeline.wall_s
         return {"where": self.timing.describe(), "predicted_wall_s": round(wall, 1), "uncut_wall_s": round(uncut, 1),
-                "window_s": round(self.window_s, 1), "window_use": round(wall / self.window_s, 4) if self.window_s else None,
+                "window_s": round(self.window_s, 1),
+                "blend_s": None if self.blend_s is None else round(self.blend_s, 1), "end_s": round(self.end_s, 1), "window_use": round(wall / self.window_s, 4) if self.window_s else None,
                 "smallest_wall_s": None if self.smallest_wall_s is None else round(self.smallest_wall_s, 1),
                 "fits": uncut <= self.window_s, "never": dict(self.timeline.never), "tasks": self.timeline_rows(),
                 "like": self.timing.like(plantime.shape_of(plantime.Data.of(self.data)) if self.data else None)}
