@@ -124,3 +124,14 @@ def test_a_task_that_has_had_its_turn_in_a_fold_may_still_take_a_time_bound(monk
     monkeypatch.setattr(budget, "decide_restores", lambda *a, **kw: [])
     sent = [i.limits for i in run(rl.Tick(now + 0.5)) if isinstance(i, rl.SetLimits) and i.job == "x"]
     assert sent == [{"until": T0 + 190}]
+
+
+def test_the_live_view_says_a_running_tasks_cuts_at_the_fold_that_takes_them_up():
+    """A boosting task cut 5 → 4 → 2 folds while its first fold runs (its epochs, every 50 rounds, between): one line
+    when the fold ends, "folds 5 → 2" (seen on the tabular plan on Ray: four lines, 5 → 4, 4 → 3, 3 → 2, refit)."""
+    steps = [_decision("budget_cut", "folds", 5, 4, 300.0, job="d"),
+             {"time": 300.5, "event": "epoch", "job": "d", "fold": 0, "epoch": 3, "epochs": 12, "rounds": 150},
+             _decision("budget_cut", "folds", 4, 2, 301.0, job="d"),
+             {"time": 302.0, "event": "fold", "job": "d", "fold": 0, "score": 0.9}]
+    said = [line for line in _shown([(steps, 302.0)]) if "budget" in line]
+    assert len(said) == 1 and "budget ✂ d: folds 5 → 2" in said[0], said

@@ -29,14 +29,16 @@ from scheduler.cli.views import run_table, show_dry_run, show_summary
 
 DECISIONS = ("budget_cut", "budget_restore")
 SETTLE_S = 5.0  # a budget decision no report of its task has followed is shown this long after it (run's clock)
-REPORTS = ("epoch", "fold", "refit", "state", "launch")  # a task's own news: its budget decisions so far are shown
+# where a task takes up its limits (a fold begins after a fold or a start; a refit after its folds): its budget
+# decisions so far are shown there, as one line (a boosting task's epochs, every 50 rounds, would show each step)
+REPORTS = ("fold", "refit", "state", "launch")
 
 
 class _Lines:
     """Progress as plain lines: state changes, finished folds, one line per epoch (``only``: of these events).
 
     The budget's decisions are shown as the task runs with them, not as they swing: a task's decisions are held
-    until it next reports (an epoch, a fold, a change of state) or for SETTLE_S, then said as one line of what
+    until it next takes them up (a fold ends, its state changes) or for SETTLE_S, then said as one line of what
     changed all told (``settled``): a cut given back before the task ran with it is one dim line, not two."""
 
     def __init__(self, console: Console, only: tuple[str, ...] | None = None):
