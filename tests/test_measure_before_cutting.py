@@ -123,3 +123,30 @@ def test_the_dry_run_says_how_far_off_the_model_was_on_tables_like_this_one(tmp_
     after, text = like()
     assert after["runs"] == 1 and after["errors"][0] == pytest.approx((a - p) / p, abs=1e-3)
     assert f"{after['low']:+.0%} … {after['high']:+.0%} off on this machine's 1 earlier run" in " ".join(text.split())
+
+
+@pytest.mark.slow  # a dry run of two tree jobs, the door's probe with it (5-10 s loaded)
+def test_the_door_measures_a_rounds_pace_and_the_dry_run_says_how_far_off_the_model_is(tmp_path, run_cli,
+                                                                                       monkeypatch):
+    """The round probe at the door times its rounds apart from binning (``round_s``, the rounds it ran: its best
+    and the patience after it), and each tree task's step in the dry run says how far off the model's figure for
+    that round is on this table (``tasktime.probe_pace_ratio``), not yet applied to it."""
+    from scheduler.policy.timing import plantime
+
+    monkeypatch.setenv("GPUPACK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GPUPACK_MEASUREMENTS", str(tmp_path / "learned.sqlite"))
+    data = _table(tmp_path / "data")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.format(budget="2m", folds=3, rounds=400, patience=100))
+    code, out, err = run_cli("submit", plan, "--data", data, "--in-process", "--dry-run", "--json")
+    assert code == 0, err
+    dry = json.loads(out)
+    probe = dry["data"]["rounds_probe"]
+    assert probe["round_s"] > 0 and probe["rounds"] >= probe["best"] + 1 and probe["train_rows"] > probe["val_rows"]
+    w = replace(tasktime.TaskWork("x", "xgboost", 3, 600, 200, features=dry["data"]["features"],
+                                  categories=dry["data"]["categories"], classes=2, problem="classification"),
+                **{k: v for k, v in vars(plantime.Data.of(dry["data"])).items() if k in ("probe", "probe_pace")})
+    ratio = tasktime.probe_pace_ratio(w)
+    assert ratio is not None and ratio > 0
+    for row in dry["timeline"]["tasks"]:
+        assert f"{ratio:.2f} × the model's figure for them (not applied)" in row["time"]["sources"]["step_s"], row

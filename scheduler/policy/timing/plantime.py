@@ -95,6 +95,8 @@ class Data:
     classes: int | None = None  # the prediction columns (``Competition.classes``): class labels, the target, targets
     problem: str | None = None  # ``Competition.task``: "classification", "regression" or "targets"
     probe: tuple[float, int] | None = None  # the table's best round at a rate, measured at the door (rounds_probe)
+    # the probe's rounds' pace at the door: (seconds a round at one thread, its training rows, validation rows)
+    probe_pace: tuple[float, int, int] | None = None
 
     @classmethod
     def of(cls, info: dict) -> "Data":
@@ -102,7 +104,9 @@ class Data:
         probe = info.get("rounds_probe")
         return cls(info.get("train_rows"), info.get("test_rows"), info.get("features"), info.get("categories"),
                    info.get("classes"), (info.get("form") or {}).get("task"),
-                   (float(probe["rate"]), int(probe["best"])) if probe else None)
+                   (float(probe["rate"]), int(probe["best"])) if probe else None,
+                   (float(probe["round_s"]), int(probe["train_rows"]), int(probe["val_rows"]))
+                   if probe and probe.get("round_s") else None)
 
 
 def shape_of(data: "Data | None") -> str | None:
@@ -149,7 +153,7 @@ def plan_times(plan, tasks: dict[str, Task], assignments, *, card: str, timing: 
         batch = batch_of(t.job) if batch_of else asks.batch
         work = tt.work_of(job, a.job, folds, rows=data.rows, test_rows=data.test_rows, batch=batch, cpus=cpus,
                           features=data.features, categories=data.categories, classes=data.classes,
-                          problem=data.problem, probe=data.probe, ray_process=not timing.in_process,
+                          problem=data.problem, probe=data.probe, probe_pace=data.probe_pace, ray_process=not timing.in_process,
                           command_s=timing.learned_wall(job.kind, t.job)
                           if timing.learned_wall and kinds.of(job).wall_learned else None)
         if timing.in_process:

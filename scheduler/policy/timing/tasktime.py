@@ -258,6 +258,8 @@ class TaskWork:
     params: dict = field(default_factory=dict)  # the plan's library parameters (a boosting job's ``params``)
     library_defaults: dict | None = None  # the library's defaults under them (None: read from the kind)
     probe: tuple[float, int] | None = None  # this table's best round at a rate, measured at the door (rounds_probe)
+    # the probe's rounds' pace: (seconds a round, one thread, at its rate; its training rows, its validation rows)
+    probe_pace: tuple[float, int, int] | None = None
     command_s: float | None = None  # a command job's wall, when a past run measured it
     ray_process: bool = True  # runs in its own process (an actor); False in process
     # in process: no task before it in the driver's process ran its network (it pays the network's first use)
@@ -584,6 +586,10 @@ def _trees(w: TaskWork, threads: int, rounds: tuple[float, str] | None = None) -
            "prediction_s": f"{val:,} validation + {w.test_rows or 0:,} test rows through {f.prior_best} rounds' "
                            "trees",
            "startup": f"process {_process(w):.1f} s, imports {_imports(w):.1f} s, the table read"}
+    off = probe_pace_ratio(w)
+    if off is not None:  # said beside the figure, not applied: how far off the model's round is on this table
+        src["step_s"] += (f"; the door's probe ran LightGBM's rounds at {w.probe_pace[0] * 1000:.3g} ms on "
+                          f"{w.probe_pace[1]:,} rows, {off:.2f} × the model's figure for them (not applied)")
     share = 0.0
     if w.refit:  # its rows × its rounds against a fold's, the test rows predicted once (the validation rows not)
         every = w.rows or rows
@@ -597,6 +603,22 @@ def _trees(w: TaskWork, threads: int, rounds: tuple[float, str] | None = None) -
                     prediction_s=f.predict_s * models, fold_change_s=f.data_s * models + 0.05, threads=threads,
                     sources=src, best_round=f.best if w.patience_rounds else None,
                     best_round_prior=f.prior_best if w.patience_rounds else None, refit=share)
+
+
+def probe_pace_ratio(w: TaskWork) -> float | None:
+    """The door's probe's measured seconds a round (``jobs/rounds_probe``: LightGBM at its rate, one thread, on a
+    sample of this table, ``TaskWork.probe_pace``) ÷ this model's figure for that round (``tree_fold`` at the probe's
+    rows, rate and library defaults): how far off the model's round is on this table and machine, measured at the door;
+    None where the door measured none. Said in the dry run's sources; not yet applied to the jobs' rounds (a ratio
+    learned on this machine, ``_learn``, already holds the machine's part: applied both, it would count it twice)."""
+    if not w.probe_pace or w.probe_pace[0] <= 0 or not w.probe:
+        return None
+    round_s, rows, val = w.probe_pace
+    model = tree_fold(rows=rows, val_rows=val, test_rows=0, features=w.features or TREE_DEFAULT_FEATURES,
+                      categories=w.categories or 0, classes=w.classes, task=w.problem, lib="lightgbm",
+                      params={"learning_rate": w.probe[0]}, defaults=library_defaults("lightgbm"), threads=1,
+                      rounds=1, patience=None).round_s
+    return round_s / model if model > 0 else None
 
 
 def _command(w: TaskWork) -> TaskTime:
@@ -642,7 +664,8 @@ def _learn(t: TaskTime, w: TaskWork, card: str | None, learned: Learned | None) 
 def work_of(job, task: str, folds: int, *, rows: int | None = None, test_rows: int | None = None,
             batch: int | None = None, cpus: int = 1, features: int | None = None, categories: int | None = None,
             classes: int | None = None, problem: str | None = None, command_s: float | None = None,
-            ray_process: bool = True, probe: tuple[float, int] | None = None) -> TaskWork:
+            ray_process: bool = True, probe: tuple[float, int] | None = None,
+            probe_pace: tuple[float, int, int] | None = None) -> TaskWork:
     """A plan job's task as the time model reads it (``job``: a ``core.plan`` job spec, already fitted; what it asks
     for: its kind's ``Work``); the table's shape (``features``, ``categories``, ``classes``, ``problem``) as the door
     read it (``plantime.Data``)."""
@@ -653,6 +676,7 @@ def work_of(job, task: str, folds: int, *, rows: int | None = None, test_rows: i
                     images_on_device=bool(w.images_on_device), features=features, categories=categories,
                     classes=classes, problem=problem, rounds=w.rounds, patience_rounds=w.patience_rounds or None,
                     params=dict(w.params), command_s=command_s, ray_process=ray_process, probe=probe,
+                    probe_pace=probe_pace,
                     refit=w.refit and folds >= (w.folds or 1))  # a task that runs every fold of its job
 
 
