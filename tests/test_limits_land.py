@@ -79,6 +79,17 @@ def test_a_cut_that_comes_after_its_undo_stands_when_it_was_decided_later():
     assert held() == {"folds": 1}
 
 
+def test_a_restarted_services_limits_are_newer_than_those_its_job_had():
+    """A slot job's actor outlives its service: the handle a restarted service makes for it numbers its sets past
+    the old service's, or its first limits would be dropped as older."""
+    from scheduler.execute.channel import Newest, Sent
+
+    held, before = Newest(), Sent()
+    for n in range(3):
+        assert held.take(*before.add({"folds": 4 - n}))
+    assert held.take(*Sent().add({"folds": 1})) and held() == {"folds": 1}
+
+
 def test_a_new_attempt_of_a_task_starts_with_its_limits():
     """The run loop's limits are the task's: a retry, or a task relaunched where it waited (its measured memory, a
     node that joined), starts with every one still standing, not uncut (on main its new handle had none)."""

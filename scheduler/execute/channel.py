@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from typing import Callable
 
 from scheduler.core.progress import PREFIX, event, parse  # noqa: F401 -- the form, in core (one copy)
@@ -66,7 +67,9 @@ class Buffer:
 
 class Sent:
     """The driver's side of a task's limits: every limit sent so far, merged in the order the run loop gave them (a
-    later value for a key replaces the earlier; None is a cut given back in full), and how many times it was sent."""
+    later value for a key replaces the earlier; None is a cut given back in full), and the number of the last set
+    sent: increasing, and past any an earlier process sent (the clock's nanoseconds at least), so a slot job found
+    again by a restarted service takes the new service's limits."""
 
     def __init__(self, limits: dict | None = None):
         self.limits: dict = dict(limits or {})
@@ -75,7 +78,7 @@ class Sent:
     def add(self, limits: dict) -> tuple[dict, int]:
         """Merge ``limits`` into the standing set; (the whole set, its number) to deliver."""
         self.limits = {**self.limits, **limits}
-        self.seq += 1
+        self.seq = max(self.seq + 1, time.time_ns())
         return dict(self.limits), self.seq
 
 
