@@ -90,6 +90,24 @@ def test_a_restarted_services_limits_are_newer_than_those_its_job_had():
     assert held.take(*Sent().add({"folds": 1})) and held() == {"folds": 1}
 
 
+def test_a_slot_jobs_limits_file_holds_the_newest_set():
+    """The service's slot actor runs its calls in no set order too: a set older than the one it wrote is not written
+    over it (its job reads the file at each fold)."""
+    from scheduler.execute.ray_slot import SlotJobActor
+
+    class Process:  # the local backend's handle, its limits file as written
+        written: list = []
+
+        def set_limits(self, limits):
+            self.written.append(dict(limits))
+
+    actor = SlotJobActor("t")
+    actor._process = Process()
+    actor.set_limits({"folds": None}, 2)  # the give-back, decided second, arrives first
+    actor.set_limits({"folds": 1}, 1)
+    assert Process.written == [{"folds": None}]
+
+
 def test_a_new_attempt_of_a_task_starts_with_its_limits():
     """The run loop's limits are the task's: a retry, or a task relaunched where it waited (its measured memory, a
     node that joined), starts with every one still standing, not uncut (on main its new handle had none)."""
