@@ -165,9 +165,10 @@ class Capture:
         self.out, self.err = self.o.getvalue(), self.e.getvalue()
 
 
-def submit_in_process(mp, home, plan_text: str) -> Capture:
+def submit_in_process(mp, home, plan_text: str, expect: int = 0) -> Capture:
     """``submit plan.yaml --in-process --json --run-dir runs/r1`` in ``home`` as a user runs it, with a cache and a
-    store of what this machine learned of its own (``mp``: a MonkeyPatch); its output, the run having succeeded."""
+    store of what this machine learned of its own (``mp``: a MonkeyPatch); its output, the run having ended with
+    exit status ``expect`` (5: a job of the plan trained no fold, README's table)."""
     from scheduler.cli.main import main
 
     mp.setenv("GPUPACK_CACHE_DIR", str(home / "cache"))
@@ -177,5 +178,5 @@ def submit_in_process(mp, home, plan_text: str) -> Capture:
     capture = Capture()
     with capture:
         code = main(["submit", "plan.yaml", "--in-process", "--json", "--run-dir", "runs/r1"])
-    assert code == 0, capture.err
+    assert code == expect, capture.err
     return capture

@@ -59,7 +59,7 @@ def ran(tmp_path_factory):
     mp = MonkeyPatch()
     home = tmp_path_factory.mktemp("timed")
     store = home / "learned.sqlite"
-    capture = submit_in_process(mp, home, PLAN)
+    capture = submit_in_process(mp, home, PLAN, expect=5)  # its 'bad' job fails on purpose: it trained no fold
     yield {"home": home, "run": home / "runs" / "r1", "summary": json.loads(capture.out), "lines": capture.err,
            "store": store}
     mp.undo()
