@@ -9,8 +9,8 @@ issue 64 asks of that run:
     python benchmarks/mnist_folder.py digits --run 60s     # the built-in digits (no folder built)
 
 ``--run`` runs ``submit PLAN --data DIR --budget B --json`` as a user does (through Ray; ``--in-process`` after
-``--submit-args`` for the in-process driver) with ``benchmarks/budget.py``'s ``run_plan`` (its progress lines as the
-run writes them), then prints and writes: the whole command's wall against the budget, the share of the training
+``--submit-args`` for the in-process driver), its wall measured around the process, its figures read from the run's
+events with ``benchmarks/budget.py``'s readers, then prints and writes: the whole command's wall against the budget, the share of the training
 window used (the last training work ÷ the window), held-out accuracy, where the submission came from, and per job the
 folds it trained (``benchmarks/peers.py``'s ``members``: any job that trained none, or was cancelled before it
 started, is named), each judged against the issue's goals (every job at least one fold; 85-100 % of the window;
@@ -173,15 +173,21 @@ def run(data: str, budget: str, plan: Path, min_held_out: float | None, workdir:
     run_dir = workdir / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     load = [round(v, 2) for v in os.getloadavg()]
-    fig = bench.run_plan("run", plan, data, run_dir, budget_s, log=lambda m: print(m, file=sys.stderr, flush=True),
-                         extra=tuple(extra))
+    cmd = [sys.executable, "-m", "scheduler", "submit", str(plan), "--data", str(data), "--budget", budget, "--json",
+           "--run-dir", str(run_dir), "--no-dashboard", *extra]
+    log = run_dir.parent / f"{run_dir.name}.log"
+    print(f"running {' '.join(cmd[1:])} (its output: {log})", file=sys.stderr, flush=True)
+    done = peers.timed(cmd, log, 4 * budget_s + 300)  # the process's wall, to the hundredth (no polling)
+    fig = bench.figures(bench.read_events(run_dir), None, peers.json_doc(done["stdout"]))
+    fig.update({"wall_s": done["wall_s"], "exit": done["rc"], "log": str(log)})
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "data": str(data), "plan": str(plan), "budget": budget,
             "machine": {"cores": os.cpu_count(), "load_average_at_start": load}, "versions": peers.versions(),
             **judged(fig, peers.members(run_dir), budget_s, min_held_out)}
 
 
 def judged(fig: dict, members: dict, budget_s: float, min_held_out: float | None) -> dict:
-    """A run's figures (``budget.run_plan``'s) and its members' (``peers.members``), judged against the goals."""
+    """A run's figures (``budget.figures``, with the process's wall and exit) and its members'
+    (``peers.members``), judged against the goals."""
     _, peers = _siblings()
 
     untrained = sorted(n for n, m in members.items() if m["folds_trained"] == 0)
@@ -205,8 +211,8 @@ def run_text(doc: dict) -> str:
     mark = {True: "✓", False: "✗", None: "—"}
     share = doc["share_used"]
     lines = [f"{doc['plan']} on {doc['data']}, --budget {doc['budget']}: exit {doc['exit']}, {doc['status']}",
-             f"  whole command {doc['wall_s']:.0f} s of {doc['budget_s']:.0f} s ({doc['past_budget']:+.0%} past the "
-             f"budget); training window {doc['window_s']} s, last training work at {doc['last_activity_s']} s"
+             f"  whole command {doc['wall_s']:.1f} s of {doc['budget_s']:.0f} s ({abs(doc['past_budget']):.0%} "
+             f"{'past' if doc['past_budget'] > 0 else 'inside'} the budget); training window {doc['window_s']} s, last training work at {doc['last_activity_s']} s"
              + (f" ({share:.0%} of it)" if share is not None else ""),
              f"  held-out {doc['held_out']}; submission from {doc['submission_source']}",
              *(f"  {peers_line}" for peers_line in doc["member_lines"]),
