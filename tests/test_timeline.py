@@ -252,5 +252,6 @@ def test_a_budget_that_cannot_hold_the_smallest_form_is_warned(run_cli):
     body = json.loads(out)
     assert body["timeline"]["smallest_wall_s"] > body["timeline"]["window_s"] and not body["timeline"]["fits"]
     assert any("cannot hold even the plan's smallest form" in w for w in body["warnings"])
+    assert body["timeline"]["predicted_wall_s"] == body["timeline"]["window_s"]  # the deadline ends it there
     code, out, err = run_cli("submit", ROOT / "plans/option1.yaml", "--dry-run", "--json", "--budget", "5h")
     assert not any("smallest form" in w for w in json.loads(out)["warnings"])

@@ -152,7 +152,9 @@ def show_timeline(dry: DryRun, console: Console) -> None:
                   f"{tm['folds']} × {tm['epochs']}" + (" + refit" if tm.get("units", 0) > tm["folds"] else ""),
                   format_duration(tm["fold_s"]), bar)
     console.print(t)
-    cut = (f" (uncut {format_duration(doc['uncut_wall_s'])}: the budget cuts it to end inside the window)"
+    cut = (f" (uncut {format_duration(doc['uncut_wall_s'])}: the budget cuts it to end inside the window"
+           + ("" if doc["smallest_wall_s"] is None or doc["smallest_wall_s"] <= doc["window_s"] else
+              ", and the deadline stops what its smallest form leaves") + ")"
            if doc["uncut_wall_s"] > doc["predicted_wall_s"] else "")
     console.print(f"[bold]predicted wall[/] {format_duration(doc['predicted_wall_s'])} ({doc['where']}) of the "
                   f"{format_duration(doc['window_s'])} training window ({doc['window_use']:.0%}){cut}; smallest form "

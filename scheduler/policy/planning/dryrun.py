@@ -228,14 +228,12 @@ class DryRun:
     @property
     def predicted_wall_s(self) -> float | None:
         """The run's predicted wall (its last task's end): the timeline's, or the training window's where the plan
-        passes it and its smallest form fits in it (the budget then cuts epochs, rounds or folds to end inside the
-        window, as its looks converge on a plan that fits)."""
+        passes it: the budget cuts epochs, rounds or folds to end inside the window where its smallest form fits,
+        and the deadline stops what is left where it does not (tv16 was predicted at 457 s, uncut, and ran 94 s of its
+        102 s window: the window, not the uncut plan, is what a run that passes it takes)."""
         if self.timeline is None:
             return None
-        wall = self.timeline.wall_s
-        if wall > self.window_s and self.smallest_wall_s is not None and self.smallest_wall_s <= self.window_s:
-            return self.window_s
-        return wall
+        return min(self.timeline.wall_s, self.window_s)
 
     def timeline_json(self) -> dict:
         wall, uncut = self.predicted_wall_s, self.timeline.wall_s
