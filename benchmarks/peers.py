@@ -486,10 +486,16 @@ def sitting(args: argparse.Namespace) -> int:
         say("  gpupack …")
         entry["contenders"]["gpupack"] = run_gpupack(name, folder, table.metric, args.budget, workdir,
                                                      args.gpupack_args, timeout_s)
-        say("  plain LightGBM …")
-        entry["contenders"]["lightgbm"] = run_peer("lightgbm", name, folder, table.metric, budget_s, workdir,
-                                                   sys.executable, timeout_s)
-        if ag_missing:
+        if args.gpupack_only:  # the time model's and the budget's figures alone: no peer's score beside them
+            for c in CONTENDERS[1:]:
+                entry["contenders"][c] = {"score": None, "wall_s": None, "error": "not run (--gpupack-only)"}
+        else:
+            say("  plain LightGBM …")
+            entry["contenders"]["lightgbm"] = run_peer("lightgbm", name, folder, table.metric, budget_s, workdir,
+                                                       sys.executable, timeout_s)
+        if args.gpupack_only:
+            pass
+        elif ag_missing:
             entry["contenders"]["autogluon"] = {"score": None, "wall_s": None, "error": ag_missing}
         else:
             say("  AutoGluon …")
@@ -524,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tuned-on", default="", help="the tables gpupack's defaults were tuned on, comma-separated")
     p.add_argument("--out", help="the JSON's path (default docs/peers/DATE-cpu-Ncore.json)")
     p.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
+    p.add_argument("--gpupack-only", action="store_true",
+                   help="run gpupack alone (its walls, predictions and cuts; no LightGBM or AutoGluon beside it)")
     p.add_argument("--contender", choices=["lightgbm", "autogluon"], help=argparse.SUPPRESS)
     p.add_argument("--folder", help=argparse.SUPPRESS)
     p.add_argument("--metric", choices=sorted(AG_METRICS), help=argparse.SUPPRESS)
