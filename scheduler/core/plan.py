@@ -131,6 +131,12 @@ def training_window_s(budget_s: float, reserve: float, end_s: float = 0.0) -> fl
     return budget_s * (1 - reserve) if end_s <= kept else max(budget_s * 0.1, budget_s - end_s)
 
 
+def grace_s(budget_s: float, reserve: float) -> float:
+    """How long a job may take to hand back its folds after the deadline asked it to stop, written once (the run
+    loop's force and the dry run's end of the run): half the reserve, at most 15 s, at least 2 s."""
+    return max(2.0, min(15.0, budget_s * reserve / 2))
+
+
 class EnsembleSpec(_Strict):
     method: Literal["mean", "weighted", "rank", "hill_climb", "stack"] = "hill_climb"
 

@@ -18,7 +18,7 @@ from scheduler.policy.memory.autotune import optimizer_steps
 from scheduler.policy.timing.timeline import Timeline
 from scheduler.policy.memory.fit import SEARCH_STEPS, FitJob, fit
 from scheduler.policy.placement.packing import Assignment, Demand, Placement, pack, within_host_memory
-from scheduler.core.plan import Plan, training_window_s
+from scheduler.core.plan import Plan, grace_s, training_window_s
 
 WRITE_S = 5.0  # after the blend: run_end, report.html, Ray's shutdown (on Ray, 30,000 rows x 40 classes: 4.8 s)
 
@@ -204,12 +204,10 @@ class DryRun:
     @property
     def end_s(self) -> float:
         """What the end of the run takes after the training window, predicted: the jobs' grace to hand back their
-        folds (``budget.grace_s``), the blend (``blend_s``) and writing the submission and the report (``WRITE_S``).
+        folds (``core.plan.grace_s``), the blend (``blend_s``) and writing the submission and the report (``WRITE_S``).
         The reserve holds it; where it needs more than the plan's reserve, the window gives it (0 without a table)."""
         if self.blend_s is None:
             return 0.0
-        from scheduler.policy.running.budget import grace_s
-
         return grace_s(self.plan.budget, self.plan.reserve_for_inference) + self.blend_s + WRITE_S
 
     def timeline_rows(self) -> list[dict]:

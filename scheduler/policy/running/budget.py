@@ -83,6 +83,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
+from scheduler.core.plan import grace_s  # noqa: F401  (the deadline's grace, written once in the plan's rules)
 from scheduler.policy.memory.inputs import validates
 from scheduler.policy.timing.tasktime import TaskTime
 from scheduler.policy.timing.timeline import Timeline
@@ -906,11 +907,6 @@ def deadline_actions(now: float, deadline: float, grace_s: float, running: dict[
         elif asked is not None and now - asked >= grace_s:
             out.append(Stop(job, "kill", f"did not stop within {grace_s:.0f}s of being asked"))
     return out
-
-
-def grace_s(budget_s: float, reserve: float) -> float:
-    """How long a job may take to hand back its folds: half the reserve, at most 15 s, at least 2 s."""
-    return max(2.0, min(15.0, budget_s * reserve / 2))
 
 
 def summary(events: list[dict]) -> dict | None:
