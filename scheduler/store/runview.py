@@ -262,7 +262,7 @@ def untrained(record, jobs: list[JobOutcome]) -> list[Untrained]:
         if e.get("event") == "state" and e.get("new") in (JobState.CANCELLED.value, JobState.FAILED.value):
             job = job_of(str(e.get("job")))
             if job in idle and not lost_to_host_ram(e.get("error")):  # host RAM's losses: host_memory_lost
-                text = str(e.get("reason") or e.get("error") or "").strip() or "no reason recorded"
+                text = str(e.get("reason") or e.get("error") or "").strip() or "stopped before its first fold ended"
                 why[job] = f"failed: {text}" if e["new"] == JobState.FAILED.value else text
     return [Untrained(job=j.name, why=why[j.name]) for j in jobs if j.name in why]
 
