@@ -87,6 +87,8 @@ def test_finished_means_every_job_trained_a_fold():
 
     line = end_line(RunStatus.DEADLINE, "/r", untrained=[{"job": "lgbm", "why": "cancelled before it started"}])
     assert "lgbm (cancelled before it started)" in line and "exit 5" in line and "trained no fold" in line
+    stopped = end_line(RunStatus.CANCELLED, "/r", untrained=[{"job": "lgbm", "why": "cancelled before it started"}])
+    assert stopped.startswith("[yellow]cancelled[/]") and "exit 5" not in stopped  # 130: the person's stop says it
 
 
 @pytest.mark.slow  # option1 whole on Ray with a 60 s budget (~75 s)

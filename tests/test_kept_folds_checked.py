@@ -82,7 +82,8 @@ def test_a_fold_of_the_wrong_shape_fails_its_job_not_the_driver(tmp_path, run_cl
     _one_column(monkeypatch, "bad")
     run = tmp_path / "run"
     code, out, err = run_cli("submit", _plan(tmp_path, JOBS), "--data", data, "--in-process", "--run-dir", run)
-    assert code == 0, err
+    assert code == 5, err  # a job trained no fold (README's exit table): the failed one, named on the last line
+    assert "bad (failed: " in out.replace("\n", " ")
     status = _status(run_cli, run)
     assert status["status"] == "finished"
     states = {j["name"]: j["state"] for j in status["jobs"]}

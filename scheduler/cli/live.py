@@ -289,7 +289,7 @@ def end_line(end: RunStatus, run_dir: str, host_memory_lost: str | None = None,
     RAM. A run that trained nothing (``trained_nothing``: what its submission is, ``submission_source_text``) says
     so under its word, and exits 4. A run where some job trained no fold (``untrained``: the outcome's jobs and why)
     names them under its word, and exits 5."""
-    if untrained and not host_memory_lost and not trained_nothing:
+    if untrained and not host_memory_lost and not trained_nothing and end in (RunStatus.FINISHED, RunStatus.DEADLINE):
         names = "; ".join(f"{u['job']} ({u['why']})" for u in untrained)
         return (f"[yellow]{end.value}[/]: [bold red]{len(untrained)} job(s) trained no fold[/]: {names}; the "
                 f"submission above is the other jobs' (exit 5)")
