@@ -164,10 +164,13 @@ def copy(name: str, into: Path | str) -> Path:
     import shutil
 
     def link(src, dst):
+        if os.path.exists(dst):  # a resumed run's own copy, from its first start: it stands
+            return dst
         try:
             os.link(src, dst)
         except OSError:
             shutil.copy2(src, dst)
+        return dst
 
     shutil.copytree(cached(name), into, copy_function=link, dirs_exist_ok=True)
     return Path(into)

@@ -43,3 +43,5 @@ def test_a_builtin_competition_is_written_once_and_linked_into_each_run(tmp_path
     assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in first.iterdir())
     assert (run / "train.csv").read_bytes() == (first / "train.csv").read_bytes()
     assert not list(first.parent.glob(".iris-*"))  # no staging folder left behind
+    again = shelf.copy("iris", tmp_path / "run" / "data")  # a resumed run: its copy is there already
+    assert again == run and (run / "train.csv").read_bytes() == (first / "train.csv").read_bytes()
