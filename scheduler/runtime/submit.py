@@ -160,7 +160,6 @@ def _submit(dry: DryRun, opts: RunOptions, on_update: Callable[[Driver], None], 
                  **({"untrained": [u.model_dump() for u in idle]} if idle and not nothing else {}))
     summary["status"] = status
     summary["trained_nothing"] = nothing
-    found = runview.outcome(record)  # again: the run's end is in it now
     summary["outcome"] = None if found is None else found.model_dump(mode="json")
     from scheduler.store.report import build, memory_rows
 
